@@ -1,0 +1,1 @@
+"""Slipstream: an OpenAI-compatible, latency-aware LLM gateway."""

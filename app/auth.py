@@ -1,0 +1,51 @@
+"""Client authentication: a bearer key becomes a tenant."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from app.config import AuthConfig
+from app.errors import PermissionDenied, Unauthorized
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    # Aliases this tenant may call; None means every alias.
+    models: frozenset[str] | None = None
+
+    def check_model(self, alias: str) -> None:
+        if self.models is not None and alias not in self.models:
+            raise PermissionDenied(f"this key may not use model {alias!r}", param="model")
+
+
+def hash_key(key: str) -> str:
+    """The digest stored in config for a client key (sha256 hex)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class Authenticator:
+    """Maps an Authorization header to a Tenant; built once from config."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self._open = Tenant(config.open_tenant) if config.mode == "open" else None
+        # Lookup by digest: the clear key is never stored, and comparing digests in a dict does not
+        # leak the key through timing.
+        self._by_digest = {
+            c.key_sha256: Tenant(c.tenant, frozenset(c.models) if c.models else None) for c in config.clients
+        }
+
+    def authenticate(self, authorization: str | None) -> Tenant:
+        if self._open is not None:
+            return self._open
+        if not authorization:
+            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+        scheme, _, key = authorization.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise Unauthorized("malformed Authorization header: expected 'Bearer <key>'")
+        tenant = self._by_digest.get(hash_key(key))
+        if tenant is None:
+            raise Unauthorized("incorrect API key provided")
+        return tenant

@@ -1,0 +1,134 @@
+"""Command line: `slipstream serve | simulate | check | hash-key`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from app.config import ConfigError, GatewayConfig, load_config, load_simulator_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="slipstream", description="OpenAI-compatible, latency-aware LLM gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", required=True, help="gateway config file (YAML)")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+    serve.add_argument(
+        "--no-simulator", action="store_true", help="do not start the config's simulator fleet (it runs elsewhere)"
+    )
+
+    simulate = sub.add_parser("simulate", help="run the simulated backend fleet of a config file")
+    simulate.add_argument("--config", required=True, help="config file with a `simulator` section")
+
+    check = sub.add_parser("check", help="validate a config file and exit")
+    check.add_argument("--config", required=True)
+
+    hash_key = sub.add_parser("hash-key", help="print the key_sha256 to store in config for a client key")
+    hash_key.add_argument("key")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: noise on the hot path, and URLs have no place in routine logs.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "simulate":
+            return _simulate(args)
+        if args.command == "check":
+            config = load_config(args.config)
+            print(f"{args.config}: ok ({len(config.backends)} backends, {len(config.models)} models)")
+            return 0
+        from app.auth import hash_key as digest
+
+        print(digest(args.key))
+        return 0
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.server import create_app
+
+    config = load_config(args.config)
+    host = args.host or config.server.host
+    port = config.server.port if args.port is None else args.port
+    fleet = None
+    if config.simulator is not None and config.simulator.backends and not args.no_simulator:
+        fleet = _spawn_fleet(args.config, config)
+    try:
+        uvicorn.run(
+            create_app(config),
+            host=host,
+            port=port,
+            loop="uvloop" if _has("uvloop") else "asyncio",
+            http="httptools" if _has("httptools") else "h11",
+            log_level=config.server.log_level,
+            access_log=config.server.access_log,
+            backlog=2048,
+        )
+    finally:
+        if fleet is not None:
+            fleet.send_signal(signal.SIGTERM)
+            fleet.wait(timeout=10)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from app.simulator.fleet import run_fleet
+
+    config = load_simulator_config(args.config)
+    if _has("uvloop"):
+        import uvloop
+
+        uvloop.install()
+    try:
+        asyncio.run(run_fleet(config))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _spawn_fleet(path: str, config: GatewayConfig) -> subprocess.Popen:
+    """Run the simulator fleet in a child process (its own core), and wait until it listens."""
+    sim = config.simulator
+    assert sim is not None
+    child = subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy())
+    deadline = time.monotonic() + 15
+    ports = [b.port for b in sim.backends.values()]
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise ConfigError(f"{path}: simulator: the fleet exited with status {child.returncode}")
+        if all(_listening(sim.host, p) for p in ports):
+            return child
+        time.sleep(0.05)
+    child.kill()
+    raise ConfigError(f"{path}: simulator: the fleet did not start listening on {ports} within 15 s")
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

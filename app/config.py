@@ -1,0 +1,219 @@
+"""Typed gateway configuration, loaded and validated once at start-up."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+Flavor = Literal["openai", "vllm", "tgi", "llamacpp", "ollama"]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0)
+    # How long a request may wait for a free slot when every backend of its alias is at max_concurrency.
+    queue_timeout_s: float = Field(30.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    access_log: bool = False
+
+
+class ClientKey(Strict):
+    tenant: Name
+    # Keys are stored as the SHA-256 hex digest of the bearer token: `slipstream hash-key` prints it.
+    key_sha256: str
+    # Aliases this key may use; empty means all.
+    models: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _digest_shape(self) -> ClientKey:
+        if not _SHA256_HEX.match(self.key_sha256):
+            raise ValueError("key_sha256 must be 64 lowercase hex characters (sha256 of the key)")
+        return self
+
+
+class AuthConfig(Strict):
+    # "open" serves every caller as tenant `open_tenant`: for local use only.
+    mode: Literal["keys", "open"] = "keys"
+    open_tenant: Name = "local"
+    clients: tuple[ClientKey, ...] = ()
+
+    @model_validator(mode="after")
+    def _keys_needed(self) -> AuthConfig:
+        if self.mode == "keys" and not self.clients:
+            raise ValueError("mode 'keys' needs at least one entry in clients (or set mode: open)")
+        digests = [c.key_sha256 for c in self.clients]
+        if len(set(digests)) != len(digests):
+            raise ValueError("the same key_sha256 appears twice in clients")
+        return self
+
+
+class BackendTimeouts(Strict):
+    connect_s: float = Field(5.0, gt=0)
+    # Upper bound on the wait for any single read from the backend (first byte included).
+    read_s: float = Field(300.0, gt=0)
+
+
+class BackendConfig(Strict):
+    base_url: str = Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$")
+    flavor: Flavor = "openai"
+    model: str = Field(min_length=1, description="the model name the backend knows")
+    api_key_env: str | None = None
+    max_concurrency: int = Field(256, gt=0)
+    # Ask the backend for a usage chunk on streams even when the client did not (it is then hidden
+    # from the client); turn off for servers that reject stream_options.
+    stream_usage: bool = True
+    timeouts: BackendTimeouts = BackendTimeouts()
+    # Resolved from api_key_env at load time, never serialised.
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+
+
+class ModelAlias(Strict):
+    backends: tuple[str, ...] = Field(min_length=1)
+    strategy: Literal["least_inflight", "round_robin"] = "least_inflight"
+
+
+class FaultConfig(Strict):
+    error_rate: float = Field(0.0, ge=0, le=1)
+    rate_limit_rate: float = Field(0.0, ge=0, le=1)
+    retry_after_s: float = Field(1.0, ge=0)
+    hang_rate: float = Field(0.0, ge=0, le=1)
+    stall_rate: float = Field(0.0, ge=0, le=1)
+    stall_s: float = Field(30.0, ge=0)
+    disconnect_rate: float = Field(0.0, ge=0, le=1)
+
+
+class OutputLength(Strict):
+    # Used when the request gives no max_tokens: a log-normal around `median`, capped.
+    median: int = Field(64, gt=0)
+    sigma: float = Field(0.6, ge=0)
+    max: int = Field(1024, gt=0)
+
+
+class SimBackendConfig(Strict):
+    port: int = Field(ge=0, le=65535)
+    model: str = "sim-model"
+    slots: int = Field(16, gt=0)
+    network_ms: float = Field(0.0, ge=0)
+    prefill_tokens_per_s: float = Field(8000.0, gt=0)
+    tpot_ms: float = Field(20.0, ge=0)
+    # Each extra running request makes a decode step this fraction slower (batching cost).
+    tpot_growth: float = Field(0.04, ge=0)
+    output: OutputLength = OutputLength()
+    report: Literal["none", "llamacpp", "tgi"] = "none"
+    faults: FaultConfig = FaultConfig()
+    embedding_dim: int = Field(384, gt=0)
+
+
+class SimulatorConfig(Strict):
+    host: str = "127.0.0.1"
+    seed: int = 0
+    backends: dict[Name, SimBackendConfig] = {}
+
+
+class GatewayConfig(Strict):
+    server: ServerConfig = ServerConfig()
+    auth: AuthConfig  # required: open mode must be chosen explicitly
+    backends: dict[Name, BackendConfig] = Field(min_length=1)
+    models: dict[Name, ModelAlias] = Field(min_length=1)
+    # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
+    simulator: SimulatorConfig | None = None
+
+    @model_validator(mode="after")
+    def _references(self) -> GatewayConfig:
+        for alias, spec in self.models.items():
+            for i, name in enumerate(spec.backends):
+                if name not in self.backends:
+                    raise ValueError(f"models.{alias}.backends[{i}]: unknown backend {name!r}")
+        for i, client in enumerate(self.auth.clients):
+            for name in client.models:
+                if name not in self.models:
+                    raise ValueError(f"auth.clients[{i}].models: unknown model alias {name!r}")
+        return self
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file, key and problem."""
+
+
+def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> GatewayConfig:
+    """Read, validate and resolve secrets of a gateway config file."""
+    env = os.environ if environ is None else environ
+    where, raw = str(path), _read_yaml(path)
+    try:
+        config = GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(where, exc)) from None
+    return _resolve_secrets(where, config, env)
+
+
+def load_simulator_config(path: str | os.PathLike[str]) -> SimulatorConfig:
+    """Read only the `simulator` section of a config file (the rest may be absent)."""
+    where, raw = str(path), _read_yaml(path)
+    section = raw.get("simulator")
+    if not isinstance(section, dict) or not section.get("backends"):
+        raise ConfigError(f"{where}: simulator.backends: no simulated backends configured")
+    try:
+        return SimulatorConfig.model_validate(section)
+    except ValidationError as exc:
+        raise ConfigError(_describe(where, exc, prefix="simulator")) from None
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> dict:
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{where}: invalid YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: top level must be a mapping of sections")
+    return raw
+
+
+def _describe(where: str, exc: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        key = _dotted(((prefix,) if prefix else ()) + tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {key}: {msg}" if key else f"{where}: {msg}")
+    return "\n".join(lines)
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | dict[str, str]) -> GatewayConfig:
+    backends = {}
+    for name, backend in config.backends.items():
+        if backend.api_key_env:
+            value = env.get(backend.api_key_env)
+            if not value:
+                raise ConfigError(
+                    f"{where}: backends.{name}.api_key_env: environment variable "
+                    f"{backend.api_key_env} is not set"
+                )
+            backend = backend.model_copy(update={"api_key": SecretStr(value)})
+        backends[name] = backend
+    return config.model_copy(update={"backends": backends})

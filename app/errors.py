@@ -1,0 +1,139 @@
+"""The gateway's error types and the one place they become OpenAI-style error bodies."""
+
+from __future__ import annotations
+
+import orjson
+
+
+class GatewayError(Exception):
+    """An error the client sees as `{"error": {message, type, param, code}}` with `status`."""
+
+    status = 500
+    type = "api_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def json(self) -> bytes:
+        return orjson.dumps(self.body())
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "model_not_allowed"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class Overloaded(GatewayError):
+    """Every backend of the alias is at its concurrency limit for longer than the queue timeout."""
+
+    status = 503
+    type = "overloaded_error"
+    code = "backends_busy"
+
+
+class UpstreamUnreachable(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    type = "timeout_error"
+    code = "upstream_timeout"
+
+
+class UpstreamProtocolError(GatewayError):
+    """The backend answered something that is not a valid OpenAI-style response."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_bad_response"
+
+
+class UpstreamStatus(GatewayError):
+    """A backend's own error response, passed through with its status and message."""
+
+    type = "upstream_error"
+
+    @classmethod
+    def from_response(cls, status: int, body: bytes, backend: str) -> UpstreamStatus:
+        """Build from the backend's status and body, keeping its message, type and code where present."""
+        message, etype, param, code = f"backend {backend} answered HTTP {status}", None, None, None
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            data = None
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict):
+            message = str(err.get("message") or message)
+            etype, param, code = err.get("type"), err.get("param"), err.get("code")
+        elif isinstance(err, str):  # TGI and llama.cpp style: {"error": "...", "error_type": "..."}
+            message, etype = err, data.get("error_type")
+        elif isinstance(data, dict) and isinstance(data.get("detail"), str):
+            message = data["detail"]
+        exc = cls(message, param=param if isinstance(param, str) else None, status=status)
+        if isinstance(code, (str, int)):
+            exc.code = str(code)
+        exc.type = etype if isinstance(etype, str) else _default_type(status)
+        return exc
+
+
+def _default_type(status: int) -> str:
+    if status == 429:
+        return "rate_limit_error"
+    return "invalid_request_error" if status < 500 else "upstream_error"
+
+
+def sse_error_event(err: GatewayError) -> bytes:
+    """An SSE event carrying the error; the openai SDK raises APIError when it reads one."""
+    return b"data: " + err.json() + b"\n\n"

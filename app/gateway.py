@@ -1,0 +1,57 @@
+"""The gateway's long-lived state, built once from config at start-up and closed at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from app.auth import Authenticator
+from app.config import GatewayConfig
+from app.routing.router import Router
+from app.upstream.client import Backend, build_backend
+
+# Readiness is probed with a plain TCP connect (never a billed call) and cached this long.
+_READY_TTL_S = 2.0
+_PROBE_TIMEOUT_S = 1.0
+
+
+@dataclass
+class Gateway:
+    config: GatewayConfig
+    auth: Authenticator
+    backends: dict[str, Backend]
+    router: Router
+    _ready_at: float = 0.0
+    _reachable: dict[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, config: GatewayConfig) -> Gateway:
+        """Build clients, auth and router; call from inside the serving event loop."""
+        backends = {name: build_backend(name, b) for name, b in config.backends.items()}
+        router = Router(backends, config.models, config.server.queue_timeout_s)
+        return cls(config, Authenticator(config.auth), backends, router)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(b.client.aclose() for b in self.backends.values()), return_exceptions=True)
+
+    async def reachable_backends(self) -> dict[str, bool]:
+        """Which backends accept a TCP connection, probed concurrently and cached briefly."""
+        now = time.monotonic()
+        if now - self._ready_at > _READY_TTL_S:
+            names = list(self.backends)
+            results = await asyncio.gather(*(_probe(self.backends[n]) for n in names))
+            self._reachable = dict(zip(names, results))
+            self._ready_at = now
+        return self._reachable
+
+
+async def _probe(backend: Backend) -> bool:
+    url = backend.client.base_url
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(url.host, port), _PROBE_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True

@@ -1,0 +1,122 @@
+"""Relay an upstream event stream to the client, event by event, as it arrives.
+
+The relay is also where a stream's truth is decided: a stream that breaks before [DONE] ends
+with an error event (the openai SDK raises it), never a clean-looking truncation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
+from app.record import Outcome, RequestRecord, Usage
+from app.upstream.attempt import EventStream
+from app.upstream.sse import DONE, event_data
+
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
+_DONE_EVENT = b"data: [DONE]\n\n"
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def relay_events(
+    stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once."""
+    complete = False
+    try:
+        async for event in stream.events():
+            data = event_data(event)
+            if data is None:
+                yield event + b"\n\n"  # comments and keep-alives pass through
+                continue
+            if data == DONE:
+                complete = True
+                break
+            if not record.first_token:
+                record.first_token = time.perf_counter()
+            if data.startswith(b'{"error"'):
+                record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
+                yield b"data: " + data + b"\n\n"
+                return
+            if b'"usage"' in data:
+                data = _take_usage(data, client_wants_usage, record)
+                if data is None:
+                    continue
+            if b'"finish_reason"' in data:
+                record.finish_reasons.extend(m.decode() for m in _FINISH_REASON.findall(data))
+            yield b"data: " + data + b"\n\n"
+        if not complete and not record.finish_reasons:
+            raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
+        yield _DONE_EVENT
+    except GatewayError as err:
+        record.outcome, record.error_type, record.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
+        yield sse_error_event(err)
+    except asyncio.CancelledError:
+        record.outcome = Outcome.CLIENT_GONE
+        raise
+    finally:
+        record.finished = time.perf_counter()
+        await stream.aclose()
+        finish()
+
+
+def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord) -> bytes | None:
+    """Record a usage report; hide it (or its whole chunk) from a client that did not ask for it."""
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data
+    usage = chunk.get("usage") if isinstance(chunk, dict) else None
+    if not isinstance(usage, dict):
+        return data
+    record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    if client_wants_usage:
+        return data
+    if not chunk.get("choices"):
+        return None
+    del chunk["usage"]
+    return orjson.dumps(chunk)
+
+
+class SSEResponse(Response):
+    """A streaming response that relays chunks as they come and stops the relay when the client leaves."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body_iterator = chunks
+        self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        relay = asyncio.ensure_future(self._relay(send))
+        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await asyncio.wait((relay, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not relay.done():
+                # The client is gone (or the server is stopping): cancelling the relay closes the
+                # upstream connection at once, which frees the backend's slot.
+                relay.cancel()
+            await asyncio.gather(relay, watch, return_exceptions=True)
+
+    async def _relay(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

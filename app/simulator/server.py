@@ -1,0 +1,216 @@
+"""The simulated backend's HTTP face: an OpenAI-compatible aiohttp app over one Engine.
+
+Besides the OpenAI routes it serves /sim/stats (live slot use and counters) and PUT /sim/faults
+(change faults at run time), which tests and benchmarks use to steer and observe it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from app.config import FaultConfig, SimBackendConfig
+from app.simulator import shapes
+from app.simulator.engine import Engine, Timings, now
+from app.simulator.textgen import count_tokens, embedding, generate_tokens, prompt_tokens, request_rng
+
+_HANG_S = 3600.0
+ENGINE = web.AppKey("engine", Engine)
+
+
+def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[ENGINE] = Engine(name, config, seed)
+    app.router.add_post("/v1/chat/completions", _generate("chat"))
+    app.router.add_post("/v1/completions", _generate("text"))
+    app.router.add_post("/v1/embeddings", _embeddings)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    app.router.add_get("/sim/stats", _stats)
+    app.router.add_put("/sim/faults", _set_faults)
+    return app
+
+
+def _json(data: dict, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json", headers=headers)
+
+
+def _error(status: int, message: str, etype: str, headers: dict[str, str] | None = None) -> web.Response:
+    return _json({"error": {"message": message, "type": etype, "param": None, "code": None}}, status, headers)
+
+
+async def _read_json(request: web.Request) -> dict | web.Response:
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        return _error(400, "body is not valid JSON", "invalid_request_error")
+    if not isinstance(body, dict):
+        return _error(400, "body must be a JSON object", "invalid_request_error")
+    return body
+
+
+def _generate(kind: str):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        engine = request.app[ENGINE]
+        body = await _read_json(request)
+        if isinstance(body, web.Response):
+            return body
+        if body.get("model") != engine.config.model:
+            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        engine.stats.requests += 1
+        try:
+            return await _serve(request, engine, kind, body)
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away: cancelled while waiting, or a write found the socket closed.
+            engine.stats.cancelled += 1
+            raise
+
+    return handler
+
+
+async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) -> web.StreamResponse:
+    timings = Timings(now())
+    await engine.network()
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    n_choices = body.get("n") or 1
+    rngs = [request_rng(engine.seed, body, i) for i in range(n_choices)]
+    plan = engine.plan(request_rng(engine.seed, body, -1), max_tokens if isinstance(max_tokens, int) else None, body.get("ignore_eos") is True)
+    if plan.fault == "error":
+        engine.stats.errors += 1
+        return _error(500, "simulated internal error", "server_error")
+    if plan.fault == "rate_limit":
+        engine.stats.errors += 1
+        retry = engine.faults.retry_after_s
+        return _error(429, "simulated rate limit", "rate_limit_error", {"retry-after": f"{retry:g}"})
+
+    p_tokens = prompt_tokens(body)
+    texts = [generate_tokens(rng, plan.output_tokens) for rng in rngs]
+    await engine.admit()
+    try:
+        timings.admitted = now()
+        if plan.fault == "hang":
+            await asyncio.sleep(_HANG_S)
+        await engine.prefill(p_tokens)
+        timings.prefilled = now()
+        if body.get("stream"):
+            return await _stream(request, engine, kind, body, plan, texts, p_tokens, timings)
+        for i in range(plan.output_tokens):
+            if plan.fault in ("stall", "disconnect") and i == plan.fault_at:
+                if plan.fault == "disconnect":
+                    engine.stats.errors += 1
+                    _drop(request)
+                    return web.Response(status=500)
+                await asyncio.sleep(engine.faults.stall_s)
+            await engine.step()
+        timings.finished = now()
+    finally:
+        engine.leave()
+    engine.stats.completed += 1
+    rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
+    data = shapes.completion_body(
+        kind, rid, created, model, ["".join(t) for t in texts], plan.finish_reason,
+        shapes.usage(p_tokens, plan.output_tokens * n_choices),
+    )
+    headers = None
+    if engine.config.report == "llamacpp":
+        data["timings"] = shapes.llamacpp_timings(timings, p_tokens, plan.output_tokens)
+    elif engine.config.report == "tgi":
+        headers = shapes.tgi_headers(timings, p_tokens, plan.output_tokens)
+    return _json(data, headers=headers)
+
+
+async def _stream(request, engine, kind, body, plan, texts, p_tokens, timings) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+    await response.prepare(request)
+    rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
+    n_choices = len(texts)
+
+    async def send(obj: dict) -> None:
+        await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+    if kind == "chat":
+        for i in range(n_choices):
+            await send(shapes.chunk(kind, rid, created, model, i, None, None, first=True))
+    for step in range(plan.output_tokens):
+        if step:
+            await engine.step()
+        if plan.fault in ("stall", "disconnect") and step == plan.fault_at:
+            if plan.fault == "disconnect":
+                engine.stats.errors += 1
+                _drop(request)
+                return response
+            await asyncio.sleep(engine.faults.stall_s)
+        for i in range(n_choices):
+            await send(shapes.chunk(kind, rid, created, model, i, texts[i][step], None))
+    timings.finished = now()
+    for i in range(n_choices):
+        final = shapes.chunk(kind, rid, created, model, i, None, plan.finish_reason)
+        if engine.config.report == "llamacpp" and i == n_choices - 1:
+            final["timings"] = shapes.llamacpp_timings(timings, p_tokens, plan.output_tokens)
+        await send(final)
+    opts = body.get("stream_options")
+    if isinstance(opts, dict) and opts.get("include_usage"):
+        await send(shapes.usage_chunk(kind, rid, created, model, shapes.usage(p_tokens, plan.output_tokens * n_choices)))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    engine.stats.completed += 1
+    return response
+
+
+def _drop(request: web.Request) -> None:
+    """Cut the connection as a crashed backend would: no [DONE], no final chunk."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
+async def _embeddings(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body = await _read_json(request)
+    if isinstance(body, web.Response):
+        return body
+    if body.get("model") != engine.config.model:
+        return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+    inputs = body.get("input")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs:
+        return _error(400, "'input' must be a string or a non-empty array", "invalid_request_error")
+    engine.stats.requests += 1
+    await engine.network()
+    texts = [x if isinstance(x, str) else orjson.dumps(x).decode() for x in inputs]
+    dim = engine.config.embedding_dim
+    data = [{"object": "embedding", "index": i, "embedding": embedding(t, dim)} for i, t in enumerate(texts)]
+    tokens = sum(count_tokens(t) for t in texts)
+    engine.stats.completed += 1
+    return _json({"object": "list", "data": data, "model": engine.config.model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+async def _models(request: web.Request) -> web.Response:
+    model = request.app[ENGINE].config.model
+    return _json({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "simulator"}]})
+
+
+async def _health(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def _stats(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    return _json({"running": engine.running, "queued": engine.queued, "slots": engine.config.slots, **engine.stats.as_dict()})
+
+
+async def _set_faults(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body = await _read_json(request)
+    if isinstance(body, web.Response):
+        return body
+    try:
+        engine.faults = FaultConfig.model_validate(body)
+    except ValidationError as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    return _json(engine.faults.model_dump())

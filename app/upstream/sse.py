@@ -1,0 +1,44 @@
+"""Server-sent events: split a byte stream into whole events without decoding them."""
+
+from __future__ import annotations
+
+import re
+
+# Events end at a blank line; servers differ in line endings (\n, \r\n), so accept both.
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
+DONE = b"[DONE]"
+
+
+class EventSplitter:
+    """Feed raw bytes as they arrive; get back every complete event they finish."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Return the complete events (without their terminating blank line) now buffered."""
+        buf = self._buf + chunk if self._buf else chunk
+        events = []
+        start = 0
+        for match in _EVENT_END.finditer(buf):
+            events.append(buf[start : match.start()])
+            start = match.end()
+        self._buf = buf[start:]
+        return events
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event begun but not finished (non-empty after a truncated stream)."""
+        return self._buf
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The joined `data:` lines of an event, or None for comments and data-less events."""
+    if event.startswith(b"data:") and b"\n" not in event:  # the usual one-line event, fast path
+        return event[5:].lstrip(b" ")
+    parts = [
+        line[5:].lstrip(b" ") for line in event.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")
+    ]
+    return b"\n".join(parts) if parts else None

@@ -1,0 +1,94 @@
+"""Helpers for tests: free loopback ports and real gateway / simulator processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}: {read_log(proc)}")
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port} after {timeout}s: {read_log(proc)}")
+
+
+def read_log(proc: subprocess.Popen) -> str:
+    path = getattr(proc, "log_path", None)
+    return Path(path).read_text()[-4000:] if path and Path(path).exists() else ""
+
+
+class Process:
+    """A `python -m app ...` child with its output in a log file; stopped with SIGTERM."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app", *args],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+        self.proc.log_path = str(log_path)  # type: ignore[attr-defined]
+
+    def wait_listening(self, port: int) -> None:
+        wait_listening(port, self.proc)
+
+    def log(self) -> str:
+        return Path(self.log_path).read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sim_stats(port: int) -> dict:
+    return httpx.get(f"http://127.0.0.1:{port}/sim/stats", timeout=5).json()
+
+
+def set_faults(port: int, **faults: float) -> None:
+    httpx.put(f"http://127.0.0.1:{port}/sim/faults", json=faults, timeout=5).raise_for_status()
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,162 @@
+"""Every failure reaches the client as an OpenAI-style error the SDK raises as the matching exception."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import ACME_KEY, MAX_BODY
+from tests.support import set_faults
+
+AUTH = {"authorization": f"Bearer {ACME_KEY}"}
+MSG = [{"role": "user", "content": "hello"}]
+
+
+def error_of(response: httpx.Response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def test_malformed_json_is_400(gateway):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH, content=b'{"model": "chat", "messages": [')
+    assert r.status_code == 400
+    assert error_of(r)["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b"[1, 2]", None),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": 5, "messages": []}', "model"),
+        (b'{"model": "chat", "messages": []}', "messages"),
+        (b'{"model": "chat", "messages": ["hi"]}', "messages[0]"),
+        (b'{"model": "chat", "messages": [{"role": "user"}], "stream": "yes"}', "stream"),
+        (b'{"model": "chat", "messages": [{"role": "user"}], "max_tokens": -1}', "max_tokens"),
+        (b'{"model": "chat", "messages": [{"role": "user"}], "stream_options": {"include_usage": true}}', "stream_options"),
+        (b"\xff\xfe not utf-8", None),
+    ],
+)
+def test_bad_bodies_are_400_naming_the_field(gateway, body, param):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH, content=body)
+    assert r.status_code == 400
+    assert error_of(r)["param"] == param
+
+
+def test_sdk_raises_bad_request(client):
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="chat", messages=[])
+
+
+def test_unknown_model_is_404_model_not_found(client):
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.chat.completions.create(model="no-such-model", messages=MSG)
+    assert exc.value.code == "model_not_found"
+
+
+def test_body_over_limit_is_413(client):
+    with pytest.raises(openai.APIStatusError) as exc:
+        client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x" * (MAX_BODY + 1)}])
+    assert exc.value.status_code == 413
+
+
+def test_body_over_limit_without_content_length_is_413(gateway):
+    def chunks():
+        for _ in range(MAX_BODY // 1024 + 2):
+            yield b" " * 1024
+
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH, content=chunks())
+    assert r.status_code == 413
+
+
+def test_missing_key_is_401(gateway):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "chat", "messages": MSG})
+    assert r.status_code == 401
+    assert error_of(r)["type"] == "authentication_error"
+
+
+def test_unknown_key_is_401_and_not_echoed(gateway):
+    client = gateway.client(key="sk-wrong-secret-value")
+    with pytest.raises(openai.AuthenticationError) as exc:
+        client.chat.completions.create(model="chat", messages=MSG)
+    assert "sk-wrong" not in str(exc.value) and "secret-value" not in str(exc.value)
+
+
+def test_model_outside_tenant_allowance_is_403(gateway):
+    from tests.conftest import GLOBEX_KEY
+
+    client = gateway.client(key=GLOBEX_KEY)
+    client.chat.completions.create(model="chat", messages=MSG, max_tokens=1)
+    with pytest.raises(openai.PermissionDeniedError):
+        client.chat.completions.create(model="slow", messages=MSG, max_tokens=1)
+
+
+def test_unreachable_backend_is_502(client):
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="dead", messages=MSG)
+    assert exc.value.status_code == 502
+    assert exc.value.code == "upstream_unreachable"
+
+
+def test_unreachable_backend_on_stream_is_502_before_any_chunk(client):
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="dead", messages=MSG, stream=True)
+    assert exc.value.status_code == 502
+
+
+def test_backend_timeout_is_504(client):
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="hang", messages=MSG)
+    assert exc.value.status_code == 504
+    assert exc.value.code == "upstream_timeout"
+
+
+def test_backend_4xx_passes_through_with_status_and_message(client, flaky):
+    set_faults(flaky, rate_limit_rate=1.0, retry_after_s=7)
+    with pytest.raises(openai.RateLimitError) as exc:
+        client.chat.completions.create(model="flaky", messages=MSG)
+    assert exc.value.status_code == 429
+    assert "simulated rate limit" in exc.value.message
+    assert exc.value.response.headers["retry-after"] == "7"
+
+
+def test_backend_500_passes_through(client, flaky):
+    set_faults(flaky, error_rate=1.0)
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="flaky", messages=MSG, stream=True)
+    assert exc.value.status_code == 500
+
+
+def test_stream_broken_midway_ends_with_error_event(client, flaky):
+    set_faults(flaky, disconnect_rate=1.0)
+    stream = client.chat.completions.create(
+        model="flaky", messages=MSG, max_tokens=20, stream=True, extra_body={"ignore_eos": True}
+    )
+    with pytest.raises(openai.APIError) as exc:
+        for _ in stream:
+            pass
+    assert "closed the connection" in str(exc.value) or "ended the stream" in str(exc.value)
+
+
+def test_backend_dropping_a_non_streamed_call_is_502(client, flaky):
+    set_faults(flaky, disconnect_rate=1.0)
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model="flaky", messages=MSG, max_tokens=20, extra_body={"ignore_eos": True})
+    assert exc.value.status_code == 502
+
+
+def test_unknown_route_is_openai_style_404(gateway):
+    r = httpx.get(f"{gateway.url}/v1/nothing-here", headers=AUTH)
+    assert r.status_code == 404
+    assert error_of(r)["type"] == "invalid_request_error"
+
+
+def test_process_survives_garbage(gateway):
+    for body in [b"", b"null", b"{}", b'{"model": "chat", "messages": [{"role": "user", "content": {"a": 1}}]}', b"[" * 10000]:
+        httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH, content=body)
+    assert gateway.process.proc.poll() is None
+    assert "Traceback" not in gateway.process.log()
+    assert httpx.get(f"{gateway.url}/healthz").status_code == 200

@@ -1,0 +1,75 @@
+"""The gateway as a drop-in OpenAI endpoint: the official SDK against real processes."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.simulator.textgen import generate_tokens, request_rng
+from tests.conftest import SEED
+
+
+def expected_text(messages: list[dict], n: int, seed: int | None = None) -> str:
+    body = {"messages": messages, "seed": seed}
+    return "".join(generate_tokens(request_rng(SEED, body), n))
+
+
+def test_chat_completion_round_trip(client):
+    messages = [{"role": "user", "content": "Say something"}]
+    r = client.chat.completions.create(model="chat", messages=messages, max_tokens=5, extra_body={"ignore_eos": True})
+    assert r.choices[0].message.content == expected_text(messages, 5)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 5
+    assert r.usage.prompt_tokens > 0
+
+
+def test_alias_is_mapped_to_backend_model_and_named_in_headers(client):
+    raw = client.chat.completions.with_raw_response.create(model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert raw.headers["x-slipstream-model"] == "m-fast"
+    assert raw.headers["x-slipstream-backend"] == "fast"
+    assert raw.parse().model == "m-fast"
+
+
+def test_unknown_fields_pass_through(client):
+    # ignore_eos is a vLLM extension the gateway does not know; the simulator honours it.
+    r = client.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "x"}], max_tokens=40, extra_body={"ignore_eos": True}
+    )
+    assert r.usage.completion_tokens == 40
+
+
+def test_text_completion(client):
+    r = client.completions.create(model="chat", prompt="Once upon a time", max_tokens=3, extra_body={"ignore_eos": True})
+    assert r.object == "text_completion"
+    assert len(r.choices[0].text.split()) == 3
+
+
+def test_embeddings(client):
+    r = client.embeddings.create(model="embed", input=["a", "b"])
+    assert [d.index for d in r.data] == [0, 1]
+    assert len(r.data[0].embedding) == 8
+    assert r.data[0].embedding != r.data[1].embedding
+
+
+def test_models_list_shows_aliases(client):
+    ids = {m.id for m in client.models.list()}
+    assert ids == {"chat", "slow", "flaky", "hang", "tgi", "embed", "dead"}
+
+
+def test_backend_keys_and_hop_headers_do_not_leak(gateway):
+    r = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        headers={"authorization": "Bearer sk-test-acme-0123456789"},
+        json={"model": "tgi", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
+    assert r.status_code == 200
+    assert "server" not in r.headers or r.headers["server"] == "uvicorn"
+    assert not any(k.startswith("x-queue-time") for k in r.headers)  # backend timing headers stay inside
+
+
+def test_healthz_and_readyz(gateway):
+    assert httpx.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    r = httpx.get(f"{gateway.url}/readyz")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ready"
+    assert body["backends"]["fast"] is True and body["backends"]["dead"] is False

@@ -39,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: noise on the hot path, and URLs have no place in routine logs.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         if args.command == "serve":
             return _serve(args)
@@ -80,6 +78,7 @@ def _serve(args: argparse.Namespace) -> int:
             log_level=config.server.log_level,
             access_log=config.server.access_log,
             backlog=2048,
+            proxy_headers=False,
         )
     finally:
         if fleet is not None:

@@ -33,7 +33,7 @@ class Gateway:
         return cls(config, Authenticator(config.auth), backends, router)
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(b.client.aclose() for b in self.backends.values()), return_exceptions=True)
+        await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 
     async def reachable_backends(self) -> dict[str, bool]:
         """Which backends accept a TCP connection, probed concurrently and cached briefly."""
@@ -47,10 +47,8 @@ class Gateway:
 
 
 async def _probe(backend: Backend) -> bool:
-    url = backend.client.base_url
-    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(url.host, port), _PROBE_TIMEOUT_S)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(backend.host, backend.port), _PROBE_TIMEOUT_S)
     except (OSError, TimeoutError):
         return False
     writer.close()

@@ -1,7 +1,8 @@
-"""The HTTP layer: FastAPI routes that hand each call to the pipeline. No logic lives here."""
+"""The HTTP layer: the proxied routes (app.fastpath) in front of FastAPI for everything else. No logic here."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -12,44 +13,35 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app import pipeline
 from app.config import GatewayConfig
-from app.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+from app.errors import GatewayError, InvalidRequest, NotFound
+from app.fastpath import FastPath, error_response
 from app.gateway import Gateway
-from app.request import Endpoint
 
 log = logging.getLogger("slipstream.server")
 _JSON = "application/json"
 
 
-def create_app(config: GatewayConfig) -> FastAPI:
+def create_app(config: GatewayConfig) -> FastPath:
     """The gateway's ASGI app; clients and state are built when the app starts."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.gateway = Gateway.start(config)
+        # Everything built so far lives for the whole process: freeze it out of the collector's view,
+        # so full collections stay short (they showed as ~20 ms p99 spikes under load).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
             await app.state.gateway.aclose()
 
     app = FastAPI(title="Slipstream", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    limit = config.server.max_body_bytes
     created = int(time.time())
     models_body = orjson.dumps(
         {"object": "list", "data": [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in config.models]}
     )
-
-    def proxy(endpoint: Endpoint):
-        async def route(request: Request) -> Response:
-            body = await _read_body(request, limit)
-            return await pipeline.handle(request.app.state.gateway, endpoint, body, request.headers.get("authorization"))
-
-        return route
-
-    app.add_api_route("/v1/chat/completions", proxy(Endpoint.CHAT), methods=["POST"])
-    app.add_api_route("/v1/completions", proxy(Endpoint.COMPLETIONS), methods=["POST"])
-    app.add_api_route("/v1/embeddings", proxy(Endpoint.EMBEDDINGS), methods=["POST"])
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
@@ -68,45 +60,28 @@ def create_app(config: GatewayConfig) -> FastAPI:
         return Response(orjson.dumps(body), 200 if ready else 503, media_type=_JSON)
 
     _install_error_handlers(app)
-    return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is larger than the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is larger than the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _error_response(err: GatewayError) -> Response:
-    return Response(err.json(), err.status, headers=err.headers, media_type=_JSON)
+    return FastPath(app, config.server.max_body_bytes)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
     async def gateway_error(_: Request, err: GatewayError) -> Response:
-        return _error_response(err)
+        return error_response(err)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            return _error_response(NotFound(f"no route for {request.method} {request.url.path}"))
+            return error_response(NotFound(f"no route for {request.method} {request.url.path}"))
         if exc.status_code == 405:
-            return _error_response(InvalidRequest(f"method {request.method} not allowed on {request.url.path}", code="method_not_allowed", status=405))
-        return _error_response(GatewayError(str(exc.detail), status=exc.status_code))
+            return error_response(InvalidRequest(f"method {request.method} not allowed on {request.url.path}", code="method_not_allowed", status=405))
+        return error_response(GatewayError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:
-        return _error_response(InvalidRequest(f"invalid request: {exc.errors()[0].get('msg', 'bad input')}"))
+        return error_response(InvalidRequest(f"invalid request: {exc.errors()[0].get('msg', 'bad input')}"))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         # The traceback goes to the log, never to the client.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _error_response(GatewayError("internal gateway error", code="internal_error"))
+        return error_response(GatewayError("internal gateway error", code="internal_error"))

@@ -1,76 +1,89 @@
-"""One pooled HTTP client per backend, built at start-up: the transport seam of the gateway."""
+"""One pooled HTTP client per backend, built at start-up: the transport seam of the gateway.
+
+The upstream hop runs on aiohttp directly. httpx's own transport collapses under concurrency here
+(shared/NOTES.md), and on the httpx-aiohttp transport, building httpx's request objects still cost
+about a third of the gateway's CPU per call (pyinstrument, bench/overhead.py at c=16); URLs and
+headers are built once per backend instead.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import aiohttp
-import httpx
-from httpx_aiohttp import AiohttpTransport
+from yarl import URL
 
 from app.config import BackendConfig
 from app.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
 
 # Backend headers a client may see; everything else (cookies, server banners, hop-by-hop and
 # body framing) stays on the backend's side of the gateway.
-_RELAYED_HEADERS = frozenset({"x-request-id", "openai-processing-ms", "retry-after"})
-_RELAYED_PREFIXES = ("x-ratelimit-",)
+_RELAYED_HEADERS = ("x-request-id", "openai-processing-ms", "retry-after")
+_RELAYED_PREFIX = "x-ratelimit-"
 
 
 @dataclass(frozen=True, slots=True)
 class Backend:
-    """A configured backend with its client: what the rest of the pipeline addresses."""
+    """A configured backend with its pooled session: what the rest of the pipeline addresses."""
 
     name: str
     config: BackendConfig
-    client: httpx.AsyncClient
+    session: aiohttp.ClientSession
+    base: URL
+    headers: dict[str, str]
 
     @property
-    def address(self) -> str:
-        return self.client.base_url.host
+    def host(self) -> str:
+        return self.base.host or ""
 
     @property
-    def port(self) -> int | None:
-        return self.client.base_url.port
+    def port(self) -> int:
+        return self.base.port or (443 if self.base.scheme == "https" else 80)
+
+    def url(self, path: str) -> URL:
+        return self.base.joinpath(path, encoded=True)
+
+    async def aclose(self) -> None:
+        await self.session.close()
 
 
 def build_backend(name: str, config: BackendConfig) -> Backend:
-    """Create the backend's pooled client; must run inside the event loop that will use it."""
-    headers = {"accept-encoding": "identity", "user-agent": "slipstream"}
+    """Create the backend's pooled session; must run inside the event loop that will use it."""
+    headers = {"accept-encoding": "identity", "user-agent": "slipstream", "content-type": "application/json"}
     if config.api_key is not None:
         headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+    t = config.timeouts
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=config.max_concurrency, keepalive_timeout=30, ttl_dns_cache=300),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.read_s),
         auto_decompress=False,
         trust_env=False,
+        skip_auto_headers=("user-agent",),
     )
-    t = config.timeouts
-    client = httpx.AsyncClient(
-        transport=AiohttpTransport(client=session),
-        base_url=config.base_url.rstrip("/") + "/",
-        headers=headers,
-        timeout=httpx.Timeout(connect=t.connect_s, read=t.read_s, write=t.read_s, pool=t.connect_s + t.read_s),
-        trust_env=False,
-    )
-    return Backend(name, config, client)
+    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers)
 
 
-async def open_response(backend: Backend, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> httpx.Response:
-    """Send one request and return the response with its body still unread (a stream)."""
-    request = backend.client.build_request(method, path, content=body, headers=headers)
+async def open_response(backend: Backend, path: str, body: bytes, accept: str) -> aiohttp.ClientResponse:
+    """POST a body and return the response with its body still unread."""
     with map_transport_errors(backend.name):
-        return await backend.client.send(request, stream=True)
+        return await backend.session.post(
+            backend.url(path), data=body, headers={**backend.headers, "accept": accept}, allow_redirects=False
+        )
 
 
-def response_headers(response: httpx.Response) -> dict[str, str]:
+def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
     """The backend's headers worth relaying to the client."""
-    return {
-        k: v for k, v in response.headers.items() if k in _RELAYED_HEADERS or k.startswith(_RELAYED_PREFIXES)
-    }
+    out = {}
+    for key, value in response.headers.items():
+        k = key.lower()
+        if k in _RELAYED_HEADERS or k.startswith(_RELAYED_PREFIX):
+            out[k] = value
+    return out
 
 
 class map_transport_errors:
-    """Turn transport exceptions into gateway errors that never mention the backend's key or URL path."""
+    """Turn transport exceptions into gateway errors that never mention the backend's key or URL."""
 
     __slots__ = ("_name",)
 
@@ -81,21 +94,17 @@ class map_transport_errors:
         return None
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is None or isinstance(exc, GatewayError):
+        if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError)):
             return False
         name = self._name
-        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
             raise UpstreamTimeout(f"backend {name} timed out") from None
-        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-            # httpx-aiohttp maps a dropped connection (ClientConnectionError) to ConnectTimeout, so the
-            # cause decides between "could not connect" and "connection lost".
-            if isinstance(exc.__cause__, aiohttp.ServerDisconnectedError):
-                raise UpstreamProtocolError(f"backend {name} closed the connection") from None
-            if isinstance(exc.__cause__, (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError)):
-                raise UpstreamTimeout(f"backend {name} timed out") from None
+        if isinstance(exc, aiohttp.ClientConnectorError):
             raise UpstreamUnreachable(f"backend {name} is unreachable") from None
-        if isinstance(exc, (httpx.ReadError, httpx.RemoteProtocolError, aiohttp.ClientPayloadError)):
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            raise UpstreamProtocolError(f"backend {name} closed the connection") from None
+        if isinstance(exc, aiohttp.ClientPayloadError):
             raise UpstreamProtocolError(f"backend {name} closed the connection mid-response") from None
-        if isinstance(exc, (httpx.HTTPError, aiohttp.ClientError, OSError)):
+        if isinstance(exc, (aiohttp.ClientError, OSError)):
             raise UpstreamUnreachable(f"backend {name} failed: {type(exc).__name__}") from None
         return False

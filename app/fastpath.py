@@ -1,0 +1,82 @@
+"""A raw ASGI front for the proxied endpoints; every other route goes on to the FastAPI app.
+
+FastAPI's middleware and dependency layers cost about as much CPU per call as the whole pipeline
+(pyinstrument on bench/overhead.py at c=16); the three proxied routes need none of them: they read
+bytes, call the pipeline and send its response.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app import pipeline
+from app.errors import GatewayError, PayloadTooLarge
+from app.request import Endpoint
+
+log = logging.getLogger("slipstream.server")
+
+ROUTES = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
+}
+
+
+class FastPath:
+    """Serves ROUTES itself with the gateway that `app.state.gateway` holds once started."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self._limit = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if endpoint is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            authorization, declared = _headers(scope)
+            body = await _read_body(receive, self._limit, declared)
+            response = await pipeline.handle(self.app.state.gateway, endpoint, body, authorization)
+        except GatewayError as err:
+            response = error_response(err)
+        except Exception:
+            # The traceback goes to the log, never to the client.
+            log.exception("unhandled error on POST %s", scope["path"])
+            response = error_response(GatewayError("internal gateway error", code="internal_error"))
+        await response(scope, receive, send)
+
+
+def error_response(err: GatewayError) -> Response:
+    return Response(err.json(), err.status, headers=err.headers, media_type="application/json")
+
+
+def _headers(scope: Scope) -> tuple[str | None, int | None]:
+    authorization, length = None, None
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            authorization = value.decode("latin-1")
+        elif key == b"content-length" and value.isdigit():
+            length = int(value)
+    return authorization, length
+
+
+async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+    too_large = f"request body is larger than the limit of {limit} bytes"
+    if declared is not None and declared > limit:
+        raise PayloadTooLarge(too_large)
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client left before sending its body
+            raise GatewayError("client disconnected", code="client_disconnected", status=499)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(too_large)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

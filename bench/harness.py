@@ -1,0 +1,117 @@
+"""Shared pieces for benchmarks: simulator fleets and gateway processes on loopback, percentiles."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile in milliseconds (linear interpolation); NaN for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen
+    url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@dataclass
+class Fleet(Proc):
+    config_path: Path
+    backends: dict[str, dict]
+    model: str = "m-zero"
+
+    @classmethod
+    def start(cls, tmp: Path, backends: dict[str, dict], seed: int = 1, cpus: str | None = None) -> Fleet:
+        path = tmp / "fleet.yaml"
+        path.write_text(yaml.safe_dump({"simulator": {"seed": seed, "backends": backends}}))
+        proc = _spawn(["simulate", "--config", str(path)], tmp / "fleet.log", cpus)
+        for b in backends.values():
+            wait_listening(b["port"], proc)
+        first = next(iter(backends.values()))
+        return cls(proc, f"http://127.0.0.1:{first['port']}", path, backends, first["model"])
+
+    @classmethod
+    def zero_latency(cls, tmp: Path, cpus: str | None = None) -> Fleet:
+        """One backend that answers as fast as the machine allows."""
+        zero = dict(port=free_port(), model="m-zero", slots=4096, prefill_tokens_per_s=1e12, tpot_ms=0)
+        return cls.start(tmp, {"zero": zero}, cpus=cpus)
+
+
+def start_gateway(
+    tmp: Path, fleet: Fleet, cpus: str | None = None, profile: Path | None = None, env: dict[str, str] | None = None,
+    models: dict | None = None, extra: dict | None = None,
+) -> Proc:
+    """A gateway in open-auth mode with one alias per fleet backend (`zero` for the zero-latency fleet)."""
+    port = free_port()
+    backends = {
+        name: {"base_url": f"http://127.0.0.1:{b['port']}/v1", "model": b["model"], "max_concurrency": 1024}
+        for name, b in fleet.backends.items()
+    }
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
+        "auth": {"mode": "open"},
+        "backends": backends,
+        "models": models or {name: {"backends": [name]} for name in backends},
+        **(extra or {}),
+    }
+    path = tmp / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["serve", "--config", str(path)]
+    proc = _spawn(args, tmp / f"gateway-{port}.log", cpus, profile, env)
+    wait_listening(port, proc)
+    return Proc(proc, f"http://127.0.0.1:{port}")
+
+
+def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = None, env: dict | None = None) -> subprocess.Popen:
+    cmd = [sys.executable]
+    if profile is not None:
+        cmd += ["-m", "pyinstrument", "-r", "text" if profile.suffix == ".txt" else "html", "--show-all", "-o", str(profile)]
+    cmd += ["-m", "app", *args]
+    if cpus is not None:
+        cmd = ["taskset", "-c", cpus, *cmd]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})

@@ -1,0 +1,160 @@
+"""What the gateway adds: direct (client -> zero-latency simulator) vs through the gateway, in one run.
+
+Direct and gateway runs are interleaved (order alternates each round) at each concurrency, for JSON
+and streaming calls, and the table reports medians over rounds of p50/p99 latency, the added
+milliseconds and the RPS ratio. By default the gateway is pinned to CPU 0 and the simulator and this
+load generator to CPU 1, so the gateway gets one core of this 2-core box.
+
+    python bench/overhead.py                       # c = 1, 16, 64; json and stream; 3 rounds
+    python bench/overhead.py --conc 16 --rounds 5 --seconds 4
+    python bench/overhead.py --profile             # also writes a pyinstrument profile of the gateway
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import Fleet, percentile, start_gateway  # noqa: E402
+
+BODY_TOKENS = 16
+
+
+@dataclass
+class RunResult:
+    latencies: list[float]
+    ttfts: list[float]
+    errors: int
+    seconds: float
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+
+async def closed_loop(url: str, model: str, stream: bool, concurrency: int, seconds: float, max_requests: int) -> RunResult:
+    """`concurrency` workers send back-to-back requests for `seconds` (bounded by max_requests)."""
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Measure the gateway, not the model."}],
+        "max_tokens": BODY_TOKENS,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    latencies: list[float] = []
+    ttfts: list[float] = []
+    errors = 0
+    sent = 0
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    async with aiohttp.ClientSession(connector=connector, headers={"authorization": "Bearer bench"}) as session:
+        # Warm the connection pool so connect time is not in the figures.
+        await asyncio.gather(*(session.get(url.replace("/chat/completions", "/models")) for _ in range(concurrency)), return_exceptions=True)
+        start = time.perf_counter()
+        stop_at = start + seconds
+
+        async def worker() -> None:
+            nonlocal errors, sent
+            while time.perf_counter() < stop_at and sent < max_requests:
+                sent += 1
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(url, json=payload) as r:
+                        if stream:
+                            first = 0.0
+                            async for _ in r.content.iter_any():
+                                if not first:
+                                    first = time.perf_counter()
+                        else:
+                            await r.read()
+                        ok = r.status == 200
+                except aiohttp.ClientError:
+                    ok = False
+                t1 = time.perf_counter()
+                if ok:
+                    latencies.append(t1 - t0)
+                    if stream:
+                        ttfts.append(first - t0)
+                else:
+                    errors += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return RunResult(latencies, ttfts, errors, elapsed)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conc", default="1,16,64")
+    ap.add_argument("--modes", default="json,stream")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--max-requests", type=int, default=20000)
+    ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="run the gateway under pyinstrument")
+    ap.add_argument("--gateway-env", action="append", default=[], help="KEY=VALUE for the gateway process")
+    args = ap.parse_args()
+    pin = not args.no_pin and shutil.which("taskset") is not None and os.cpu_count() and os.cpu_count() >= 2
+    if pin:
+        os.sched_setaffinity(0, {1})
+    tmp = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
+    fleet = Fleet.zero_latency(tmp)
+    env = dict(kv.split("=", 1) for kv in args.gateway_env)
+    gateway = start_gateway(tmp, fleet, cpus="0" if pin else None, profile=tmp / "profile.txt" if args.profile else None, env=env)
+    targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model), "gateway": (f"{gateway.url}/v1/chat/completions", "zero")}
+    rows: dict[tuple[str, int, str], list[RunResult]] = {}
+    try:
+        for rnd in range(args.rounds):
+            for mode in args.modes.split(","):
+                for c in map(int, args.conc.split(",")):
+                    order = ["direct", "gateway"] if rnd % 2 == 0 else ["gateway", "direct"]
+                    for name in order:
+                        url, model = targets[name]
+                        res = asyncio.run(closed_loop(url, model, mode == "stream", c, args.seconds, args.max_requests))
+                        rows.setdefault((mode, c, name), []).append(res)
+                        print(f"round {rnd + 1} {mode:6} c={c:<3} {name:8} n={len(res.latencies):6} err={res.errors} "
+                              f"p50={percentile(res.latencies, 50):.2f}ms p99={percentile(res.latencies, 99):.2f}ms rps={res.rps:.0f}",
+                              file=sys.stderr)
+    finally:
+        gateway.stop()
+        fleet.stop()
+    print_table(rows, args)
+    if args.profile:
+        print(f"\nprofile: {tmp / 'profile.txt'}")
+    return 0
+
+
+def print_table(rows: dict, args) -> None:
+    def med(results: list[RunResult], f) -> float:
+        return statistics.median(f(r) for r in results)
+
+    print(f"\nSlipstream overhead: medians over {args.rounds} rounds of {args.seconds:g}s, {BODY_TOKENS} output tokens, "
+          f"zero-latency simulator")
+    print("| mode | c | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | RPS direct / gateway | RPS ratio | errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode in args.modes.split(","):
+        for c in map(int, args.conc.split(",")):
+            d, g = rows[(mode, c, "direct")], rows[(mode, c, "gateway")]
+            dp50, dp99 = med(d, lambda r: percentile(r.latencies, 50)), med(d, lambda r: percentile(r.latencies, 99))
+            gp50, gp99 = med(g, lambda r: percentile(r.latencies, 50)), med(g, lambda r: percentile(r.latencies, 99))
+            # Added latency per round (gateway minus direct of the same round), then the median.
+            a50 = statistics.median(percentile(x.latencies, 50) - percentile(y.latencies, 50) for x, y in zip(g, d))
+            a99 = statistics.median(percentile(x.latencies, 99) - percentile(y.latencies, 99) for x, y in zip(g, d))
+            drps, grps = med(d, lambda r: r.rps), med(g, lambda r: r.rps)
+            errs = sum(r.errors for r in d + g)
+            print(f"| {mode} | {c} | {dp50:.2f} / {dp99:.2f} | {gp50:.2f} / {gp99:.2f} | {a50:.2f} / {a99:.2f} | "
+                  f"{drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,6 +32,7 @@ class Backend:
     session: aiohttp.ClientSession
     base: URL
     headers: dict[str, str]
+    urls: dict[str, URL]
 
     @property
     def host(self) -> str:
@@ -42,7 +43,11 @@ class Backend:
         return self.base.port or (443 if self.base.scheme == "https" else 80)
 
     def url(self, path: str) -> URL:
-        return self.base.joinpath(path, encoded=True)
+        # Endpoint URLs are joined once and reused: yarl's join is not free on the hot path.
+        url = self.urls.get(path)
+        if url is None:
+            url = self.urls[path] = self.base.joinpath(path, encoded=True)
+        return url
 
     async def aclose(self) -> None:
         await self.session.close()
@@ -61,7 +66,7 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
         trust_env=False,
         skip_auto_headers=("user-agent",),
     )
-    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers)
+    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {})
 
 
 async def open_response(backend: Backend, path: str, body: bytes, accept: str) -> aiohttp.ClientResponse:

@@ -1,0 +1,113 @@
+"""The router spreads load, never exceeds a backend's concurrency, and queues fairly when full."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from app.config import ModelAlias
+from app.errors import Overloaded
+from app.routing.router import Router
+
+
+@dataclass
+class FakeConfig:
+    max_concurrency: int
+
+
+@dataclass
+class FakeBackend:
+    # The router only reads name and config.max_concurrency: no network needed for its logic.
+    name: str
+    config: FakeConfig
+
+
+def router(caps: dict[str, int], strategy: str = "least_inflight", timeout: float = 1.0) -> Router:
+    backends = {n: FakeBackend(n, FakeConfig(c)) for n, c in caps.items()}
+    return Router(backends, {"m": ModelAlias(backends=tuple(caps), strategy=strategy)}, timeout)
+
+
+def test_least_inflight_spreads_over_idle_backends():
+    async def main():
+        r = router({"a": 10, "b": 10, "c": 10})
+        leases = [await r.acquire("m") for _ in range(6)]
+        return sorted(s.inflight for s in r.states.values())
+
+    assert asyncio.run(main()) == [2, 2, 2]
+
+
+def test_round_robin_cycles():
+    async def main():
+        r = router({"a": 10, "b": 10}, "round_robin")
+        names = []
+        for _ in range(4):
+            lease = await r.acquire("m")
+            names.append(lease.backend.name)
+            lease.release()
+        return names
+
+    names = asyncio.run(main())
+    assert names[0] != names[1] and names[0] == names[2] and names[1] == names[3]
+
+
+def test_full_backends_queue_fifo_and_hand_over_slots():
+    async def main():
+        r = router({"a": 1})
+        first = await r.acquire("m")
+        order = []
+
+        async def waiter(i):
+            lease = await r.acquire("m")
+            order.append(i)
+            await asyncio.sleep(0)
+            lease.release()
+
+        tasks = [asyncio.create_task(waiter(i)) for i in range(3)]
+        await asyncio.sleep(0.01)
+        assert r.queued == 3 and r.states["a"].inflight == 1
+        first.release()
+        await asyncio.gather(*tasks)
+        return order, r.states["a"].inflight
+
+    order, inflight = asyncio.run(main())
+    assert order == [0, 1, 2]
+    assert inflight == 0
+
+
+def test_queue_timeout_is_overloaded_503():
+    async def main():
+        r = router({"a": 1}, timeout=0.05)
+        await r.acquire("m")
+        with pytest.raises(Overloaded) as exc:
+            await r.acquire("m")
+        return exc.value
+
+    err = asyncio.run(main())
+    assert err.status == 503 and err.headers["retry-after"]
+
+
+def test_cancelled_waiter_leaks_no_slot():
+    async def main():
+        r = router({"a": 1})
+        first = await r.acquire("m")
+        t = asyncio.create_task(r.acquire("m"))
+        await asyncio.sleep(0.01)
+        t.cancel()
+        await asyncio.gather(t, return_exceptions=True)
+        first.release()
+        return r.states["a"].inflight, r.queued
+
+    assert asyncio.run(main()) == (0, 0)
+
+
+def test_release_is_idempotent():
+    async def main():
+        r = router({"a": 2})
+        lease = await r.acquire("m")
+        lease.release()
+        lease.release()
+        return r.states["a"].inflight
+
+    assert asyncio.run(main()) == 0

@@ -1,0 +1,98 @@
+"""The simulator behaves like a continuous-batching server: slots, queue, prefill and decode costs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from tests.support import Process, free_port, write_yaml
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sim")
+    ports = {"batch": free_port(), "tgi": free_port(), "llama": free_port()}
+    base = dict(prefill_tokens_per_s=2000, tpot_ms=10, output=dict(median=8, sigma=0, max=8))
+    write_yaml(tmp / "s.yaml", {"simulator": {"seed": 3, "backends": {
+        "batch": dict(port=ports["batch"], model="b", slots=2, tpot_growth=0.5, **base),
+        "tgi": dict(port=ports["tgi"], model="t", report="tgi", **base),
+        "llama": dict(port=ports["llama"], model="l", report="llamacpp", **base),
+    }}})
+    p = Process(["simulate", "--config", str(tmp / "s.yaml")], tmp / "s.log")
+    for port in ports.values():
+        p.wait_listening(port)
+    yield ports
+    p.stop()
+
+
+def chat(port: int, model: str, content: str = "hi", **kw) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": content}], **kw}
+    return httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=30)
+
+
+def test_prefill_time_grows_with_prompt_tokens(sim):
+    r = chat(sim["llama"], "l", "x" * 4000, max_tokens=1)  # ~1000 tokens at 2000 tok/s
+    t = r.json()["timings"]
+    assert 400 < t["prompt_ms"] < 700
+    assert t["prompt_n"] == r.json()["usage"]["prompt_tokens"]
+
+
+def test_decode_time_is_steps_times_tpot(sim):
+    t = chat(sim["llama"], "l", max_tokens=20, ignore_eos=True).json()["timings"]
+    assert t["predicted_n"] == 20
+    assert 19 * 10 <= t["predicted_ms"] < 19 * 10 * 1.6
+
+
+def test_tgi_style_headers(sim):
+    r = chat(sim["tgi"], "t", max_tokens=5, ignore_eos=True)
+    for h in ("x-queue-time", "x-inference-time", "x-time-per-token", "x-total-time", "x-prompt-tokens", "x-generated-tokens"):
+        assert h in r.headers
+    assert r.headers["x-generated-tokens"] == "5"
+    assert "timings" not in r.json()
+
+
+def test_requests_beyond_slots_queue(sim):
+    async def main():
+        async with httpx.AsyncClient(timeout=30) as c:
+            async def one():
+                t0 = time.perf_counter()
+                await c.post(f"http://127.0.0.1:{sim['batch']}/v1/chat/completions",
+                             json={"model": "b", "messages": [{"role": "user", "content": "q"}], "max_tokens": 10, "ignore_eos": True})
+                return time.perf_counter() - t0
+
+            return sorted(await asyncio.gather(*(one() for _ in range(4))))
+
+    times = asyncio.run(main())
+    # Two slots: the last two wait for the first two to finish, so they take about twice as long.
+    assert times[3] > 1.6 * times[0]
+
+
+def test_output_is_reproducible(sim):
+    a = chat(sim["llama"], "l", "same prompt", max_tokens=6).json()["choices"][0]["message"]["content"]
+    b = chat(sim["llama"], "l", "same prompt", max_tokens=6).json()["choices"][0]["message"]["content"]
+    c = chat(sim["llama"], "l", "other prompt", max_tokens=6).json()["choices"][0]["message"]["content"]
+    assert a == b != c
+
+
+def test_natural_stop_below_max_tokens(sim):
+    r = chat(sim["llama"], "l", max_tokens=100).json()
+    assert r["usage"]["completion_tokens"] == 8
+    assert r["choices"][0]["finish_reason"] == "stop"
+
+
+def test_runtime_faults(sim):
+    port = sim["llama"]
+    httpx.put(f"http://127.0.0.1:{port}/sim/faults", json={"rate_limit_rate": 1, "retry_after_s": 3}).raise_for_status()
+    try:
+        r = chat(port, "l")
+        assert r.status_code == 429 and r.headers["retry-after"] == "3"
+    finally:
+        httpx.put(f"http://127.0.0.1:{port}/sim/faults", json={})
+    assert chat(port, "l").status_code == 200
+
+
+def test_wrong_model_is_404(sim):
+    assert chat(sim["llama"], "nope").status_code == 404

@@ -1,0 +1,115 @@
+"""Config is validated once at start; a bad file fails naming the file, the key and the problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.config import ConfigError, load_config, load_simulator_config
+from tests.support import ROOT
+
+GOOD = """
+auth: {mode: open}
+backends:
+  a: {base_url: "http://127.0.0.1:9/v1", model: m}
+models:
+  chat: {backends: [a]}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "gw.yaml"
+    p.write_text(text)
+    return p
+
+
+def error_for(tmp_path: Path, text: str, env: dict | None = None) -> str:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text), environ=env or {})
+    return str(exc.value)
+
+
+def test_minimal_config_loads_with_defaults(tmp_path):
+    config = load_config(write(tmp_path, GOOD), environ={})
+    assert config.server.port == 8080
+    assert config.backends["a"].flavor == "openai"
+    assert config.models["chat"].backends == ("a",)
+
+
+def test_shipped_configs_are_valid():
+    for name in ("demo.yaml", "gateway.yaml"):
+        load_config(ROOT / "config" / name, environ={"VLLM_API_KEY": "x", "OPENAI_API_KEY": "y"})
+
+
+def test_unknown_key_is_named(tmp_path):
+    msg = error_for(tmp_path, GOOD + "  chat2: {backends: [a], stratgy: round_robin}\n")
+    assert "gw.yaml: models.chat2.stratgy: Extra inputs are not permitted" in msg
+
+
+def test_wrong_type_is_named(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, max_concurrency: lots}"))
+    assert "backends.a.max_concurrency" in msg and "integer" in msg
+
+
+def test_unknown_backend_reference_is_named(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("backends: [a]", "backends: [a, b]"))
+    assert "models.chat.backends[1]: unknown backend 'b'" in msg
+
+
+def test_bad_flavor_is_named(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, flavor: sglang}"))
+    assert "backends.a.flavor" in msg
+
+
+def test_missing_api_key_env_is_named(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, api_key_env: NOPE_KEY}"))
+    assert "gw.yaml: backends.a.api_key_env: environment variable NOPE_KEY is not set" in msg
+
+
+def test_api_key_is_resolved_and_hidden(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, api_key_env: K}")), environ={"K": "sk-secret"})
+    assert config.backends["a"].api_key.get_secret_value() == "sk-secret"
+    assert "sk-secret" not in repr(config)
+    assert "sk-secret" not in config.model_dump_json()
+
+
+def test_keys_mode_needs_clients(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("auth: {mode: open}", "auth: {mode: keys}"))
+    assert "auth" in msg and "clients" in msg
+
+
+def test_client_key_must_be_a_digest(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("auth: {mode: open}", "auth: {clients: [{tenant: t, key_sha256: sk-plain}]}"))
+    assert "auth.clients[0]" in msg and "sha256" in msg
+
+
+def test_auth_section_is_required(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("auth: {mode: open}", ""))
+    assert "gw.yaml: auth: Field required" in msg
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    msg = error_for(tmp_path, "auth: {mode: open\nbackends: [")
+    assert "gw.yaml: invalid YAML at line" in msg
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_simulator_section_alone_is_enough_for_simulate(tmp_path):
+    p = write(tmp_path, "simulator:\n  backends:\n    a: {port: 9999, tpot_ms: -1}\n")
+    with pytest.raises(ConfigError, match=r"simulator\.backends\.a\.tpot_ms"):
+        load_simulator_config(p)
+
+
+def test_serve_exits_with_the_message(tmp_path):
+    p = write(tmp_path, GOOD.replace("backends: [a]", "backends: [zzz]"))
+    r = subprocess.run([sys.executable, "-m", "app", "serve", "--config", str(p)], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "models.chat.backends[0]: unknown backend 'zzz'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -60,10 +60,37 @@ class AuthConfig(Strict):
         return self
 
 
-class BackendTimeouts(Strict):
+class Timeouts(Strict):
     connect_s: float = Field(5.0, gt=0)
-    # Upper bound on the wait for any single read from the backend (first byte included).
-    read_s: float = Field(300.0, gt=0)
+    # Streams: from sending the request to the first event. Non-streamed calls only have `total_s`,
+    # since backends send nothing until the whole answer is ready.
+    first_token_s: float = Field(60.0, gt=0)
+    # Streams: the longest silence allowed between two events.
+    idle_s: float = Field(30.0, gt=0)
+    # One attempt, start to end.
+    total_s: float = Field(600.0, gt=0)
+
+
+class TimeoutOverrides(Strict):
+    """Per-alias overrides of the backends' timeouts; unset keys keep the backend's value."""
+
+    connect_s: float | None = Field(None, gt=0)
+    first_token_s: float | None = Field(None, gt=0)
+    idle_s: float | None = Field(None, gt=0)
+    total_s: float | None = Field(None, gt=0)
+
+    def apply(self, base: Timeouts) -> Timeouts:
+        return base.model_copy(update={k: v for k, v in self.model_dump().items() if v is not None})
+
+
+class RetryPolicy(Strict):
+    # Attempts in all, the first included, within one alias; then the fallback chain takes over.
+    max_attempts: int = Field(3, ge=1, le=10)
+    # Exponential backoff with full jitter: sleep uniform(0, min(max, base * 2**retry)).
+    backoff_base_s: float = Field(0.05, ge=0)
+    backoff_max_s: float = Field(2.0, ge=0)
+    # Backend statuses worth another attempt (connect errors and first-token timeouts always are).
+    retry_on_status: tuple[int, ...] = (429, 500, 502, 503, 504)
 
 
 class BackendConfig(Strict):
@@ -75,7 +102,7 @@ class BackendConfig(Strict):
     # Ask the backend for a usage chunk on streams even when the client did not (it is then hidden
     # from the client); turn off for servers that reject stream_options.
     stream_usage: bool = True
-    timeouts: BackendTimeouts = BackendTimeouts()
+    timeouts: Timeouts = Timeouts()
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
@@ -83,6 +110,45 @@ class BackendConfig(Strict):
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
     strategy: Literal["least_inflight", "round_robin"] = "least_inflight"
+    timeouts: TimeoutOverrides = TimeoutOverrides()
+    retry: RetryPolicy = RetryPolicy()
+    # Aliases tried in order when this one cannot answer (retries exhausted, timeouts, 5xx).
+    fallbacks: tuple[str, ...] = ()
+    # The alias to use when a backend rejects the prompt as too long for its context.
+    context_fallback: str | None = None
+
+
+class RetryBudget(Strict):
+    # Retries may add at most this fraction of the recent request rate ...
+    ratio: float = Field(0.2, ge=0, le=1)
+    # ... plus this many per second, so a quiet gateway can still retry.
+    min_per_s: float = Field(2.0, ge=0)
+    window_s: float = Field(10.0, gt=0)
+
+
+class BreakerConfig(Strict):
+    consecutive_failures: int = Field(5, ge=1)
+    # Or trip when, over the window, at least min_requests ended and this fraction failed.
+    error_rate: float = Field(0.5, gt=0, le=1)
+    min_requests: int = Field(10, ge=1)
+    window_s: float = Field(30.0, gt=0)
+    # Ejection time; it doubles with every trip that follows a failed probe, up to the maximum.
+    cooldown_s: float = Field(5.0, gt=0)
+    max_cooldown_s: float = Field(120.0, gt=0)
+
+
+class HealthCheckConfig(Strict):
+    # Active checks probe ejected backends with GET {base_url}/{path} (never a billed call).
+    enabled: bool = False
+    interval_s: float = Field(5.0, gt=0)
+    path: str = "models"
+    timeout_s: float = Field(2.0, gt=0)
+
+
+class ReliabilityConfig(Strict):
+    retry_budget: RetryBudget = RetryBudget()
+    breaker: BreakerConfig = BreakerConfig()
+    health_check: HealthCheckConfig = HealthCheckConfig()
 
 
 class FaultConfig(Strict):
@@ -128,6 +194,7 @@ class GatewayConfig(Strict):
     auth: AuthConfig  # required: open mode must be chosen explicitly
     backends: dict[Name, BackendConfig] = Field(min_length=1)
     models: dict[Name, ModelAlias] = Field(min_length=1)
+    reliability: ReliabilityConfig = ReliabilityConfig()
     # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
     simulator: SimulatorConfig | None = None
 
@@ -137,6 +204,11 @@ class GatewayConfig(Strict):
             for i, name in enumerate(spec.backends):
                 if name not in self.backends:
                     raise ValueError(f"models.{alias}.backends[{i}]: unknown backend {name!r}")
+            for i, name in enumerate(spec.fallbacks):
+                if name not in self.models or name == alias:
+                    raise ValueError(f"models.{alias}.fallbacks[{i}]: {name!r} is not another model alias")
+            if spec.context_fallback is not None and (spec.context_fallback not in self.models or spec.context_fallback == alias):
+                raise ValueError(f"models.{alias}.context_fallback: {spec.context_fallback!r} is not another model alias")
         for i, client in enumerate(self.auth.clients):
             for name in client.models:
                 if name not in self.models:

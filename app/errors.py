@@ -80,6 +80,22 @@ class Overloaded(GatewayError):
     code = "backends_busy"
 
 
+class NoBackendAvailable(GatewayError):
+    """Every backend of the alias is ejected by its circuit breaker."""
+
+    status = 503
+    type = "overloaded_error"
+    code = "no_backend_available"
+
+
+class AllAttemptsFailed(GatewayError):
+    """The alias and its whole fallback chain failed; the message lists every cause."""
+
+    status = 503
+    type = "upstream_error"
+    code = "all_backends_failed"
+
+
 class UpstreamUnreachable(GatewayError):
     status = 502
     type = "upstream_error"

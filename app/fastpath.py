@@ -13,10 +13,13 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import pipeline
+from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
 from app.request import Endpoint
 
 log = logging.getLogger("slipstream.server")
+
+PIPELINE_HEADERS = frozenset({b"authorization", b"content-length", DEADLINE_HEADER.encode()})
 
 ROUTES = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -38,9 +41,9 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         try:
-            authorization, declared = _headers(scope)
-            body = await _read_body(receive, self._limit, declared)
-            response = await pipeline.handle(self.app.state.gateway, endpoint, body, authorization)
+            headers = _headers(scope)
+            body = await _read_body(receive, self._limit, headers.get("content-length"))
+            response = await pipeline.handle(self.app.state.gateway, endpoint, body, headers)
         except GatewayError as err:
             response = error_response(err)
         except Exception:
@@ -54,19 +57,14 @@ def error_response(err: GatewayError) -> Response:
     return Response(err.json(), err.status, headers=err.headers, media_type="application/json")
 
 
-def _headers(scope: Scope) -> tuple[str | None, int | None]:
-    authorization, length = None, None
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            authorization = value.decode("latin-1")
-        elif key == b"content-length" and value.isdigit():
-            length = int(value)
-    return authorization, length
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request headers the pipeline reads (ASGI servers give names in lower case)."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in PIPELINE_HEADERS}
 
 
-async def _read_body(receive: Receive, limit: int, declared: int | None) -> bytes:
+async def _read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
     too_large = f"request body is larger than the limit of {limit} bytes"
-    if declared is not None and declared > limit:
+    if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(too_large)
     chunks, size = [], 0
     while True:

@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from app.auth import Authenticator
-from app.config import GatewayConfig
+from app.config import GatewayConfig, Timeouts
+from app.retry import RetryBudgetTracker
 from app.routing.router import Router
 from app.upstream.client import Backend, build_backend
 
@@ -22,6 +23,9 @@ class Gateway:
     auth: Authenticator
     backends: dict[str, Backend]
     router: Router
+    budget: RetryBudgetTracker
+    # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
+    timeouts: dict[str, dict[str, Timeouts]]
     _ready_at: float = 0.0
     _reachable: dict[str, bool] = field(default_factory=dict)
 
@@ -29,8 +33,13 @@ class Gateway:
     def start(cls, config: GatewayConfig) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
-        router = Router(backends, config.models, config.server.queue_timeout_s)
-        return cls(config, Authenticator(config.auth), backends, router)
+        router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker)
+        timeouts = {
+            alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
+            for alias, spec in config.models.items()
+        }
+        budget = RetryBudgetTracker(config.reliability.retry_budget)
+        return cls(config, Authenticator(config.auth), backends, router, budget, timeouts)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)

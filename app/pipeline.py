@@ -1,4 +1,4 @@
-"""The request pipeline, top to bottom: auth -> parse -> route -> attempt -> relay -> record."""
+"""The request pipeline, top to bottom: auth -> parse -> route/attempt/retry/fallback -> relay -> record."""
 
 from __future__ import annotations
 
@@ -8,71 +8,76 @@ import uuid
 
 from starlette.responses import Response
 
-from app.errors import GatewayError, ModelNotFound
+from app.deadline import DEADLINE_HEADER, Deadline
+from app.dispatch import dispatch
+from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord
 from app.relay import SSEResponse, relay_events
 from app.request import Endpoint, parse_request
-from app.upstream.attempt import call_json, open_stream
+from app.upstream.attempt import JsonReply
 
 log = logging.getLogger("slipstream.request")
 
 
-async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, authorization: str | None) -> Response:
+async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str]) -> Response:
     """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
     record = RequestRecord(uuid.uuid4().hex, endpoint.value, time.perf_counter())
     try:
-        return await _serve(gw, endpoint, raw_body, authorization, record)
+        return await _serve(gw, endpoint, raw_body, headers, record)
     except GatewayError as err:
         record.status, record.error_type = err.status, err.code or err.type
         record.outcome = Outcome.CLIENT_ERROR if err.status < 500 else Outcome.UPSTREAM_ERROR
         record.finished = time.perf_counter()
         _record(record)
+        err.headers.setdefault("x-request-id", record.request_id)
         raise
 
 
-async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, authorization: str | None, record: RequestRecord) -> Response:
-    tenant = gw.auth.authenticate(authorization)
+async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str], record: RequestRecord) -> Response:
+    # auth
+    tenant = gw.auth.authenticate(headers.get("authorization"))
     record.tenant = tenant.name
+    # parse
     req = parse_request(endpoint, raw_body)
     record.alias, record.stream = req.alias, req.stream
     if req.alias not in gw.config.models:
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
     tenant.check_model(req.alias)
-
-    lease = await gw.router.acquire(req.alias)
-    backend = lease.backend
+    deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
+    # route -> attempt -> retry -> fallback
+    dispatched = await dispatch(gw, req, deadline, record)
+    result, lease = dispatched.result, dispatched.lease
+    backend = result.backend
     record.backend = backend.name
-    body = req.upstream_body(backend.config.model, backend.config.stream_usage)
-    headers = {"x-request-id": record.request_id, "x-slipstream-backend": backend.name, "x-slipstream-model": backend.config.model}
-
-    if not req.stream:
-        try:
-            reply = await call_json(backend, endpoint.value, body)
-        finally:
-            lease.release()
-        record.status, record.finished = reply.status, time.perf_counter()
+    out_headers = {
+        "x-request-id": record.request_id,
+        "x-slipstream-backend": backend.name,
+        "x-slipstream-model": backend.config.model,
+        **result.headers,
+    }
+    if dispatched.fallback:
+        out_headers["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
+    # relay -> record
+    if isinstance(result, JsonReply):
+        record.status, record.finished = result.status, time.perf_counter()
         _record(record)
-        return Response(reply.body, reply.status, {**reply.headers, **headers}, media_type="application/json")
-
-    try:
-        stream = await open_stream(backend, endpoint.value, body)
-    except BaseException:
-        lease.release()
-        raise
+        return Response(result.body, result.status, out_headers, media_type="application/json")
 
     def finish() -> None:
         lease.release()
+        broken = record.outcome is Outcome.STREAM_BROKEN
+        gw.router.report(lease.state, UpstreamProtocolError("stream broke") if broken else None)
         _record(record)
 
-    return SSEResponse(relay_events(stream, req.client_wants_usage, record, finish), {**stream.headers, **headers})
+    return SSEResponse(relay_events(result, req.client_wants_usage, record, finish), out_headers)
 
 
 def _record(record: RequestRecord) -> None:
     # The record stage: telemetry hooks in here. Never log bodies or keys.
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
-            "request %s tenant=%s alias=%s backend=%s stream=%s status=%s outcome=%s ms=%.1f",
+            "request %s tenant=%s alias=%s backend=%s stream=%s status=%s outcome=%s attempts=%d fallback=%s ms=%.1f",
             record.request_id, record.tenant, record.alias, record.backend, record.stream,
-            record.status, record.outcome.value, record.duration_s * 1000,
+            record.status, record.outcome.value, record.attempts, record.fallback, record.duration_s * 1000,
         )

@@ -38,6 +38,9 @@ class RequestRecord:
     first_token: float = 0.0
     finished: float = 0.0
     finish_reasons: list[str] = field(default_factory=list)
+    attempts: int = 0
+    retries: int = 0
+    fallback: str | None = None
     usage: Usage | None = None
 
     @property

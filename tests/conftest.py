@@ -62,7 +62,12 @@ def fleet(tmp_path_factory) -> Fleet:
     proc.stop()
 
 
-def gateway_config(fleet: Fleet, port: int, **server) -> dict:
+# The shared gateway never ejects a backend, so each error test sees the same fleet; breaker tests
+# start their own gateway.
+NO_BREAKER = {"breaker": {"consecutive_failures": 100000, "error_rate": 1.0, "min_requests": 100000}}
+
+
+def gateway_config(fleet: Fleet, port: int, reliability: dict | None = None, **server) -> dict:
     def backend(name: str, model: str, **extra) -> dict:
         return {"base_url": f"http://127.0.0.1:{fleet.ports[name]}/v1", "model": model, **extra}
 
@@ -80,15 +85,16 @@ def gateway_config(fleet: Fleet, port: int, **server) -> dict:
             "fast": backend("fast", "m-fast", flavor="llamacpp"),
             "slow": backend("slow", "m-slow", flavor="vllm", max_concurrency=2),
             "flaky": backend("flaky", "m-flaky"),
-            "hang": backend("hang", "m-hang", timeouts={"connect_s": 1, "read_s": 0.5}),
+            "hang": backend("hang", "m-hang", timeouts={"connect_s": 1, "first_token_s": 0.5, "total_s": 1}),
             "tgi": backend("tgi", "m-tgi", flavor="tgi"),
             "embed": backend("embed", "m-embed"),
             "dead": {"base_url": f"http://127.0.0.1:{dead_port}/v1", "model": "m-dead"},
         },
+        "reliability": reliability or NO_BREAKER,
         "models": {
             "chat": {"backends": ["fast"]},
             "slow": {"backends": ["slow"]},
-            "flaky": {"backends": ["flaky"]},
+            "flaky": {"backends": ["flaky"], "retry": {"max_attempts": 1}},
             "hang": {"backends": ["hang"]},
             "tgi": {"backends": ["tgi"]},
             "embed": {"backends": ["embed"]},
@@ -97,9 +103,13 @@ def gateway_config(fleet: Fleet, port: int, **server) -> dict:
     }
 
 
-def start_gateway(tmp, fleet: Fleet, **server) -> Gateway:
+def start_gateway(tmp, fleet: Fleet, config: dict | None = None, **server) -> Gateway:
+    """A gateway process; `config` replaces the default test config (its server.port is set here)."""
     port = free_port()
-    path = write_yaml(tmp / "gateway.yaml", gateway_config(fleet, port, **server))
+    if config is None:
+        config = gateway_config(fleet, port, **server)
+    config.setdefault("server", {})["port"] = port
+    path = write_yaml(tmp / "gateway.yaml", config)
     proc = Process(["serve", "--config", str(path)], tmp / "gateway.log")
     proc.wait_listening(port)
     return Gateway(f"http://127.0.0.1:{port}", port, proc, fleet)

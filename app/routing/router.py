@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from app.config import ModelAlias
-from app.errors import Overloaded
+from app.config import BreakerConfig, ModelAlias
+from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
+from app.retry import counts_against_backend, retry_after_s
+from app.routing.health import Breaker
 from app.routing.strategies import STRATEGIES, Strategy
 from app.upstream.client import Backend
 
@@ -18,7 +22,10 @@ class BackendState:
 
     backend: Backend
     capacity: int
+    breaker: Breaker
     inflight: int = 0
+    # Set from a 429's Retry-After: other backends are preferred until then.
+    limited_until: float = 0.0
 
     @property
     def name(self) -> str:
@@ -61,8 +68,12 @@ class Lease:
 
 
 class Router:
-    def __init__(self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float) -> None:
-        self.states = {name: BackendState(b, b.config.max_concurrency) for name, b in backends.items()}
+    def __init__(
+        self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float,
+        breaker: BreakerConfig | None = None,
+    ) -> None:
+        breaker = breaker or BreakerConfig()
+        self.states = {name: BackendState(b, b.config.max_concurrency, Breaker(breaker)) for name, b in backends.items()}
         self._aliases = {
             alias: _Alias(tuple(self.states[n] for n in spec.backends), STRATEGIES[spec.strategy])
             for alias, spec in models.items()
@@ -74,16 +85,31 @@ class Router:
     def queued(self) -> int:
         return sum(1 for w in self._waiters if not w.future.done())
 
-    async def acquire(self, alias: str) -> Lease:
-        """A lease on the alias's chosen backend; waits (FIFO, bounded) when every backend is full."""
+    async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset()) -> Lease:
+        """A lease on the alias's chosen backend; waits (FIFO, bounded) when every backend is full.
+
+        Backends in `avoid` (already failed for this request) and rate-limited ones are passed over
+        while others remain; ejected ones always are.
+        """
         entry = self._aliases[alias]
-        free = [s for s in entry.states if s.has_slot]
+        now = time.monotonic()
+        usable = [s for s in entry.states if s.breaker.available(now)]
+        if not usable:
+            wait = min(s.breaker.seconds_until_available(now) for s in entry.states)
+            raise NoBackendAvailable(
+                f"every backend of model {alias!r} is ejected after failures",
+                headers={"retry-after": str(max(1, math.ceil(wait)))},
+            )
+        usable = [s for s in usable if s.name not in avoid] or usable
+        usable = [s for s in usable if s.limited_until <= now] or usable
+        free = [s for s in usable if s.has_slot]
         if free and not self._waiters:
             entry.turn += 1
             state = free[entry.strategy(free, entry.turn)]
             state.inflight += 1
+            state.breaker.on_chosen(now)
             return Lease(self, state)
-        waiter = _Waiter(frozenset(s.name for s in entry.states), asyncio.get_running_loop().create_future())
+        waiter = _Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         if free:
             self._hand_off_free()
@@ -101,6 +127,21 @@ class Router:
                 ) from None
             raise
         return Lease(self, state)
+
+    def report(self, state: BackendState, err: GatewayError | None) -> None:
+        """Feed an attempt's outcome to the backend's health: breaker, or rate-limit cooldown."""
+        if isinstance(err, UpstreamStatus) and err.status == 429:
+            # A backend that answers fast 429s must not look healthy, nor be ejected for being busy.
+            state.limited_until = time.monotonic() + (retry_after_s(err) or 1.0)
+        elif err is None or not counts_against_backend(err):
+            state.breaker.record(True)
+        else:
+            state.breaker.record(False)
+
+    def all_limited(self, alias: str) -> bool:
+        """Whether every usable backend of the alias is cooling down after a 429."""
+        now = time.monotonic()
+        return all(s.limited_until > now for s in self._aliases[alias].states if s.breaker.available(now))
 
     def _release(self, state: BackendState) -> None:
         # A freed slot goes straight to the oldest waiter that can use it, so waiting is FIFO.

@@ -2,17 +2,22 @@
 
 Everything that can fail before the first byte reaches the client raises here, so callers
 (retries, fallback) can still act; once a stream is returned, the client is committed to it.
+Timeouts: connect (the session), first token and idle gap (streams), total (every call), all capped
+by the request's deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
 
-from app.errors import UpstreamProtocolError, UpstreamStatus
+from app.config import Timeouts
+from app.deadline import Deadline
+from app.errors import UpstreamProtocolError, UpstreamStatus, UpstreamTimeout
 from app.upstream.client import Backend, map_transport_errors, open_response, response_headers
 from app.upstream.sse import EventSplitter
 
@@ -32,6 +37,7 @@ class AttemptTiming:
 
 @dataclass(slots=True)
 class JsonReply:
+    backend: Backend
     status: int
     body: bytes
     headers: dict[str, str]
@@ -47,20 +53,38 @@ class EventStream:
     timing: AttemptTiming
     _response: aiohttp.ClientResponse
     _first: list[bytes]
-    _splitter: EventSplitter = field(default_factory=EventSplitter)
+    _splitter: EventSplitter
+    _idle_s: float
+    _end: float  # time.monotonic() by which the attempt must be over (total timeout or deadline)
+    _deadline_bound: bool = field(default=False)
 
     async def events(self) -> AsyncIterator[bytes]:
         """Each complete SSE event as the backend sends it; raises a GatewayError if the stream breaks."""
         for event in self._first:
             yield event
         self._first = []
-        with map_transport_errors(self.backend.name):
-            async for chunk in self._response.content.iter_any():
-                for event in self._splitter.feed(chunk):
-                    yield event
+        name = self.backend.name
+        try:
+            async with asyncio.timeout(self._next_wait()) as timer:
+                with map_transport_errors(name):
+                    async for chunk in self._response.content.iter_any():
+                        # The timer measures the backend's silence, not the time the client takes to read.
+                        timer.reschedule(None)
+                        for event in self._splitter.feed(chunk):
+                            yield event
+                        timer.reschedule(asyncio.get_running_loop().time() + self._next_wait())
+        except TimeoutError:
+            if time.monotonic() >= self._end - 0.001:
+                raise _total_timeout(name, self._deadline_bound) from None
+            raise UpstreamTimeout(
+                f"backend {name} sent nothing for {self._idle_s:g}s mid-stream", code="stream_idle_timeout"
+            ) from None
         self.timing.end = time.perf_counter()
         if self._splitter.pending.strip():
             yield self._splitter.pending  # a last event without its blank line: the caller judges it
+
+    def _next_wait(self) -> float:
+        return max(0.0, min(self._idle_s, self._end - time.monotonic()))
 
     async def aclose(self) -> None:
         # Closing an unfinished response drops its connection, which is what tells the backend to stop;
@@ -71,55 +95,88 @@ class EventStream:
             self._response.close()
 
 
-async def call_json(backend: Backend, path: str, body: bytes) -> JsonReply:
+async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline) -> JsonReply:
     """A complete non-streaming exchange; a backend error status raises UpstreamStatus."""
     timing = AttemptTiming(time.perf_counter())
-    response = await open_response(backend, path, body, _JSON)
-    timing.headers = time.perf_counter()
+    limit = deadline.cap(timeouts.total_s)
+    response = None
     try:
-        with map_transport_errors(backend.name):
-            data = await response.read()
+        async with asyncio.timeout(limit):
+            response = await open_response(backend, path, body, _JSON, timeouts.connect_s)
+            timing.headers = time.perf_counter()
+            with map_transport_errors(backend.name):
+                data = await response.read()
+    except TimeoutError:
+        if response is not None:
+            response.close()
+        raise _total_timeout(backend.name, limit < timeouts.total_s) from None
     except BaseException:
-        response.close()
+        if response is not None:
+            response.close()
         raise
     response.release()
     timing.end = time.perf_counter()
     if response.status >= 400:
         raise _status_error(response, data, backend)
-    return JsonReply(response.status, data, response_headers(response), timing)
+    return JsonReply(backend, response.status, data, response_headers(response), timing)
 
 
-async def open_stream(backend: Backend, path: str, body: bytes) -> EventStream:
+async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline) -> EventStream:
     """Open a streaming exchange and wait for its first event, so early failures still raise here."""
     timing = AttemptTiming(time.perf_counter())
-    response = await open_response(backend, path, body, _SSE)
-    timing.headers = time.perf_counter()
+    total = deadline.cap(timeouts.total_s)
+    end = time.monotonic() + total
+    first_limit = min(timeouts.first_token_s, total)
+    response = None
     try:
-        if response.status >= 400:
-            with map_transport_errors(backend.name):
-                data = await response.read()
-            raise _status_error(response, data, backend)
-        if not response.headers.get("content-type", "").startswith("text/event-stream"):
-            with map_transport_errors(backend.name):
-                data = await response.read()
-            # Some servers answer an error with 200 and a JSON body even when asked to stream.
-            raise UpstreamStatus.from_response(502, data, backend.name) if b'"error"' in data else UpstreamProtocolError(
-                f"backend {backend.name} did not answer with an event stream"
-            )
-        splitter = EventSplitter()
-        first: list[bytes] = []
-        with map_transport_errors(backend.name):
-            async for chunk in response.content.iter_any():
-                first = splitter.feed(chunk)
-                if first:
-                    break
-        if not first:
-            raise UpstreamProtocolError(f"backend {backend.name} closed the stream before sending any event")
-        timing.first_event = time.perf_counter()
+        async with asyncio.timeout(first_limit):
+            response = await open_response(backend, path, body, _SSE, timeouts.connect_s)
+            timing.headers = time.perf_counter()
+            first, splitter = await _first_events(response, backend)
+    except TimeoutError:
+        if response is not None:
+            response.close()
+        if first_limit < timeouts.first_token_s:
+            raise _total_timeout(backend.name, total < timeouts.total_s) from None
+        raise UpstreamTimeout(
+            f"backend {backend.name} sent no first token within {timeouts.first_token_s:g}s", code="first_token_timeout"
+        ) from None
     except BaseException:
-        response.close()
+        if response is not None:
+            response.close()
         raise
-    return EventStream(backend, response_headers(response), timing, response, first, splitter)
+    timing.first_event = time.perf_counter()
+    return EventStream(
+        backend, response_headers(response), timing, response, first, splitter, timeouts.idle_s, end,
+        total < timeouts.total_s,
+    )
+
+
+async def _first_events(response: aiohttp.ClientResponse, backend: Backend) -> tuple[list[bytes], EventSplitter]:
+    if response.status >= 400:
+        with map_transport_errors(backend.name):
+            data = await response.read()
+        raise _status_error(response, data, backend)
+    if not response.headers.get("content-type", "").startswith(_SSE):
+        with map_transport_errors(backend.name):
+            data = await response.read()
+        # Some servers answer an error with 200 and a JSON body even when asked to stream.
+        if b'"error"' in data:
+            raise UpstreamStatus.from_response(502, data, backend.name)
+        raise UpstreamProtocolError(f"backend {backend.name} did not answer with an event stream")
+    splitter = EventSplitter()
+    with map_transport_errors(backend.name):
+        async for chunk in response.content.iter_any():
+            first = splitter.feed(chunk)
+            if first:
+                return first, splitter
+    raise UpstreamProtocolError(f"backend {backend.name} closed the stream before sending any event")
+
+
+def _total_timeout(name: str, deadline_bound: bool) -> UpstreamTimeout:
+    if deadline_bound:
+        return UpstreamTimeout(f"the request's deadline passed while waiting for backend {name}", code="deadline_exceeded")
+    return UpstreamTimeout(f"backend {name} timed out", code="upstream_timeout")
 
 
 def _status_error(response: aiohttp.ClientResponse, data: bytes, backend: Backend) -> UpstreamStatus:

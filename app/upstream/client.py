@@ -9,6 +9,7 @@ headers are built once per backend instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 import aiohttp
@@ -58,10 +59,10 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     headers = {"accept-encoding": "identity", "user-agent": "slipstream", "content-type": "application/json"}
     if config.api_key is not None:
         headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
-    t = config.timeouts
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=config.max_concurrency, keepalive_timeout=30, ttl_dns_cache=300),
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.read_s),
+        # Read, first-token and total limits are enforced per attempt (app.upstream.attempt).
+        timeout=_connect_timeout(config.timeouts.connect_s),
         auto_decompress=False,
         trust_env=False,
         skip_auto_headers=("user-agent",),
@@ -69,12 +70,18 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {})
 
 
-async def open_response(backend: Backend, path: str, body: bytes, accept: str) -> aiohttp.ClientResponse:
+async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float) -> aiohttp.ClientResponse:
     """POST a body and return the response with its body still unread."""
     with map_transport_errors(backend.name):
         return await backend.session.post(
-            backend.url(path), data=body, headers={**backend.headers, "accept": accept}, allow_redirects=False
+            backend.url(path), data=body, headers={**backend.headers, "accept": accept}, allow_redirects=False,
+            timeout=_connect_timeout(connect_s),
         )
+
+
+@functools.cache
+def _connect_timeout(connect_s: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=None)
 
 
 def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
@@ -102,6 +109,8 @@ class map_transport_errors:
         if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError)):
             return False
         name = self._name
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            raise UpstreamTimeout(f"backend {name} did not accept a connection in time", code="connect_timeout") from None
         if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
             raise UpstreamTimeout(f"backend {name} timed out") from None
         if isinstance(exc, aiohttp.ClientConnectorError):

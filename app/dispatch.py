@@ -1,0 +1,161 @@
+"""Route, attempt, retry, fall back: get an answer started, or fail naming every cause.
+
+Per alias, attempts run under tenacity (full-jitter backoff, a retry budget, the request's deadline,
+Retry-After when no other backend can take the retry); when an alias gives up, the fallback chain
+takes over. Nothing here runs after the first byte reached the client: a stream that fails later is
+the relay's to report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+
+from app.config import RetryPolicy
+from app.deadline import Deadline
+from app.errors import AllAttemptsFailed, GatewayError
+from app.record import RequestRecord
+from app.request import ParsedRequest
+from app.retry import fallback_reason, is_context_length, is_retryable, retry_after_s, warrants_fallback
+from app.routing.router import Lease
+from app.upstream.attempt import EventStream, JsonReply, call_json, open_stream
+
+
+@dataclass(slots=True)
+class Dispatched:
+    """An answer under way: a whole JSON reply, or a stream whose first event has arrived."""
+
+    result: JsonReply | EventStream
+    lease: Lease
+    alias: str
+    fallback: str | None = None  # why an alias other than the requested one answered
+
+
+async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord) -> Dispatched:
+    """Try the requested alias, then its fallback chain; raise the cause(s) if none answers."""
+    gw.budget.on_request()
+    chain = [req.alias, *gw.config.models[req.alias].fallbacks]
+    errors: list[tuple[str, GatewayError]] = []
+    reason: str | None = None
+    i = 0
+    while i < len(chain):
+        alias = chain[i]
+        i += 1
+        try:
+            dispatched = await _on_alias(gw, req, alias, deadline, record)
+        except GatewayError as err:
+            errors.append((alias, err))
+            target = gw.config.models[alias].context_fallback
+            if is_context_length(err) and target and target not in chain[:i]:
+                chain.insert(i, target)
+                reason = "context_length"
+                continue
+            if not warrants_fallback(err) or deadline.expired:
+                break
+            reason = fallback_reason(err)
+            continue
+        if alias != req.alias:
+            dispatched.fallback = reason
+            record.fallback = reason
+        return dispatched
+    raise _final_error(errors)
+
+
+async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, record: RequestRecord) -> Dispatched:
+    policy = gw.config.models[alias].retry
+    failed: set[str] = set()
+
+    async def attempt() -> Dispatched:
+        record.attempts += 1
+        lease = await gw.router.acquire(alias, failed)
+        backend = lease.backend
+        timeouts = gw.timeouts[alias][backend.name]
+        body = req.upstream_body(backend.config.model, backend.config.stream_usage)
+        try:
+            if req.stream:
+                result = await open_stream(backend, req.endpoint.value, body, timeouts, deadline)
+            else:
+                result = await call_json(backend, req.endpoint.value, body, timeouts, deadline)
+        except GatewayError as err:
+            lease.release()
+            failed.add(backend.name)
+            gw.router.report(lease.state, err)
+            raise
+        except BaseException:
+            lease.release()
+            raise
+        if not req.stream:
+            lease.release()
+            gw.router.report(lease.state, None)
+        return Dispatched(result, lease, alias)
+
+    if policy.max_attempts == 1:
+        return await attempt()
+    retrying = AsyncRetrying(
+        stop=_Stop(gw, alias, policy, deadline),
+        wait=_Wait(gw, alias, policy, deadline),
+        retry=retry_if_exception(lambda e: isinstance(e, GatewayError) and is_retryable(e, policy)),
+        before_sleep=lambda _: _count_retry(record),
+        reraise=True,
+    )
+    async for try_ in retrying:
+        with try_:
+            return await attempt()
+    raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+def _count_retry(record: RequestRecord) -> None:
+    record.retries += 1
+
+
+class _Stop:
+    """Stop on the attempt limit, a spent deadline, a Retry-After past the deadline, or no budget left."""
+
+    def __init__(self, gw, alias: str, policy: RetryPolicy, deadline: Deadline) -> None:
+        self.gw, self.alias, self.policy, self.deadline = gw, alias, policy, deadline
+
+    def __call__(self, state: RetryCallState) -> bool:
+        if state.attempt_number >= self.policy.max_attempts or self.deadline.expired:
+            return True
+        wait = _forced_wait(self.gw, self.alias, state)
+        if wait is not None and wait >= self.deadline.remaining():
+            return True
+        return not self.gw.budget.try_spend()  # last: it spends a retry
+
+
+class _Wait:
+    def __init__(self, gw, alias: str, policy: RetryPolicy, deadline: Deadline) -> None:
+        self.gw, self.alias, self.deadline = gw, alias, deadline
+        self.jitter = wait_random_exponential(multiplier=policy.backoff_base_s, max=policy.backoff_max_s)
+
+    def __call__(self, state: RetryCallState) -> float:
+        wait = self.jitter(state)
+        forced = _forced_wait(self.gw, self.alias, state)
+        if forced is not None:
+            wait = max(wait, forced)
+        return self.deadline.cap(wait)
+
+
+def _forced_wait(gw, alias: str, state: RetryCallState) -> float | None:
+    """A Retry-After the next attempt must honour: only when no other backend of the alias can take it."""
+    err = state.outcome.exception() if state.outcome else None
+    if not isinstance(err, GatewayError):
+        return None
+    seconds = retry_after_s(err)
+    if seconds is None or not gw.router.all_limited(alias):
+        return None
+    return seconds
+
+
+def _final_error(errors: list[tuple[str, GatewayError]]) -> GatewayError:
+    if len(errors) == 1:
+        err = errors[0][1]
+    else:
+        causes = "; ".join(f"{alias}: {err.message}" for alias, err in errors)
+        err = AllAttemptsFailed(f"no model in the fallback chain could answer ({causes})")
+        hints = [retry_after_s(e) for _, e in errors]
+        err.headers["retry-after"] = str(max(1, round(max((h for h in hints if h is not None), default=1))))
+    if err.status >= 500 and "retry-after" not in err.headers:
+        err.headers["retry-after"] = "1"
+    return err

@@ -181,6 +181,8 @@ class SimBackendConfig(Strict):
     report: Literal["none", "llamacpp", "tgi"] = "none"
     faults: FaultConfig = FaultConfig()
     embedding_dim: int = Field(384, gt=0)
+    # Prompt plus max_tokens beyond this is rejected with vLLM's context-length error.
+    context_tokens: int | None = Field(None, gt=0)
 
 
 class SimulatorConfig(Strict):

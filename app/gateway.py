@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from app.auth import Authenticator
 from app.config import GatewayConfig, Timeouts
 from app.retry import RetryBudgetTracker
+from app.routing.active_health import run_health_checks
+from app.routing.health import BreakerState
 from app.routing.router import Router
 from app.upstream.client import Backend, build_backend
 
@@ -28,6 +30,7 @@ class Gateway:
     timeouts: dict[str, dict[str, Timeouts]]
     _ready_at: float = 0.0
     _reachable: dict[str, bool] = field(default_factory=dict)
+    _tasks: list[asyncio.Task] = field(default_factory=list)
 
     @classmethod
     def start(cls, config: GatewayConfig) -> Gateway:
@@ -39,10 +42,20 @@ class Gateway:
             for alias, spec in config.models.items()
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
-        return cls(config, Authenticator(config.auth), backends, router, budget, timeouts)
+        gw = cls(config, Authenticator(config.auth), backends, router, budget, timeouts)
+        if config.reliability.health_check.enabled:
+            gw._tasks.append(asyncio.get_running_loop().create_task(run_health_checks(router.states, config.reliability.health_check)))
+        return gw
 
     async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
+
+    def ejected_backends(self) -> list[str]:
+        """Backends whose circuit breaker is not closed."""
+        return [name for name, s in self.router.states.items() if s.breaker.state is not BreakerState.CLOSED]
 
     async def reachable_backends(self) -> dict[str, bool]:
         """Which backends accept a TCP connection, probed concurrently and cached briefly."""

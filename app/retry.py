@@ -71,7 +71,9 @@ def counts_against_backend(err: GatewayError) -> bool:
     """Failures that say the backend is unwell (a 429 only says it is busy; a 4xx is the request's fault)."""
     if isinstance(err, UpstreamStatus):
         return err.status >= 500
-    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamTimeout))
+    if isinstance(err, UpstreamTimeout):
+        return err.code != "deadline_exceeded"  # the client's budget ran out, not the backend's
+    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError))
 
 
 class RetryBudgetTracker:

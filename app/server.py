@@ -54,9 +54,11 @@ def create_app(config: GatewayConfig) -> FastPath:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
-        reachable = await request.app.state.gateway.reachable_backends()
-        ready = any(reachable.values())
-        body = {"status": "ready" if ready else "unavailable", "backends": reachable}
+        gateway = request.app.state.gateway
+        reachable = await gateway.reachable_backends()
+        ejected = gateway.ejected_backends()
+        ready = any(ok and name not in ejected for name, ok in reachable.items())
+        body = {"status": "ready" if ready else "unavailable", "backends": reachable, "ejected": ejected}
         return Response(orjson.dumps(body), 200 if ready else 503, media_type=_JSON)
 
     _install_error_handlers(app)

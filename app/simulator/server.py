@@ -63,6 +63,10 @@ def _generate(kind: str):
         if body.get("model") != engine.config.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         engine.stats.requests += 1
+        problem = _invalid(body)
+        if problem:
+            engine.stats.errors += 1
+            return _error(400, problem, "BadRequestError")
         try:
             return await _serve(request, engine, kind, body)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -71,6 +75,20 @@ def _generate(kind: str):
             raise
 
     return handler
+
+
+def _invalid(body: dict) -> str | None:
+    """The parameter checks a real server makes before queueing a request."""
+    n = body.get("n", 1)
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16):
+        return "n must be an integer between 1 and 16"
+    t = body.get("temperature")
+    if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t <= 2):
+        return "temperature must be a number between 0 and 2"
+    m = body.get("max_tokens", body.get("max_completion_tokens"))
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+        return "max_tokens must be a positive integer"
+    return None
 
 
 async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) -> web.StreamResponse:
@@ -89,6 +107,17 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
         return _error(429, "simulated rate limit", "rate_limit_error", {"retry-after": f"{retry:g}"})
 
     p_tokens = prompt_tokens(body)
+    ctx = engine.config.context_tokens
+    wanted = p_tokens + (max_tokens if isinstance(max_tokens, int) else 0)
+    if ctx is not None and wanted > ctx:
+        engine.stats.errors += 1
+        return _error(
+            400,
+            f"This model's maximum context length is {ctx} tokens. However, you requested {wanted} tokens "
+            f"({p_tokens} in the messages, {wanted - p_tokens} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            "BadRequestError",
+        )
     texts = [generate_tokens(rng, plan.output_tokens) for rng in rngs]
     await engine.admit()
     try:

@@ -107,6 +107,32 @@ class BackendConfig(Strict):
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
 
+class ExactCachePolicy(Strict):
+    enabled: bool = True
+    ttl_s: float = Field(3600.0, gt=0)
+    # Cache only answers that are meant to repeat: temperature 0 or a seed, and n = 1.
+    deterministic_only: bool = True
+
+
+class SemanticCachePolicy(Strict):
+    enabled: bool = False
+    ttl_s: float = Field(3600.0, gt=0)
+    # Cosine similarity a match needs. 0.90 kept false hits at 0 % on bench/data/semantic_pairs.jsonl
+    # (see bench/semantic_cache.py); the guard below does most of the work against near-misses.
+    threshold: float = Field(0.90, gt=0, le=1)
+    # Reject matches whose numbers, negations, entities, units, identifiers or language differ.
+    guard: bool = True
+
+
+class CachePolicy(Strict):
+    exact: ExactCachePolicy = ExactCachePolicy()
+    semantic: SemanticCachePolicy = SemanticCachePolicy()
+    # Only answers that ended for one of these reasons are stored.
+    finish_reasons: tuple[str, ...] = ("stop",)
+    # When every backend fails, an exact entry up to this long past its TTL may be served, marked stale.
+    stale_s: float = Field(0.0, ge=0)
+
+
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
     strategy: Literal["least_inflight", "round_robin"] = "least_inflight"
@@ -116,6 +142,7 @@ class ModelAlias(Strict):
     fallbacks: tuple[str, ...] = ()
     # The alias to use when a backend rejects the prompt as too long for its context.
     context_fallback: str | None = None
+    cache: CachePolicy = CachePolicy()
 
 
 class RetryBudget(Strict):
@@ -143,6 +170,32 @@ class HealthCheckConfig(Strict):
     interval_s: float = Field(5.0, gt=0)
     path: str = "models"
     timeout_s: float = Field(2.0, gt=0)
+
+
+class EmbeddingConfig(Strict):
+    # Torch threads for the embedding model: 1 leaves the other core to the event loop on small boxes.
+    threads: int = Field(1, ge=1)
+    batch_max: int = Field(32, ge=1)
+    # Extra wait to fill a batch; 0 batches only what queued while the previous batch ran.
+    batch_wait_ms: float = Field(0.0, ge=0)
+
+
+class CacheConfig(Strict):
+    # memory: in-process (the embedded default, one replica); redis: shared by every replica.
+    store: Literal["memory", "redis"] = "memory"
+    # redis://, rediss://, redis+cluster://host:port, redis+sentinel://host:port[,host:port]/service[/db]
+    redis_url: str | None = None
+    # A cache slower than this is skipped (fail open): the request goes on as a miss.
+    timeout_ms: float = Field(50.0, gt=0)
+    key_prefix: str = "slipstream:"
+    memory_max_entries: int = Field(100_000, ge=1)
+    embedding: EmbeddingConfig = EmbeddingConfig()
+
+    @model_validator(mode="after")
+    def _redis_needs_url(self) -> CacheConfig:
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("store 'redis' needs redis_url")
+        return self
 
 
 class ReliabilityConfig(Strict):
@@ -197,6 +250,7 @@ class GatewayConfig(Strict):
     backends: dict[Name, BackendConfig] = Field(min_length=1)
     models: dict[Name, ModelAlias] = Field(min_length=1)
     reliability: ReliabilityConfig = ReliabilityConfig()
+    cache: CacheConfig = CacheConfig()
     # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
     simulator: SimulatorConfig | None = None
 

@@ -13,13 +13,16 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import pipeline
+from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
 from app.request import Endpoint
 
 log = logging.getLogger("slipstream.server")
 
-PIPELINE_HEADERS = frozenset({b"authorization", b"content-length", DEADLINE_HEADER.encode()})
+PIPELINE_HEADERS = frozenset(
+    {b"authorization", b"content-length", b"cache-control", DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode()}
+)
 
 ROUTES = {
     "/v1/chat/completions": Endpoint.CHAT,

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.auth import Authenticator
+from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, Timeouts
 from app.retry import RetryBudgetTracker
 from app.routing.active_health import run_health_checks
@@ -26,6 +27,7 @@ class Gateway:
     backends: dict[str, Backend]
     router: Router
     budget: RetryBudgetTracker
+    cache: Cache
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
     _ready_at: float = 0.0
@@ -42,7 +44,8 @@ class Gateway:
             for alias, spec in config.models.items()
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
-        gw = cls(config, Authenticator(config.auth), backends, router, budget, timeouts)
+        cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
+        gw = cls(config, Authenticator(config.auth), backends, router, budget, cache, timeouts)
         if config.reliability.health_check.enabled:
             gw._tasks.append(asyncio.get_running_loop().create_task(run_health_checks(router.states, config.reliability.health_check)))
         return gw
@@ -51,6 +54,7 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.cache.aclose()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 
     def ejected_backends(self) -> list[str]:

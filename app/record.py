@@ -41,6 +41,7 @@ class RequestRecord:
     attempts: int = 0
     retries: int = 0
     fallback: str | None = None
+    cache: str = "bypass"
     usage: Usage | None = None
 
     @property

@@ -15,6 +15,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from app.cache.assemble import StreamAssembler
 from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
 from app.record import Outcome, RequestRecord, Usage
 from app.upstream.attempt import EventStream
@@ -26,9 +27,13 @@ SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache",
 
 
 async def relay_events(
-    stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None]
+    stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None],
+    collect: StreamAssembler | None = None,
 ) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once."""
+    """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once.
+
+    `collect`, when given, sees every data chunk as the backend sent it (to cache the finished answer).
+    """
     complete = False
     try:
         async for event in stream.events():
@@ -41,6 +46,8 @@ async def relay_events(
                 break
             if not record.first_token:
                 record.first_token = time.perf_counter()
+            if collect is not None:
+                collect.feed(data)
             if data.startswith(b'{"error"'):
                 record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
                 yield b"data: " + data + b"\n\n"
@@ -115,6 +122,12 @@ class SSEResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+async def replay(events: list[bytes]) -> AsyncIterator[bytes]:
+    """Stream prepared events (a cached answer) through SSEResponse."""
+    for event in events:
+        yield event
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

@@ -28,6 +28,7 @@ def create_app(config: GatewayConfig) -> FastPath:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.gateway = Gateway.start(config)
+        await app.state.gateway.cache.start()
         # Everything built so far lives for the whole process: freeze it out of the collector's view,
         # so full collections stay short (they showed as ~20 ms p99 spikes under load).
         gc.collect()

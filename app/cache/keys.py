@@ -1,0 +1,90 @@
+"""Cache keys and scopes, built from explicit fields of the canonical request.
+
+The exact key covers everything that can change an answer: tenant, alias, endpoint and the whole
+body except fields that only change how it is delivered. A semantic scope is the same minus the text
+of the last user turn, which is what gets embedded and compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import orjson
+
+from app.request import Endpoint, ParsedRequest
+
+# Delivery and bookkeeping fields: they never change the answer's content.
+_NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier"})
+# Semantic matching is for plain text questions only.
+_NOT_SEMANTIC = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _canonical(obj: object) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def exact_key(tenant: str, req: ParsedRequest) -> str:
+    """The exact-match key: a digest of the tenant scope and the canonical request."""
+    params = {k: v for k, v in req.body.items() if k not in _NOT_IN_KEY}
+    params["model"] = req.alias
+    return _digest(tenant.encode(), req.endpoint.value.encode(), _canonical(params))
+
+
+def is_deterministic(body: dict) -> bool:
+    """Temperature 0 or a seed, and one choice: an answer meant to repeat."""
+    n = body.get("n")
+    if n not in (None, 1):
+        return False
+    return body.get("temperature") == 0 or body.get("seed") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticQuery:
+    scope: str  # digest of tenant, alias, endpoint, earlier turns (system prompt included) and parameters
+    text: str  # the last user turn, embedded and compared
+
+
+def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
+    """The query to embed and its exact-match scope, or None when the request is not eligible."""
+    body = req.body
+    if not is_deterministic(body) or any(body.get(k) for k in _NOT_SEMANTIC):
+        return None
+    if req.endpoint is Endpoint.CHAT:
+        messages = body["messages"]
+        last = messages[-1]
+        text = _plain_text(last.get("content"))
+        if last.get("role") != "user" or text is None or any(_has_media(m) for m in messages):
+            return None
+        earlier = messages[:-1]
+    elif req.endpoint is Endpoint.COMPLETIONS and isinstance(body.get("prompt"), str):
+        text, earlier = body["prompt"], []
+    else:
+        return None
+    if not text.strip():
+        return None
+    params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in ("messages", "prompt")}
+    params["model"] = req.alias
+    scope = _digest(tenant.encode(), req.endpoint.value.encode(), _canonical(earlier), _canonical(params))
+    return SemanticQuery(scope, text)
+
+
+def _plain_text(content: object) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "\n".join(str(p.get("text", "")) for p in content)
+    return None
+
+
+def _has_media(message: object) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") != "text" for p in content)

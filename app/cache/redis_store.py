@@ -1,0 +1,115 @@
+"""The shared store: Redis for exact entries, and Redis's vector search (RediSearch) for semantic ones.
+
+Semantic entries are hashes under `{prefix}sem:` indexed by FT.CREATE with an HNSW FLOAT32 COSINE
+vector field and a TAG field for the scope; FT.SEARCH pre-filters by scope, then runs KNN. Redis
+reports COSINE as a distance (1 - similarity): it is converted back here, in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import numpy as np
+import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.cache.store import Neighbour
+
+log = logging.getLogger("slipstream.cache")
+
+DIM = 384
+
+
+def connect(url: str, timeout_s: float) -> redis.Redis | RedisCluster:
+    """A client for redis://, rediss://, redis+cluster:// or redis+sentinel://h:p[,h:p]/service[/db] URLs."""
+    opts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "decode_responses": False}
+    if url.startswith("redis+cluster://"):
+        return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **opts)
+    if url.startswith("redis+sentinel://"):
+        rest = url.removeprefix("redis+sentinel://")
+        hosts, _, path = rest.partition("/")
+        service, _, db = path.partition("/")
+        nodes = [(h.rsplit(":", 1)[0], int(h.rsplit(":", 1)[1]) if ":" in h else 26379) for h in hosts.split(",")]
+        sentinel = Sentinel(nodes, **opts)
+        return sentinel.master_for(service or "mymaster", db=int(db or 0), **opts)
+    return redis.Redis.from_url(url, **opts)
+
+
+class RedisStore:
+    # Errors that mean "Redis is not there" (as opposed to a bad command): the cache skips it briefly.
+    OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+
+    def __init__(self, client: redis.Redis, prefix: str, dim: int = DIM) -> None:
+        self._r = client
+        self._prefix = prefix
+        self._index = f"{prefix}sem-idx"
+        self._dim = dim
+        self._index_ready = False
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._r.get(self._prefix + "x:" + key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._r.set(self._prefix + "x:" + key, value, px=max(1, int(ttl_s * 1000)))
+
+    async def ensure_index(self) -> None:
+        """Create the vector index once; another replica may have made it already."""
+        if self._index_ready:
+            return
+        try:
+            await self._r.execute_command(
+                "FT.CREATE", self._index, "ON", "HASH", "PREFIX", "1", self._prefix + "sem:",
+                "SCHEMA", "scope", "TAG",
+                "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(self._dim), "DISTANCE_METRIC", "COSINE",
+            )
+        except ResponseError as exc:
+            if "already exists" not in str(exc).lower():
+                raise
+        self._index_ready = True
+
+    async def nearest(self, scope: str, vector: np.ndarray, k: int) -> list[Neighbour]:
+        await self.ensure_index()
+        # Scopes are hex digests: safe inside a TAG query without escaping.
+        query = f"(@scope:{{{scope}}})=>[KNN {k} @vec $v AS dist]"
+        try:
+            reply = await self._r.execute_command(
+                "FT.SEARCH", self._index, query, "PARAMS", "2", "v", vector.astype(np.float32).tobytes(),
+                "SORTBY", "dist", "RETURN", "3", "dist", "query", "answer", "LIMIT", "0", str(k), "DIALECT", "2",
+            )
+        except ResponseError as exc:
+            if "no such index" not in str(exc).lower():
+                raise
+            # Redis restarted empty (or someone dropped the index): make it again; nothing to find yet.
+            self._index_ready = False
+            await self.ensure_index()
+            return []
+        out = []
+        for f in _result_fields(reply):
+            if b"answer" not in f:
+                continue  # expired between the search and the read
+            out.append(Neighbour(1.0 - float(f[b"dist"]), f[b"query"].decode(), f[b"answer"]))
+        return out
+
+    async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None:
+        await self.ensure_index()
+        key = f"{self._prefix}sem:{scope[:16]}:{uuid.uuid4().hex}"
+        mapping = {"scope": scope, "vec": vector.astype(np.float32).tobytes(), "query": query, "answer": answer}
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=mapping)
+            pipe.pexpire(key, max(1, int(ttl_s * 1000)))
+            await pipe.execute()
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+
+def _result_fields(reply) -> list[dict[bytes, bytes]]:
+    """Each hit's fields, from a RESP3 map reply or a RESP2 flat array."""
+    if isinstance(reply, dict):
+        return [r.get(b"extra_attributes", {}) for r in reply.get(b"results", [])]
+    return [dict(zip(fields[::2], fields[1::2])) for fields in reply[2::2]]

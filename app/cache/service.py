@@ -1,0 +1,238 @@
+"""The cache stage: decide per request what may be looked up and stored, look up, store.
+
+Fails open: a store that errors or answers slower than `cache.timeout_ms` makes the request a miss
+(or skips the write), counts it, and logs at most one line per interval. No request fails because of
+the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from app.cache import guard
+from app.cache.embedder import Embedder
+from app.cache.entry import CachedAnswer, Hit
+from app.cache.keys import SemanticQuery, exact_key, is_deterministic, semantic_query
+from app.cache.store import CacheStore
+from app.config import CacheConfig, CachePolicy
+from app.errors import InvalidRequest
+from app.request import Endpoint, ParsedRequest
+
+log = logging.getLogger("slipstream.cache")
+
+TTL_HEADER = "x-slipstream-cache-ttl"
+THRESHOLD_HEADER = "x-slipstream-cache-threshold"
+_LOG_EVERY_S = 10.0
+_SKIP_AFTER_ERROR_S = 1.0
+_NEIGHBOURS = 4
+
+
+@dataclass(slots=True)
+class CachePlan:
+    """What the cache may do for one request, and what it found."""
+
+    policy: CachePolicy
+    status: str = "bypass"  # the x-slipstream-cache header: hit | semantic-hit | stale | miss | bypass
+    exact_key: str | None = None
+    semantic: SemanticQuery | None = None
+    lookup: bool = False
+    store: bool = False
+    ttl_s: float | None = None
+    threshold: float = 1.0
+    vector: np.ndarray | None = None
+    stale: CachedAnswer | None = None
+    similarity: float | None = None
+
+
+@dataclass(slots=True)
+class CacheStats:
+    hits: int = 0
+    semantic_hits: int = 0
+    misses: int = 0
+    bypassed: int = 0
+    stores: int = 0
+    stale_served: int = 0
+    guard_rejections: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Cache:
+    config: CacheConfig
+    store: CacheStore
+    embedder: Embedder | None
+    stats: CacheStats = field(default_factory=CacheStats)
+    _last_log: float = 0.0
+    _down_until: float = 0.0
+    _pending: set = field(default_factory=set)
+
+    def plan(self, tenant: str, req: ParsedRequest, policy: CachePolicy, headers: dict[str, str]) -> CachePlan:
+        """Decide eligibility from the policy, the request and its Cache-Control headers."""
+        plan = CachePlan(policy)
+        if req.endpoint is Endpoint.EMBEDDINGS:
+            return plan
+        directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+        exact_ok = policy.exact.enabled and (not policy.exact.deterministic_only or is_deterministic(req.body))
+        if exact_ok:
+            plan.exact_key = exact_key(tenant, req)
+        if policy.semantic.enabled and self.embedder is not None:
+            plan.semantic = semantic_query(tenant, req)
+            plan.threshold = _threshold(headers.get(THRESHOLD_HEADER), policy.semantic.threshold)
+        if plan.exact_key is None and plan.semantic is None:
+            return plan
+        plan.ttl_s = _ttl(headers.get(TTL_HEADER))
+        plan.lookup = "no-cache" not in directives
+        plan.store = "no-store" not in directives
+        if plan.lookup or plan.store:
+            plan.status = "miss"
+        return plan
+
+    async def lookup(self, plan: CachePlan) -> Hit | None:
+        """Exact first, then semantic; None on a miss (or when the store is unwell)."""
+        if not plan.lookup:
+            self.stats.bypassed += 1
+            return None
+        if plan.exact_key is not None:
+            raw = await self._safe(self.store.get(plan.exact_key))
+            answer = CachedAnswer.from_bytes(raw) if raw else None
+            if answer is not None and answer.fresh:
+                self.stats.hits += 1
+                plan.status = "hit"
+                return Hit(answer, "hit")
+            plan.stale = answer
+        if plan.semantic is not None:
+            hit = await self._semantic_lookup(plan)
+            if hit is not None:
+                return hit
+        self.stats.misses += 1
+        return None
+
+    async def _semantic_lookup(self, plan: CachePlan) -> Hit | None:
+        q = plan.semantic
+        plan.vector = await self.embedder.embed(q.text)
+        neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
+        for n in neighbours:
+            if n.similarity < plan.threshold:
+                break
+            if plan.policy.semantic.guard and guard.mismatch(q.text, n.query):
+                self.stats.guard_rejections += 1
+                continue
+            answer = CachedAnswer.from_bytes(n.answer)
+            if answer is None:
+                continue
+            self.stats.semantic_hits += 1
+            plan.status, plan.similarity = "semantic-hit", n.similarity
+            return Hit(answer, "semantic-hit", n.similarity)
+        return None
+
+    def serve_stale(self, plan: CachePlan) -> Hit | None:
+        """The expired exact entry found at lookup, if the policy lets it stand in for a failed call."""
+        answer = plan.stale
+        if answer is None or plan.policy.stale_s <= 0 or time.time() > answer.fresh_until + plan.policy.stale_s:
+            return None
+        self.stats.stale_served += 1
+        plan.status = "stale"
+        return Hit(answer, "stale")
+
+    def save_later(self, plan: CachePlan, body: dict | bytes) -> None:
+        """Store a complete answer in the background, if the policy accepts how it ended."""
+        if not plan.store:
+            return
+        task = asyncio.get_running_loop().create_task(self._save(plan, body))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _save(self, plan: CachePlan, body: dict | bytes) -> None:
+        if isinstance(body, bytes):
+            try:
+                body = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not choices or not all(isinstance(c, dict) and c.get("finish_reason") in plan.policy.finish_reasons for c in choices):
+            return  # errors, truncated answers and excluded finish reasons are never cached
+        now = time.time()
+        if plan.exact_key is not None:
+            ttl = plan.ttl_s or plan.policy.exact.ttl_s
+            entry = CachedAnswer(body, now, now + ttl).to_bytes()
+            await self._safe(self.store.set(plan.exact_key, entry, ttl + plan.policy.stale_s))
+        if plan.semantic is not None:
+            ttl = plan.ttl_s or plan.policy.semantic.ttl_s
+            vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text)
+            entry = CachedAnswer(body, now, now + ttl).to_bytes()
+            await self._safe(self.store.add_vector(plan.semantic.scope, vector, plan.semantic.text, entry, ttl))
+        self.stats.stores += 1
+
+    async def _safe(self, coro):
+        if time.monotonic() < self._down_until:
+            coro.close()  # the store failed a moment ago: do not make every request wait to find out again
+            self.stats.errors += 1
+            return None
+        try:
+            async with asyncio.timeout(self.config.timeout_ms / 1000):
+                return await coro
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.stats.errors += 1
+            now = time.monotonic()
+            if isinstance(exc, getattr(self.store, "OUTAGE_ERRORS", (OSError, TimeoutError))):
+                self._down_until = now + _SKIP_AFTER_ERROR_S
+            if now - self._last_log >= _LOG_EVERY_S:
+                self._last_log = now
+                log.warning("cache store unavailable, serving without it (%s: %.200s); %d errors so far",
+                            type(exc).__name__, exc, self.stats.errors)
+            return None
+
+    async def start(self) -> None:
+        if self.embedder is not None:
+            await self.embedder.start()
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        if self.embedder is not None:
+            await self.embedder.aclose()
+        await self.store.aclose()
+
+
+def _ttl(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = -1
+    if not 0 < ttl < 10**8:
+        raise InvalidRequest(f"{TTL_HEADER} must be a positive number of seconds", param=TTL_HEADER)
+    return ttl
+
+
+def _threshold(value: str | None, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        t = float(value)
+    except ValueError:
+        t = -1
+    if not 0 < t <= 1:
+        raise InvalidRequest(f"{THRESHOLD_HEADER} must be a number in (0, 1]", param=THRESHOLD_HEADER)
+    return t
+
+
+def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
+    """The configured store, and the embedding model only when some alias uses the semantic cache."""
+    if config.store == "redis":
+        from app.cache.redis_store import RedisStore, connect
+
+        store = RedisStore(connect(config.redis_url, config.timeout_ms / 1000), config.key_prefix)
+    else:
+        from app.cache.store import MemoryStore
+
+        store = MemoryStore(config.memory_max_entries)
+    return Cache(config, store, Embedder(config.embedding) if semantic_wanted else None)

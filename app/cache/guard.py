@@ -12,17 +12,25 @@ import re
 from dataclasses import dataclass
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?|[A-Za-z_][\w.]*\w(?:\(\))?|`[^`]+`|[%$€£¥°]", re.UNICODE)
+_POSSESSIVE = re.compile(r"['’]s$")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,:/]\d+)*")
-_CODE = re.compile(r"`([^`]+)`|\b([A-Za-z_]\w*(?:\.\w+)+(?:\(\))?|\w+\(\)|[a-z]+_\w+|[a-z]+[A-Z]\w*)\b")
+_CODE = re.compile(
+    r"`([^`]+)`"
+    r"|(?<![\w-])(--?[a-z][\w-]*)"  # CLI flags
+    r"|\b(__\w+__|[A-Za-z_]\w*(?:\.\w+)+(?:\(\))?|\w+\(\)|[a-z]+_\w+|[a-z]+[A-Z]\w*"  # dotted, calls, snake, camel
+    r"|[a-z][\w-]*:[\w-]+|[a-z]+\d+[a-z\d]*)"  # key:value (CSS), letters then digits (http2, ec2)
+    r"|\b((?:git|kubectl|docker|npm|pip|cargo|helm|yarn|systemctl)\s+[a-z][\w-]*)"  # subcommands
+)
 
 _SPELLED = {
     w: i for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        # "one" is left out: far more often a pronoun ("how do I write one") than a count.
+        "zero _ two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 } | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
      "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "dozen": 12, "half": 0.5,
-     "first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th", "last": "last",
+     "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
      "once": "1x", "twice": "2x", "double": "2x", "triple": "3x"}
 
 _NEGATIONS = frozenset(
@@ -45,8 +53,16 @@ _POLAR_PAIRS = [
     ("pros", "cons"), ("advantages", "disadvantages"), ("benefits", "risks"), ("internal", "external"),
     ("sync", "async"), ("synchronous", "asynchronous"), ("client", "server"), ("read", "write"),
     ("compress", "decompress"), ("encode", "decode"), ("serialize", "deserialize"), ("mean", "median"),
+    ("man", "woman"), ("boy", "girl"), ("husband", "wife"), ("father", "mother"), ("son", "daughter"),
+    ("adult", "child"), ("adults", "children"), ("largest", "tiniest"), ("heaviest", "lightest"),
+    ("warmest", "coldest"), ("richest", "poorest"), ("strongest", "weakest"), ("most", "least"),
+    ("cheap", "expensive"), ("day", "night"), ("summer", "winter"), ("spring", "autumn"), ("import", "export"),
 ]
-_POLAR = {w: f"{i}{side}" for i, pair in enumerate(_POLAR_PAIRS) for side, w in enumerate(pair)}
+# A word may sit in several pairs ("smallest" opposes both "largest" and "biggest").
+_POLAR: dict[str, list[str]] = {}
+for _i, _pair in enumerate(_POLAR_PAIRS):
+    for _side, _w in enumerate(_pair):
+        _POLAR.setdefault(_w, []).append(f"{_i}:{_side}")
 
 _UNITS = {
     "km": ("km", "kilometer", "kilometers", "kilometre", "kilometres"),
@@ -103,7 +119,8 @@ _NOT_ENTITIES = frozenset(
 )
 
 _STOPWORDS = {
-    "en": "the is are what how why of and to in for with does do you can which".split(),
+    "en": ("the is are what how why of and to in for with does do you can which a an my your i it this that "
+           "on at be have has about good way what's should would could me").split(),
     "es": "el la los las es son qué que cómo por para con una un del se".split(),
     "fr": "le la les est sont quel quelle comment pourquoi des une un du avec pour dans".split(),
     "de": "der die das ist sind was wie warum und mit für ein eine nicht den dem".split(),
@@ -131,14 +148,14 @@ def signature(text: str) -> Signature:
     lower = [w.lower().replace("'", "").replace("’", "") for w in words]
     numbers = sorted(_NUMBER.findall(text)) + sorted(str(_SPELLED[w]) for w in lower if w in _SPELLED)
     negations = sum(1 for w, lw in zip(words, lower) if lw in _NEGATIONS or "n't" in w.lower() or "n’t" in w.lower())
-    polar = frozenset(_POLAR[w] for w in lower if w in _POLAR)
+    polar = frozenset(tag for w in lower for tag in _POLAR.get(w, ()))
     starts = _sentence_starts(text)
     entities = frozenset(
-        w.lower() for w, at in _words_at(text)
+        _POSSESSIVE.sub("", w.lower()) for w, at in _words_at(text)
         if w[:1].isalpha() and w.lower() not in _NOT_ENTITIES
         and ((len(w) > 1 and w.isupper()) or (w[:1].isupper() and at not in starts))
     )
-    code = frozenset(a or b for a, b in _CODE.findall(text))
+    code = frozenset(next(g for g in groups if g) for groups in _CODE.findall(text))
     units = tuple(_UNIT_OF[w] for w in lower if w in _UNIT_OF)
     roles = frozenset(
         (lower[i], lower[i + 1]) for i in range(len(words) - 1)
@@ -164,7 +181,7 @@ def _opposed(a: frozenset[str], b: frozenset[str]) -> bool:
     A polar word on one side only ("the best way to ...") is wording, not a reversal.
     """
     both = a | b
-    return any(w[:-1] + ("1" if w[-1] == "0" else "0") in both and (w in a) != (w in b) for w in both)
+    return any(t[:-1] + ("1" if t[-1] == "0" else "0") in both and (t in a) != (t in b) for t in both)
 
 
 def _words_at(text: str) -> list[tuple[str, int]]:
@@ -185,8 +202,12 @@ def _language(text: str, lower: list[str]) -> str:
         if sum(1 for ch in text if lo <= ord(ch) <= hi) > len(text) * 0.2:
             return name
     scores = {lang: sum(1 for w in lower if w in words) for lang, words in _STOPWORD_SETS.items()}
+    for lang, marks in _LETTERS.items():
+        scores[lang] += 2 * sum(1 for ch in marks if ch in text)
     best = max(scores, key=scores.get)
     return best if scores[best] > scores["en"] else "en"
 
 
+# Letters and marks that English text does not use.
+_LETTERS = {"es": "¿¡ñ", "pt": "ãõ", "de": "ßäöü", "fr": "œêâîûë", "it": "ìò", "nl": "ĳ"}
 _STOPWORD_SETS = {lang: frozenset(words) for lang, words in _STOPWORDS.items()}

@@ -199,6 +199,27 @@ class CacheConfig(Strict):
         return self
 
 
+class TracingConfig(Strict):
+    # Spans are exported only when enabled and an exporter is set; OTEL_* variables override these.
+    enabled: bool = False
+    exporter: Literal["otlp", "console", "none"] = "otlp"  # OTEL_TRACES_EXPORTER
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"  # OTEL_EXPORTER_OTLP_PROTOCOL
+    sample_ratio: float = Field(1.0, ge=0, le=1)  # OTEL_TRACES_SAMPLER(_ARG) win when set
+    service_name: str = "slipstream"  # OTEL_SERVICE_NAME
+    # Prompt and completion text in spans: off unless switched on (or
+    # OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true).
+    capture_content: bool = False
+    max_queue_size: int = Field(4096, ge=1)
+
+
+class TelemetryConfig(Strict):
+    tracing: TracingConfig = TracingConfig()
+    metrics: bool = True  # GET /metrics, Prometheus text format
+    server_timing: bool = True  # a W3C Server-Timing header on every proxied response
+    # vLLM backends: scrape their /metrics (queue depth, running, KV-cache use) this often; 0 = never.
+    scrape_interval_s: float = Field(5.0, ge=0)
+
+
 class ReliabilityConfig(Strict):
     retry_budget: RetryBudget = RetryBudget()
     breaker: BreakerConfig = BreakerConfig()
@@ -252,6 +273,7 @@ class GatewayConfig(Strict):
     models: dict[Name, ModelAlias] = Field(min_length=1)
     reliability: ReliabilityConfig = ReliabilityConfig()
     cache: CacheConfig = CacheConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
     simulator: SimulatorConfig | None = None
 

@@ -8,6 +8,7 @@ the relay's to report.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
@@ -15,7 +16,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_ran
 from app.config import RetryPolicy
 from app.deadline import Deadline
 from app.errors import AllAttemptsFailed, GatewayError
-from app.record import RequestRecord
+from app.record import AttemptRecord, Event, RequestRecord
 from app.request import ParsedRequest
 from app.retry import fallback_reason, is_context_length, is_retryable, retry_after_s, warrants_fallback
 from app.routing.router import Lease
@@ -30,6 +31,7 @@ class Dispatched:
     lease: Lease
     alias: str
     fallback: str | None = None  # why an alias other than the requested one answered
+    attempt: AttemptRecord | None = None
 
 
 async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord) -> Dispatched:
@@ -50,10 +52,15 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
             if is_context_length(err) and target and target not in chain[:i]:
                 chain.insert(i, target)
                 reason = "context_length"
+                record.events.append(Event(time.perf_counter(), "fallback", {
+                    "slipstream.fallback.from": alias, "slipstream.fallback.to": target, "slipstream.fallback.reason": reason}))
                 continue
             if not warrants_fallback(err) or deadline.expired:
                 break
             reason = fallback_reason(err)
+            if i < len(chain):
+                record.events.append(Event(time.perf_counter(), "fallback", {
+                    "slipstream.fallback.from": alias, "slipstream.fallback.to": chain[i], "slipstream.fallback.reason": reason}))
             continue
         if alias != req.alias:
             dispatched.fallback = reason
@@ -68,27 +75,39 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
 
     async def attempt() -> Dispatched:
         record.attempts += 1
+        routed_at = time.perf_counter()
         lease = await gw.router.acquire(alias, failed)
         backend = lease.backend
+        now = time.perf_counter()
+        record.routes.append(gw.router.decision(alias, lease.state, routed_at, now, failed))
+        a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
+                          backend.config.model, req.stream, now, load=lease.state.inflight)
+        record.attempt_log.append(a)
+        extra = gw.telemetry.start_attempt(record, a)
         timeouts = gw.timeouts[alias][backend.name]
         body = req.upstream_body(backend.config.model, backend.config.stream_usage)
         try:
             if req.stream:
-                result = await open_stream(backend, req.endpoint.value, body, timeouts, deadline)
+                result = await open_stream(backend, req.endpoint.value, body, timeouts, deadline, extra)
             else:
-                result = await call_json(backend, req.endpoint.value, body, timeouts, deadline)
+                result = await call_json(backend, req.endpoint.value, body, timeouts, deadline, extra)
         except GatewayError as err:
             lease.release()
             failed.add(backend.name)
-            gw.router.report(lease.state, err)
+            a.end, a.status, a.error_type = time.perf_counter(), err.status, err.code or err.type
+            _note_breaker(record, backend.name, gw.router.report(lease.state, err))
             raise
         except BaseException:
             lease.release()
+            a.end, a.error_type = time.perf_counter(), "cancelled"
             raise
+        t = result.timing
+        a.headers, a.first_event, a.status = t.headers, t.first_event, 200
         if not req.stream:
+            a.end, a.status, a.report = t.end, result.status, result.report
             lease.release()
             gw.router.report(lease.state, None)
-        return Dispatched(result, lease, alias)
+        return Dispatched(result, lease, alias, attempt=a)
 
     if policy.max_attempts == 1:
         return await attempt()
@@ -96,7 +115,7 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
         stop=_Stop(gw, alias, policy, deadline),
         wait=_Wait(gw, alias, policy, deadline),
         retry=retry_if_exception(lambda e: isinstance(e, GatewayError) and is_retryable(e, policy)),
-        before_sleep=lambda _: _count_retry(record),
+        before_sleep=lambda state: _count_retry(record, state),
         reraise=True,
     )
     async for try_ in retrying:
@@ -105,8 +124,21 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
     raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
 
-def _count_retry(record: RequestRecord) -> None:
+def _count_retry(record: RequestRecord, state: RetryCallState) -> None:
     record.retries += 1
+    err = state.outcome.exception() if state.outcome else None
+    last = record.attempt_log[-1] if record.attempt_log else None
+    record.events.append(Event(time.perf_counter(), "retry", {
+        "slipstream.attempt": state.attempt_number,
+        "slipstream.backend": last.backend if last else "",
+        "error.type": getattr(err, "code", None) or type(err).__name__,
+        "slipstream.retry.wait_s": round(state.upcoming_sleep, 4),
+    }))
+
+
+def _note_breaker(record: RequestRecord, backend: str, new_state) -> None:
+    if new_state is not None:
+        record.events.append(Event(time.perf_counter(), f"breaker.{new_state.value}", {"slipstream.backend": backend}))
 
 
 class _Stop:

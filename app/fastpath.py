@@ -20,9 +20,10 @@ from app.request import Endpoint
 
 log = logging.getLogger("slipstream.server")
 
-PIPELINE_HEADERS = frozenset(
-    {b"authorization", b"content-length", b"cache-control", DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode()}
-)
+PIPELINE_HEADERS = frozenset({
+    b"authorization", b"content-length", b"cache-control", b"traceparent", b"x-slipstream-server-timing",
+    DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode(),
+})
 
 ROUTES = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -46,7 +47,7 @@ class FastPath:
         try:
             headers = _headers(scope)
             body = await _read_body(receive, self._limit, headers.get("content-length"))
-            response = await pipeline.handle(self.app.state.gateway, endpoint, body, headers)
+            response = await pipeline.handle(self.app.state.gateway, endpoint, body, headers, scope["path"])
         except GatewayError as err:
             response = error_response(err)
         except Exception:

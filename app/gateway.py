@@ -11,6 +11,10 @@ from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, Timeouts
 from app.retry import RetryBudgetTracker
 from app.routing.active_health import run_health_checks
+from app.routing.latency_model import LatencyModel
+from app.telemetry.recorder import Telemetry
+from app.telemetry.scraper import scrape_forever
+from app.telemetry.timing import VllmLoad
 from app.routing.health import BreakerState
 from app.routing.router import Router
 from app.upstream.client import Backend, build_backend
@@ -28,6 +32,10 @@ class Gateway:
     router: Router
     budget: RetryBudgetTracker
     cache: Cache
+    telemetry: Telemetry
+    # Per-backend latency models (routing reads them, telemetry feeds them) and scraped vLLM load.
+    models: dict[str, LatencyModel]
+    backend_load: dict[str, VllmLoad]
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
     _ready_at: float = 0.0
@@ -35,7 +43,7 @@ class Gateway:
     _tasks: list[asyncio.Task] = field(default_factory=list)
 
     @classmethod
-    def start(cls, config: GatewayConfig) -> Gateway:
+    def start(cls, config: GatewayConfig, span_exporter=None) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker)
@@ -45,9 +53,17 @@ class Gateway:
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
-        gw = cls(config, Authenticator(config.auth), backends, router, budget, cache, timeouts)
+        models = {name: LatencyModel() for name in backends}
+        telemetry = Telemetry(config.telemetry, models, span_exporter)
+        gw = cls(config, Authenticator(config.auth), backends, router, budget, cache, telemetry, models, {}, timeouts)
+        if telemetry.metrics is not None:
+            telemetry.metrics.register_live(gw)
+        loop = asyncio.get_running_loop()
+        vllm = [b for b in backends.values() if b.config.flavor == "vllm"]
+        if vllm and config.telemetry.scrape_interval_s > 0:
+            gw._tasks.append(loop.create_task(scrape_forever(vllm, gw.backend_load, config.telemetry.scrape_interval_s)))
         if config.reliability.health_check.enabled:
-            gw._tasks.append(asyncio.get_running_loop().create_task(run_health_checks(router.states, config.reliability.health_check)))
+            gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
         return gw
 
     async def aclose(self) -> None:
@@ -55,6 +71,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.cache.aclose()
+        self.telemetry.shutdown()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 
     def ejected_backends(self) -> list[str]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.cache.assemble import StreamAssembler
@@ -14,27 +14,32 @@ from app.cache.entry import Hit
 from app.cache.replay import hit_body, replay_events
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
-from app.dispatch import dispatch
+from app.dispatch import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
-from app.record import Outcome, RequestRecord
+from app.record import Outcome, RequestRecord, Usage
 from app.relay import SSEResponse, relay_events, replay
 from app.request import Endpoint, ParsedRequest, parse_request
+from app.telemetry import timing as backend_timing
+from app.telemetry.server_timing import server_timing, timing_summary
+from app.telemetry.stages import MEASURED, Stage
+from app.telemetry.tracing import attempt_stages
 from app.upstream.attempt import JsonReply
 
-log = logging.getLogger("slipstream.request")
+_TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
 
-async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str]) -> Response:
+async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str], path: str) -> Response:
     """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
     record = RequestRecord(uuid.uuid4().hex, endpoint.value, time.perf_counter())
+    gw.telemetry.start_request(record, path, headers.get("traceparent"))
     try:
         return await _serve(gw, endpoint, raw_body, headers, record)
     except GatewayError as err:
         record.status, record.error_type = err.status, err.code or err.type
         record.outcome = Outcome.CLIENT_ERROR if err.status < 500 else Outcome.UPSTREAM_ERROR
         record.finished = time.perf_counter()
-        _record(record)
+        gw.telemetry.finish(record)
         err.headers.setdefault("x-request-id", record.request_id)
         raise
 
@@ -50,11 +55,19 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
     tenant.check_model(req.alias)
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
+    if gw.telemetry.tracing.enabled:
+        record.params = {k: req.body[k] for k in _TRACED_PARAMS if k in req.body}
+        if gw.telemetry.tracing.capture_content:
+            record.body = dict(req.body)
     # cache
     plan = gw.cache.plan(tenant.name, req, gw.config.models[req.alias].cache, headers)
-    hit = await gw.cache.lookup(plan) if plan.status != "bypass" else None
-    if hit is not None:
-        return _serve_hit(hit, req, plan, record)
+    if plan.status != "bypass":
+        record.cache_start = time.perf_counter()
+        hit = await gw.cache.lookup(plan)
+        record.cache_end, record.embed_s, record.similarity = time.perf_counter(), plan.embed_s, plan.similarity
+        record.cache = plan.status
+        if hit is not None:
+            return _serve_hit(gw, hit, req, plan, record)
     # route -> attempt -> retry -> fallback
     try:
         dispatched = await dispatch(gw, req, deadline, record)
@@ -62,28 +75,54 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None
         if stale is None:
             raise
-        return _serve_hit(stale, req, plan, record)
-    result, lease = dispatched.result, dispatched.lease
-    backend = result.backend
-    record.backend, record.cache = backend.name, plan.status
-    out_headers = {
+        record.cache = plan.status
+        return _serve_hit(gw, stale, req, plan, record)
+    record.backend, record.cache = dispatched.result.backend.name, plan.status
+    # relay -> record (and the cache write, for complete answers only)
+    if isinstance(dispatched.result, JsonReply):
+        return _json_response(gw, dispatched, plan, record)
+    return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
+
+
+def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan) -> dict[str, str]:
+    backend = dispatched.result.backend
+    out = {
         "x-request-id": record.request_id,
         "x-slipstream-backend": backend.name,
         "x-slipstream-model": backend.config.model,
         "x-slipstream-cache": plan.status,
-        **result.headers,
+        **dispatched.result.headers,
     }
     if dispatched.fallback:
-        out_headers["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
-    # relay -> record (and the cache write, for complete answers only)
-    if isinstance(result, JsonReply):
-        record.status, record.finished = result.status, time.perf_counter()
-        if result.status == 200 and not dispatched.fallback:
-            gw.cache.save_later(plan, result.body)
-        _record(record)
-        return Response(result.body, result.status, out_headers, media_type="application/json")
+        out["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
+    return out
 
+
+def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record: RequestRecord) -> Response:
+    reply: JsonReply = dispatched.result
+    attempt = dispatched.attempt
+    record.status = reply.status
+    body = _parse(reply.body) if reply.status == 200 else None
+    if body is not None:
+        _note_answer(record, body)
+        if not attempt.report:
+            attempt.report = backend_timing.from_body(body)
+        if not dispatched.fallback:
+            gw.cache.save_later(plan, body)
+    headers = _base_headers(record, dispatched, plan)
+    if gw.config.telemetry.server_timing and body is not None:
+        stages = attempt_stages(record, attempt, gw.models[attempt.backend])
+        headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
+    record.finished = time.perf_counter()
+    return Response(reply.body, reply.status, headers, media_type="application/json",
+                    background=BackgroundTask(gw.telemetry.finish, record))
+
+
+def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, record: RequestRecord,
+                     summary_wanted: bool) -> Response:
+    stream, lease, attempt = dispatched.result, dispatched.lease, dispatched.attempt
     collect = StreamAssembler(req.endpoint is Endpoint.CHAT) if plan.store and not dispatched.fallback else None
+    model = gw.models[attempt.backend]
 
     def finish() -> None:
         lease.release()
@@ -91,30 +130,75 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         gw.router.report(lease.state, UpstreamProtocolError("stream broke") if broken else None)
         if collect is not None and record.outcome is Outcome.OK and not collect.broken:
             gw.cache.save_later(plan, collect.result())
-        _record(record)
+        gw.telemetry.finish(record)
 
-    return SSEResponse(relay_events(result, req.client_wants_usage, record, finish, collect), out_headers)
+    def usage_extension() -> dict:
+        now = time.perf_counter()
+        attempt.end = now
+        stages = attempt_stages(record, attempt, model)
+        return timing_summary(stages, _cache_s(record), _gateway_s(record, now, attempt.end - attempt.start))
+
+    headers = _base_headers(record, dispatched, plan)
+    if gw.config.telemetry.server_timing:
+        # At the first byte only the wait before the first token is known, not yet how it splits.
+        known = [Stage("network", attempt.start, attempt.headers, MEASURED),
+                 Stage("queue_prefill", attempt.headers, attempt.first_event, MEASURED)]
+        headers["server-timing"] = _server_timing(record, known, time.perf_counter())
+    events = relay_events(stream, req.client_wants_usage, record, finish, collect,
+                          usage_extension if summary_wanted and req.client_wants_usage else None)
+    return SSEResponse(events, headers)
 
 
-def _serve_hit(hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:
-    record.cache, record.finished = plan.status, time.perf_counter()
+def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:
     body = hit_body(hit)
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if hit.similarity is not None:
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
     if "model" in body:
         headers["x-slipstream-model"] = str(body["model"])
-    _record(record)
+    if gw.config.telemetry.server_timing:
+        headers["server-timing"] = _server_timing(record, [], time.perf_counter())
+    record.finished = time.perf_counter()
+    background = BackgroundTask(gw.telemetry.finish, record)
     if req.stream:
-        return SSEResponse(replay(replay_events(body, req.client_wants_usage)), headers)
-    return Response(orjson.dumps(body), 200, headers, media_type="application/json")
+        response = SSEResponse(replay(replay_events(body, req.client_wants_usage)), headers)
+        response.background = background
+        return response
+    return Response(orjson.dumps(body), 200, headers, media_type="application/json", background=background)
 
 
-def _record(record: RequestRecord) -> None:
-    # The record stage: telemetry hooks in here. Never log bodies or keys.
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "request %s tenant=%s alias=%s backend=%s stream=%s status=%s outcome=%s attempts=%d fallback=%s ms=%.1f",
-            record.request_id, record.tenant, record.alias, record.backend, record.stream,
-            record.status, record.outcome.value, record.attempts, record.fallback, record.duration_s * 1000,
-        )
+def _server_timing(record: RequestRecord, stages: list[Stage], now: float) -> str:
+    upstream = sum(s.duration for s in stages)
+    extra = {}
+    if len(record.attempt_log) > 1:
+        # Failed attempts and the backoff between them, before the attempt that answered.
+        extra["retries"] = record.attempt_log[-1].start - record.attempt_log[0].start
+    return server_timing(stages, _cache_s(record), _gateway_s(record, now, upstream + sum(extra.values())), extra)
+
+
+def _cache_s(record: RequestRecord) -> float | None:
+    return record.cache_end - record.cache_start if record.cache_end else None
+
+
+def _gateway_s(record: RequestRecord, now: float, upstream_s: float) -> float:
+    """The gateway's own time so far: everything that was neither the cache nor a backend."""
+    return max(0.0, now - record.received - (_cache_s(record) or 0.0) - upstream_s)
+
+
+def _parse(body: bytes) -> dict | None:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _note_answer(record: RequestRecord, body: dict) -> None:
+    usage = body.get("usage")
+    if isinstance(usage, dict):
+        record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    model = body.get("model")
+    record.response_model = model if isinstance(model, str) else None
+    for choice in body.get("choices") or ():
+        if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
+            record.finish_reasons.append(choice["finish_reason"])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
+
+from app.telemetry.timing import NO_REPORT, BackendReport
 
 
 class Outcome(Enum):
@@ -19,6 +22,48 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     source: str = "reported"  # usage always comes from the backend; the gateway never guesses it
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    """One upstream call: gateway-measured instants (perf_counter), the backend's own report, outcome."""
+
+    number: int
+    alias: str
+    backend: str
+    flavor: str
+    server_address: str
+    server_port: int
+    request_model: str
+    stream: bool
+    start: float
+    load: int = 0  # requests in flight at this backend when it was chosen (this one included)
+    headers: float = 0.0
+    first_event: float = 0.0
+    end: float = 0.0
+    status: int = 0
+    error_type: str | None = None
+    report: BackendReport = NO_REPORT
+    response_model: str | None = None
+    span: Any = None  # the live CLIENT span, when tracing
+
+
+@dataclass(slots=True)
+class Event:
+    at: float
+    name: str
+    attributes: dict
+
+
+@dataclass(slots=True)
+class RouteDecision:
+    alias: str
+    strategy: str
+    chosen: str
+    at: float
+    end: float
+    candidates: dict[str, float | int] = field(default_factory=dict)  # backend -> its figure (predicted s, or load)
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -42,6 +87,19 @@ class RequestRecord:
     retries: int = 0
     fallback: str | None = None
     cache: str = "bypass"
+    cache_start: float = 0.0
+    cache_end: float = 0.0
+    embed_s: float = 0.0
+    similarity: float | None = None
+    response_model: str | None = None
+    prompt_tokens_hint: int = 0  # an estimate for the latency model; never reported as usage
+    attempt_log: list[AttemptRecord] = field(default_factory=list)
+    routes: list[RouteDecision] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    params: dict | None = None  # max_tokens, temperature, top_p, seed: span attributes
+    body: dict | None = None  # the request body, kept only while content capture is on
+    output_text: str | None = None
+    span: Any = None  # the live SERVER span, when tracing
     usage: Usage | None = None
 
     @property

@@ -18,23 +18,27 @@ from starlette.types import Receive, Scope, Send
 from app.cache.assemble import StreamAssembler
 from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
 from app.record import Outcome, RequestRecord, Usage
+from app.telemetry.timing import from_llamacpp
 from app.upstream.attempt import EventStream
 from app.upstream.sse import DONE, event_data
 
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"]+)"')
 _DONE_EVENT = b"data: [DONE]\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 async def relay_events(
     stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None],
-    collect: StreamAssembler | None = None,
+    collect: StreamAssembler | None = None, usage_extension: Callable[[], dict] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once.
 
     `collect`, when given, sees every data chunk as the backend sent it (to cache the finished answer).
+    `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
     """
     complete = False
+    attempt = record.attempt_log[-1] if record.attempt_log else None
     try:
         async for event in stream.events():
             data = event_data(event)
@@ -46,14 +50,18 @@ async def relay_events(
                 break
             if not record.first_token:
                 record.first_token = time.perf_counter()
+                m = _MODEL.search(data)
+                record.response_model = m.group(1).decode() if m else None
             if collect is not None:
                 collect.feed(data)
+            if b'"timings"' in data and attempt is not None:
+                attempt.report = _llamacpp_report(data) or attempt.report
             if data.startswith(b'{"error"'):
                 record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
                 yield b"data: " + data + b"\n\n"
                 return
             if b'"usage"' in data:
-                data = _take_usage(data, client_wants_usage, record)
+                data = _take_usage(data, client_wants_usage, record, usage_extension)
                 if data is None:
                     continue
             if b'"finish_reason"' in data:
@@ -70,11 +78,21 @@ async def relay_events(
         raise
     finally:
         record.finished = time.perf_counter()
+        if attempt is not None:
+            attempt.end = stream.timing.end or record.finished
         await stream.aclose()
         finish()
 
 
-def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord) -> bytes | None:
+def _llamacpp_report(data: bytes):
+    try:
+        return from_llamacpp(orjson.loads(data))
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+
+
+def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,
+                usage_extension: Callable[[], dict] | None = None) -> bytes | None:
     """Record a usage report; hide it (or its whole chunk) from a client that did not ask for it."""
     try:
         chunk = orjson.loads(data)
@@ -85,7 +103,10 @@ def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord) ->
         return data
     record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
     if client_wants_usage:
-        return data
+        if usage_extension is None:
+            return data
+        usage["slipstream_timing"] = usage_extension()
+        return orjson.dumps(chunk)
     if not chunk.get("choices"):
         return None
     del chunk["usage"]
@@ -113,6 +134,8 @@ class SSEResponse(Response):
                 # upstream connection at once, which frees the backend's slot.
                 relay.cancel()
             await asyncio.gather(relay, watch, return_exceptions=True)
+        if self.background is not None:
+            await self.background()
 
     async def _relay(self, send: Send) -> None:
         try:

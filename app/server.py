@@ -22,12 +22,12 @@ log = logging.getLogger("slipstream.server")
 _JSON = "application/json"
 
 
-def create_app(config: GatewayConfig) -> FastPath:
+def create_app(config: GatewayConfig, span_exporter=None) -> FastPath:
     """The gateway's ASGI app; clients and state are built when the app starts."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.gateway = Gateway.start(config)
+        app.state.gateway = Gateway.start(config, span_exporter)
         await app.state.gateway.cache.start()
         # Everything built so far lives for the whole process: freeze it out of the collector's view,
         # so full collections stay short (they showed as ~20 ms p99 spikes under load).
@@ -48,6 +48,13 @@ def create_app(config: GatewayConfig) -> FastPath:
     async def list_models(request: Request) -> Response:
         request.app.state.gateway.auth.authenticate(request.headers.get("authorization"))
         return Response(models_body, media_type=_JSON)
+
+    if config.telemetry.metrics:
+
+        @app.get("/metrics")
+        async def metrics(request: Request) -> Response:
+            body = request.app.state.gateway.telemetry.metrics.render()
+            return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/healthz")
     async def healthz() -> Response:

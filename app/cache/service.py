@@ -48,6 +48,7 @@ class CachePlan:
     vector: np.ndarray | None = None
     stale: CachedAnswer | None = None
     similarity: float | None = None
+    embed_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -115,7 +116,9 @@ class Cache:
 
     async def _semantic_lookup(self, plan: CachePlan) -> Hit | None:
         q = plan.semantic
+        t0 = time.perf_counter()
         plan.vector = await self.embedder.embed(q.text)
+        plan.embed_s = time.perf_counter() - t0
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
         for n in neighbours:
             if n.similarity < plan.threshold:

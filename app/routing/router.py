@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from app.config import BreakerConfig, ModelAlias
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
+from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
-from app.routing.health import Breaker
+from app.routing.health import Breaker, BreakerState
 from app.routing.strategies import STRATEGIES, Strategy
 from app.upstream.client import Backend
 
@@ -128,8 +129,9 @@ class Router:
             raise
         return Lease(self, state)
 
-    def report(self, state: BackendState, err: GatewayError | None) -> None:
-        """Feed an attempt's outcome to the backend's health: breaker, or rate-limit cooldown."""
+    def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
+        """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""
+        before = state.breaker.state
         if isinstance(err, UpstreamStatus) and err.status == 429:
             # A backend that answers fast 429s must not look healthy, nor be ejected for being busy.
             state.limited_until = time.monotonic() + (retry_after_s(err) or 1.0)
@@ -137,6 +139,22 @@ class Router:
             state.breaker.record(True)
         else:
             state.breaker.record(False)
+        return state.breaker.state if state.breaker.state is not before else None
+
+    def decision(self, alias: str, chosen: BackendState, at: float, end: float, avoided: set[str]) -> RouteDecision:
+        """What this routing choice saw: each candidate's load and health, and why the choice fell where it did."""
+        entry = self._aliases[alias]
+        now = time.monotonic()
+        candidates = {}
+        for s in entry.states:
+            if not s.breaker.available(now) and s is not chosen:
+                candidates[s.name] = "ejected"
+            elif s.limited_until > now and s is not chosen:
+                candidates[s.name] = "rate_limited"
+            else:
+                candidates[s.name] = s.inflight
+        reason = entry.strategy.__name__ + (f", avoiding {sorted(avoided)}" if avoided else "")
+        return RouteDecision(alias, entry.strategy.__name__, chosen.name, at, end, candidates, reason)
 
     def all_limited(self, alias: str) -> bool:
         """Whether every usable backend of the alias is cooling down after a 429."""

@@ -32,6 +32,7 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/sim/stats", _stats)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_put("/sim/faults", _set_faults)
     return app
 
@@ -119,6 +120,11 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
             "BadRequestError",
         )
     texts = [generate_tokens(rng, plan.output_tokens) for rng in rngs]
+    response = None
+    if body.get("stream"):
+        # Like vLLM, the stream's headers go out at once; the first event waits for queue and prefill.
+        response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+        await response.prepare(request)
     await engine.admit()
     try:
         timings.admitted = now()
@@ -126,8 +132,8 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
             await asyncio.sleep(_HANG_S)
         await engine.prefill(p_tokens)
         timings.prefilled = now()
-        if body.get("stream"):
-            return await _stream(request, engine, kind, body, plan, texts, p_tokens, timings)
+        if response is not None:
+            return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request)
         for i in range(plan.output_tokens):
             if plan.fault in ("stall", "disconnect") and i == plan.fault_at:
                 if plan.fault == "disconnect":
@@ -153,9 +159,7 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
     return _json(data, headers=headers)
 
 
-async def _stream(request, engine, kind, body, plan, texts, p_tokens, timings) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
-    await response.prepare(request)
+async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request) -> web.StreamResponse:
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
     n_choices = len(texts)
 
@@ -231,6 +235,20 @@ async def _health(request: web.Request) -> web.Response:
 async def _stats(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     return _json({"running": engine.running, "queued": engine.queued, "slots": engine.config.slots, **engine.stats.as_dict()})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """Live load in vLLM's Prometheus names, as a vLLM server's /metrics shows it."""
+    engine = request.app[ENGINE]
+    label = f'{{model_name="{engine.config.model}"}}'
+    lines = []
+    for name, kind, help_, value in (
+        ("vllm:num_requests_running", "gauge", "Number of requests currently running on GPU.", engine.running),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", engine.queued),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", engine.running / engine.config.slots),
+    ):
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
 async def _set_faults(request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ from app.config import Timeouts
 from app.deadline import Deadline
 from app.errors import UpstreamProtocolError, UpstreamStatus, UpstreamTimeout
 from app.upstream.client import Backend, map_transport_errors, open_response, response_headers
+from app.telemetry.timing import NO_REPORT, BackendReport, from_tgi_headers
 from app.upstream.sse import EventSplitter
 
 _JSON = "application/json"
@@ -42,6 +43,7 @@ class JsonReply:
     body: bytes
     headers: dict[str, str]
     timing: AttemptTiming
+    report: BackendReport = NO_REPORT  # from TGI-style timing headers; body reports are parsed later
 
 
 @dataclass(slots=True)
@@ -95,14 +97,15 @@ class EventStream:
             self._response.close()
 
 
-async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline) -> JsonReply:
+async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline,
+                    extra_headers: dict[str, str] | None = None) -> JsonReply:
     """A complete non-streaming exchange; a backend error status raises UpstreamStatus."""
     timing = AttemptTiming(time.perf_counter())
     limit = deadline.cap(timeouts.total_s)
     response = None
     try:
         async with asyncio.timeout(limit):
-            response = await open_response(backend, path, body, _JSON, timeouts.connect_s)
+            response = await open_response(backend, path, body, _JSON, timeouts.connect_s, extra_headers)
             timing.headers = time.perf_counter()
             with map_transport_errors(backend.name):
                 data = await response.read()
@@ -118,10 +121,12 @@ async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts
     timing.end = time.perf_counter()
     if response.status >= 400:
         raise _status_error(response, data, backend)
-    return JsonReply(backend, response.status, data, response_headers(response), timing)
+    report = from_tgi_headers(response.headers) if "x-inference-time" in response.headers else NO_REPORT
+    return JsonReply(backend, response.status, data, response_headers(response), timing, report)
 
 
-async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline) -> EventStream:
+async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline,
+                      extra_headers: dict[str, str] | None = None) -> EventStream:
     """Open a streaming exchange and wait for its first event, so early failures still raise here."""
     timing = AttemptTiming(time.perf_counter())
     total = deadline.cap(timeouts.total_s)
@@ -130,7 +135,7 @@ async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeou
     response = None
     try:
         async with asyncio.timeout(first_limit):
-            response = await open_response(backend, path, body, _SSE, timeouts.connect_s)
+            response = await open_response(backend, path, body, _SSE, timeouts.connect_s, extra_headers)
             timing.headers = time.perf_counter()
             first, splitter = await _first_events(response, backend)
     except TimeoutError:

@@ -70,11 +70,13 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {})
 
 
-async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float) -> aiohttp.ClientResponse:
+async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float,
+                        extra_headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
     """POST a body and return the response with its body still unread."""
+    headers = {**backend.headers, "accept": accept, **extra_headers} if extra_headers else {**backend.headers, "accept": accept}
     with map_transport_errors(backend.name):
         return await backend.session.post(
-            backend.url(path), data=body, headers={**backend.headers, "accept": accept}, allow_redirects=False,
+            backend.url(path), data=body, headers=headers, allow_redirects=False,
             timeout=_connect_timeout(connect_s),
         )
 

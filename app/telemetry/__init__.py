@@ -1,0 +1,1 @@
+"""Traces, metrics, timing breakdowns and backend timing signals."""

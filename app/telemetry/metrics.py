@@ -1,0 +1,106 @@
+"""Prometheus metrics: GenAI-convention histograms per request, and live gauges read at scrape time.
+
+Names follow the OpenTelemetry GenAI metric conventions (dots to underscores, unit suffix), with the
+buckets the conventions advise. One process per replica: prometheus-client's per-process registry is
+then exact (several uvicorn workers would each report only their share).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from app.record import Outcome, RequestRecord
+from app.routing.health import BreakerState
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
+DURATION_BUCKETS = tuple(0.01 * 2**i for i in range(14))  # 0.01 .. 81.92 s
+TOKEN_BUCKETS = tuple(4**i for i in range(14))  # 1 .. 67M
+_BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        labels = ["gen_ai_operation_name", "gen_ai_request_model", "slipstream_backend"]
+        self.duration = Histogram("gen_ai_server_request_duration", "Time from request received to response done, seconds.",
+                                  labels + ["slipstream_outcome", "slipstream_cache"], buckets=DURATION_BUCKETS, registry=r, unit="seconds")
+        self.ttft = Histogram("gen_ai_server_time_to_first_token", "Time to the first token of streamed responses, seconds.",
+                              labels, buckets=TTFT_BUCKETS, registry=r, unit="seconds")
+        self.tpot = Histogram("gen_ai_server_time_per_output_token", "Decode time per output token after the first, seconds.",
+                              labels, buckets=TPOT_BUCKETS, registry=r, unit="seconds")
+        self.tokens = Histogram("gen_ai_client_token_usage", "Tokens used per request, as the backend reported.",
+                                labels + ["gen_ai_token_type"], buckets=TOKEN_BUCKETS, registry=r)
+        self.attempts = Counter("slipstream_upstream_attempts", "Upstream attempts by backend and result.",
+                                ["slipstream_backend", "result"], registry=r)
+        self.retries = Counter("slipstream_retries", "Retries made.", ["gen_ai_request_model"], registry=r)
+        self.fallbacks = Counter("slipstream_fallbacks", "Answers served by a fallback model.",
+                                 ["gen_ai_request_model", "reason"], registry=r)
+        self.cache = Counter("slipstream_cache_requests", "Cache outcome per request.",
+                             ["gen_ai_request_model", "result"], registry=r)
+
+    def observe(self, record: RequestRecord, operation: str) -> None:
+        """Fold one finished request into the histograms and counters."""
+        backend = record.backend or "none"
+        base = (operation, record.alias or "unknown", backend)
+        outcome = record.outcome.value
+        self.duration.labels(*base, outcome, record.cache).observe(record.duration_s)
+        if record.alias:
+            self.cache.labels(record.alias, record.cache).inc()
+        if record.stream and record.first_token and record.outcome is Outcome.OK:
+            self.ttft.labels(*base).observe(record.first_token - record.received)
+        if record.usage is not None:
+            self.tokens.labels(*base, "input").observe(record.usage.prompt_tokens)
+            self.tokens.labels(*base, "output").observe(record.usage.completion_tokens)
+            n = record.usage.completion_tokens
+            if record.stream and record.first_token and n > 1 and record.outcome is Outcome.OK:
+                self.tpot.labels(*base).observe((record.finished - record.first_token) / (n - 1))
+        for a in record.attempt_log:
+            self.attempts.labels(a.backend, a.error_type or "ok").inc()
+        if record.retries:
+            self.retries.labels(record.alias).inc(record.retries)
+        if record.fallback:
+            self.fallbacks.labels(record.alias, record.fallback).inc()
+
+    def register_live(self, gateway: Gateway) -> None:
+        self.registry.register(_LiveCollector(gateway))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _LiveCollector:
+    """Gauges read from the gateway's state when Prometheus scrapes: nothing is kept per request."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+
+    def collect(self):
+        gw = self.gw
+        inflight = GaugeMetricFamily("slipstream_backend_inflight", "Requests in flight to each backend.", labels=["slipstream_backend"])
+        breaker = GaugeMetricFamily("slipstream_backend_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open (ejected).",
+                                    labels=["slipstream_backend"])
+        running = GaugeMetricFamily("slipstream_backend_running", "Requests the backend reports running (vLLM /metrics).", labels=["slipstream_backend"])
+        waiting = GaugeMetricFamily("slipstream_backend_waiting", "Requests the backend reports waiting (vLLM /metrics).", labels=["slipstream_backend"])
+        kv = GaugeMetricFamily("slipstream_backend_kv_cache_usage", "KV-cache use the backend reports, 0..1 (vLLM /metrics).", labels=["slipstream_backend"])
+        for name, state in gw.router.states.items():
+            inflight.add_metric([name], state.inflight)
+            breaker.add_metric([name], _BREAKER_VALUE[state.breaker.state])
+            load = gw.backend_load.get(name)
+            if load is not None:
+                for family, value in ((running, load.running), (waiting, load.waiting), (kv, load.kv_cache_usage)):
+                    if value is not None:
+                        family.add_metric([name], value)
+        yield from (inflight, breaker, running, waiting, kv)
+        yield GaugeMetricFamily("slipstream_queued_requests", "Requests waiting for a backend slot in this gateway.", value=gw.router.queued)
+        stats = gw.cache.stats
+        yield CounterMetricFamily("slipstream_cache_errors", "Cache store failures (the cache failed open).", value=stats.errors)
+        yield CounterMetricFamily("slipstream_cache_guard_rejections", "Semantic matches rejected by the guard.", value=stats.guard_rejections)
+        yield CounterMetricFamily("slipstream_retry_budget_denied", "Retries refused by the retry budget.", value=gw.budget.denied)

@@ -1,0 +1,219 @@
+"""OpenTelemetry traces: a SERVER span per request, a CLIENT span per upstream attempt, and under
+each attempt its network, queue, prefill and decode spans with real start and end times.
+
+The live spans (server, attempts) exist while the request runs, so an incoming `traceparent` is
+honoured and the attempt's context is forwarded to the backend (vLLM and TGI join the trace). Every
+other span is written at the end from the request's record, with explicit timestamps: the hot path
+records plain numbers and this module alone turns them into spans. Names and attributes follow the
+OpenTelemetry GenAI semantic conventions (v1.41); ours are `slipstream.*`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from app.config import TracingConfig
+from app.record import AttemptRecord, RequestRecord
+from app.routing.latency_model import LatencyModel
+from app.telemetry.stages import Stage, json_stages, stream_stages
+
+log = logging.getLogger("slipstream.tracing")
+
+# perf_counter instants -> epoch nanoseconds, fixed once per process.
+_EPOCH_OFFSET = time.time() - time.perf_counter()
+_PROVIDERS = {"vllm": "vllm", "tgi": "tgi", "llamacpp": "llama_cpp", "ollama": "ollama", "openai": "openai"}
+OPERATIONS = {"chat/completions": "chat", "completions": "text_completion", "embeddings": "embeddings"}
+
+
+def ns(t: float) -> int:
+    return int((t + _EPOCH_OFFSET) * 1e9)
+
+
+def build_exporter(config: TracingConfig) -> SpanExporter | None:
+    """The exporter named by OTEL_TRACES_EXPORTER (or config): otlp over http/protobuf or grpc, console, none.
+
+    Endpoint, headers and timeouts come from the standard OTEL_EXPORTER_OTLP_* variables.
+    """
+    kind = os.environ.get("OTEL_TRACES_EXPORTER", config.exporter).split(",")[0].strip()
+    if kind == "none":
+        return None
+    if kind == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", config.protocol))
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    return OTLPSpanExporter()
+
+
+class Tracing:
+    """Span creation for the pipeline; a disabled instance does nothing and costs a flag check."""
+
+    def __init__(self, config: TracingConfig, exporter: SpanExporter | None = None) -> None:
+        self.capture_content = config.capture_content or os.environ.get(
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").lower() == "true"
+        exporter = exporter if exporter is not None else (build_exporter(config) if config.enabled else None)
+        self.enabled = exporter is not None
+        if not self.enabled:
+            return
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", config.service_name)})
+        # OTEL_TRACES_SAMPLER, when set, wins (the SDK reads it); otherwise the configured ratio.
+        sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(config.sample_ratio))
+        self.provider = TracerProvider(resource=resource, sampler=sampler) if sampler else TracerProvider(resource=resource)
+        # Batching in a background thread, with a bounded queue that drops when full: a slow or dead
+        # collector never slows or fails a request.
+        self.provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=config.max_queue_size, export_timeout_millis=5000))
+        self.tracer = self.provider.get_tracer("slipstream")
+        self._propagator = TraceContextTextMapPropagator()
+
+    # --- live spans ---------------------------------------------------------------------------
+    def start_request(self, record: RequestRecord, method: str, path: str, traceparent: str | None) -> None:
+        if not self.enabled:
+            return
+        ctx = self._propagator.extract({"traceparent": traceparent}) if traceparent else None
+        record.span = self.tracer.start_span(f"{method} {path}", context=ctx, kind=SpanKind.SERVER, start_time=ns(record.received))
+
+    def start_attempt(self, record: RequestRecord, attempt: AttemptRecord) -> str | None:
+        """Open the attempt's CLIENT span; returns the traceparent to forward to the backend."""
+        if not self.enabled or record.span is None or not record.span.is_recording():
+            return None
+        op = OPERATIONS.get(record.endpoint, record.endpoint)
+        attempt.span = self.tracer.start_span(
+            f"{op} {attempt.request_model}",
+            context=trace.set_span_in_context(record.span),
+            kind=SpanKind.CLIENT,
+            start_time=ns(attempt.start),
+            attributes={
+                "gen_ai.operation.name": op,
+                "gen_ai.provider.name": _PROVIDERS.get(attempt.flavor, attempt.flavor),
+                "gen_ai.request.model": attempt.request_model,
+                "server.address": attempt.server_address,
+                "server.port": attempt.server_port,
+                "slipstream.backend": attempt.backend,
+                "slipstream.model_alias": attempt.alias,
+                "slipstream.attempt": attempt.number,
+            },
+        )
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=trace.set_span_in_context(attempt.span))
+        return carrier.get("traceparent")
+
+    # --- the record, turned into spans --------------------------------------------------------
+    def finish(self, record: RequestRecord, models: dict[str, LatencyModel], request_params: dict | None) -> None:
+        span = record.span
+        if span is None:
+            return
+        tracer = self.tracer
+        parent = trace.set_span_in_context(span)
+        span.set_attributes({
+            "http.request.method": "POST",
+            "http.response.status_code": record.status,
+            "gen_ai.operation.name": OPERATIONS.get(record.endpoint, record.endpoint),
+            "gen_ai.request.model": record.alias,
+            "slipstream.request_id": record.request_id,
+            "slipstream.tenant": record.tenant,
+            "slipstream.outcome": record.outcome.value,
+            "slipstream.cache.status": record.cache,
+            "slipstream.attempts": record.attempts,
+            "slipstream.retries": record.retries,
+        })
+        if record.fallback:
+            span.set_attribute("slipstream.fallback", record.fallback)
+        if record.response_model:
+            span.set_attribute("gen_ai.response.model", record.response_model)
+        if record.usage is not None:
+            span.set_attributes({"gen_ai.usage.input_tokens": record.usage.prompt_tokens,
+                                 "gen_ai.usage.output_tokens": record.usage.completion_tokens})
+        if record.error_type:
+            span.set_attribute("error.type", record.error_type)
+            if record.status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+        if record.cache_end:
+            cache = tracer.start_span("cache lookup", context=parent, start_time=ns(record.cache_start),
+                                      attributes={"slipstream.cache.status": record.cache, "slipstream.timing.source": "measured"})
+            if record.similarity is not None:
+                cache.set_attribute("slipstream.cache.similarity", record.similarity)
+            if record.embed_s:
+                emb = tracer.start_span("embedding", context=trace.set_span_in_context(cache),
+                                        start_time=ns(record.cache_start), attributes={"slipstream.timing.source": "measured"})
+                emb.end(end_time=ns(record.cache_start + record.embed_s))
+            cache.end(end_time=ns(record.cache_end))
+        for route in record.routes:
+            r = tracer.start_span("route", context=parent, start_time=ns(route.at), attributes={
+                "slipstream.model_alias": route.alias, "slipstream.route.strategy": route.strategy,
+                "slipstream.route.chosen": route.chosen, "slipstream.route.reason": route.reason,
+                "slipstream.route.candidates": [f"{k}={v}" for k, v in route.candidates.items()],
+            })
+            r.end(end_time=ns(route.end))
+        for event in record.events:
+            span.add_event(event.name, attributes=event.attributes, timestamp=ns(event.at))
+        for attempt in record.attempt_log:
+            self._finish_attempt(record, attempt, models.get(attempt.backend), request_params)
+        if self.capture_content and record.body is not None:
+            span.set_attribute("gen_ai.input.messages", orjson.dumps(record.body.get("messages", record.body.get("prompt"))).decode())
+            if record.output_text is not None:
+                span.set_attribute("gen_ai.output.messages", record.output_text)
+        span.end(end_time=ns(record.finished or time.perf_counter()))
+
+    def _finish_attempt(self, record: RequestRecord, a: AttemptRecord, model: LatencyModel | None, params: dict | None) -> None:
+        span = a.span
+        if span is None:
+            return
+        if params:
+            for key, attr in (("max_tokens", "gen_ai.request.max_tokens"), ("temperature", "gen_ai.request.temperature"),
+                              ("top_p", "gen_ai.request.top_p"), ("seed", "gen_ai.request.seed")):
+                v = params.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    span.set_attribute(attr, v)
+        if a.error_type:
+            span.set_attribute("error.type", a.error_type)
+            span.set_status(Status(StatusCode.ERROR))
+        end = a.end or record.finished or time.perf_counter()
+        final = a is record.attempt_log[-1] and not a.error_type
+        if final:
+            if a.response_model:
+                span.set_attribute("gen_ai.response.model", a.response_model)
+            if record.finish_reasons:
+                span.set_attribute("gen_ai.response.finish_reasons", list(record.finish_reasons))
+            if record.usage is not None:
+                span.set_attributes({"gen_ai.usage.input_tokens": record.usage.prompt_tokens,
+                                     "gen_ai.usage.output_tokens": record.usage.completion_tokens})
+            if model is not None and a.end:
+                for stage in attempt_stages(record, a, model):
+                    s = self.tracer.start_span(stage.name, context=trace.set_span_in_context(span), start_time=ns(stage.start),
+                                               attributes={"slipstream.timing.source": stage.source})
+                    if stage.name == "decode" and record.usage is not None:
+                        s.set_attribute("gen_ai.usage.output_tokens", record.usage.completion_tokens)
+                    s.end(end_time=ns(stage.end))
+        span.end(end_time=ns(end))
+
+    def shutdown(self) -> None:
+        if self.enabled:
+            self.provider.shutdown()
+
+    def force_flush(self) -> None:
+        if self.enabled:
+            self.provider.force_flush()
+
+
+def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel) -> list[Stage]:
+    """The stage breakdown of a finished, successful attempt."""
+    prompt = record.usage.prompt_tokens if record.usage else record.prompt_tokens_hint
+    output = record.usage.completion_tokens if record.usage else 0
+    if a.stream and a.first_event:
+        return stream_stages(a.start, a.headers or a.start, a.first_event, a.end, a.report, prompt, model)
+    return json_stages(a.start, a.end, a.report, prompt, output, model, a.load)

@@ -210,6 +210,7 @@ class TracingConfig(Strict):
     # OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true).
     capture_content: bool = False
     max_queue_size: int = Field(4096, ge=1)
+    export_batch_size: int = Field(64, ge=1)
 
 
 class TelemetryConfig(Strict):

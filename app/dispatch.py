@@ -109,8 +109,13 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
             gw.router.report(lease.state, None)
         return Dispatched(result, lease, alias, attempt=a)
 
-    if policy.max_attempts == 1:
+    # The first attempt runs outside tenacity: the common case (it succeeds) pays nothing for retrying.
+    try:
         return await attempt()
+    except GatewayError as err:
+        if policy.max_attempts == 1 or not is_retryable(err, policy):
+            raise
+        first_failure: GatewayError | None = err
     retrying = AsyncRetrying(
         stop=_Stop(gw, alias, policy, deadline),
         wait=_Wait(gw, alias, policy, deadline),
@@ -120,6 +125,10 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
     )
     async for try_ in retrying:
         with try_:
+            if first_failure is not None:
+                # Hand tenacity the first attempt's failure, so it decides, waits and counts from there.
+                failure, first_failure = first_failure, None
+                raise failure
             return await attempt()
     raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 

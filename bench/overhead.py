@@ -8,6 +8,10 @@ load generator to CPU 1, so the gateway gets one core of this 2-core box.
     python bench/overhead.py                       # c = 1, 16, 64; json and stream; 3 rounds
     python bench/overhead.py --conc 16 --rounds 5 --seconds 4
     python bench/overhead.py --profile             # also writes a pyinstrument profile of the gateway
+    python bench/overhead.py --variants bare,default,traced --conc 16   # what telemetry adds
+
+Variants: bare (no metrics, no Server-Timing, no tracing), default (metrics and Server-Timing, as
+shipped), traced (default plus every request traced and exported over OTLP/HTTP to a local receiver).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, percentile, start_gateway  # noqa: E402
+from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
 
 BODY_TOKENS = 16
 
@@ -103,6 +108,7 @@ def main() -> int:
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--profile", action="store_true", help="run the gateway under pyinstrument")
     ap.add_argument("--gateway-env", action="append", default=[], help="KEY=VALUE for the gateway process")
+    ap.add_argument("--variants", default="default", help="comma-separated: bare, default, traced")
     args = ap.parse_args()
     pin = not args.no_pin and shutil.which("taskset") is not None and os.cpu_count() and os.cpu_count() >= 2
     if pin:
@@ -110,14 +116,27 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
     fleet = Fleet.zero_latency(tmp)
     env = dict(kv.split("=", 1) for kv in args.gateway_env)
-    gateway = start_gateway(tmp, fleet, cpus="0" if pin else None, profile=tmp / "profile.txt" if args.profile else None, env=env)
-    targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model), "gateway": (f"{gateway.url}/v1/chat/completions", "zero")}
+    variants = args.variants.split(",")
+    receiver = None
+    if "traced" in variants:
+        port = free_port()
+        receiver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "otlp_receiver.py"), str(port)])
+        env_traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    gateways = {}
+    for v in variants:
+        gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v]},
+                                    profile=tmp / f"profile-{v}.txt" if args.profile else None,
+                                    env=env_traced if v == "traced" else env)
+    targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model)}
+    targets.update({v: (f"{g.url}/v1/chat/completions", "zero") for v, g in gateways.items()})
     rows: dict[tuple[str, int, str], list[RunResult]] = {}
     try:
         for rnd in range(args.rounds):
             for mode in args.modes.split(","):
                 for c in map(int, args.conc.split(",")):
-                    order = ["direct", "gateway"] if rnd % 2 == 0 else ["gateway", "direct"]
+                    names = list(targets)
+                    k = rnd % len(names)
+                    order = names[k:] + names[:k]  # rotate who goes first each round
                     for name in order:
                         url, model = targets[name]
                         res = asyncio.run(closed_loop(url, model, mode == "stream", c, args.seconds, args.max_requests))
@@ -126,34 +145,45 @@ def main() -> int:
                               f"p50={percentile(res.latencies, 50):.2f}ms p99={percentile(res.latencies, 99):.2f}ms rps={res.rps:.0f}",
                               file=sys.stderr)
     finally:
-        gateway.stop()
+        for g in gateways.values():
+            g.stop()
         fleet.stop()
-    print_table(rows, args)
+        if receiver is not None:
+            receiver.terminate()
+    print_table(rows, args, variants)
     if args.profile:
-        print(f"\nprofile: {tmp / 'profile.txt'}")
+        print(f"\nprofiles: {tmp}/profile-*.txt")
     return 0
 
 
-def print_table(rows: dict, args) -> None:
+TELEMETRY = {
+    "bare": {"metrics": False, "server_timing": False},
+    "default": {},
+    "traced": {"tracing": {"enabled": True, "sample_ratio": 1.0}},
+}
+
+
+def print_table(rows: dict, args, variants: list[str]) -> None:
     def med(results: list[RunResult], f) -> float:
         return statistics.median(f(r) for r in results)
 
+    def p(q: float):
+        return lambda r: percentile(r.latencies, q)
+
     print(f"\nSlipstream overhead: medians over {args.rounds} rounds of {args.seconds:g}s, {BODY_TOKENS} output tokens, "
           f"zero-latency simulator")
-    print("| mode | c | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | RPS direct / gateway | RPS ratio | errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    for mode in args.modes.split(","):
-        for c in map(int, args.conc.split(",")):
-            d, g = rows[(mode, c, "direct")], rows[(mode, c, "gateway")]
-            dp50, dp99 = med(d, lambda r: percentile(r.latencies, 50)), med(d, lambda r: percentile(r.latencies, 99))
-            gp50, gp99 = med(g, lambda r: percentile(r.latencies, 50)), med(g, lambda r: percentile(r.latencies, 99))
-            # Added latency per round (gateway minus direct of the same round), then the median.
-            a50 = statistics.median(percentile(x.latencies, 50) - percentile(y.latencies, 50) for x, y in zip(g, d))
-            a99 = statistics.median(percentile(x.latencies, 99) - percentile(y.latencies, 99) for x, y in zip(g, d))
-            drps, grps = med(d, lambda r: r.rps), med(g, lambda r: r.rps)
-            errs = sum(r.errors for r in d + g)
-            print(f"| {mode} | {c} | {dp50:.2f} / {dp99:.2f} | {gp50:.2f} / {gp99:.2f} | {a50:.2f} / {a99:.2f} | "
-                  f"{drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
+    print("| gateway | mode | c | direct p50 / p99 ms | gateway p50 / p99 ms | added p50 / p99 ms | RPS direct / gateway | RPS ratio | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    cells = [(v, m, c) for v in variants for m in args.modes.split(",") for c in map(int, args.conc.split(","))]
+    for variant, mode, c in cells:
+        d, g = rows[(mode, c, "direct")], rows[(mode, c, variant)]
+        # Added latency per round (gateway minus direct of the same round), then the median.
+        a50 = statistics.median(p(50)(x) - p(50)(y) for x, y in zip(g, d))
+        a99 = statistics.median(p(99)(x) - p(99)(y) for x, y in zip(g, d))
+        drps, grps = med(d, lambda r: r.rps), med(g, lambda r: r.rps)
+        errs = sum(r.errors for r in d + g)
+        print(f"| {variant} | {mode} | {c} | {med(d, p(50)):.2f} / {med(d, p(99)):.2f} | {med(g, p(50)):.2f} / {med(g, p(99)):.2f} | "
+              f"{a50:.2f} / {a99:.2f} | {drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
 
 
 if __name__ == "__main__":

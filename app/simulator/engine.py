@@ -17,9 +17,11 @@ class Stats:
     completed: int = 0
     cancelled: int = 0
     errors: int = 0
+    last_traceparent: str | None = None  # what the caller forwarded, so tests can follow a trace across
 
-    def as_dict(self) -> dict[str, int]:
-        return {"requests": self.requests, "completed": self.completed, "cancelled": self.cancelled, "errors": self.errors}
+    def as_dict(self) -> dict:
+        return {"requests": self.requests, "completed": self.completed, "cancelled": self.cancelled,
+                "errors": self.errors, "last_traceparent": self.last_traceparent}
 
 
 @dataclass(slots=True)

@@ -64,6 +64,7 @@ def _generate(kind: str):
         if body.get("model") != engine.config.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         engine.stats.requests += 1
+        engine.stats.last_traceparent = request.headers.get("traceparent")
         problem = _invalid(body)
         if problem:
             engine.stats.errors += 1

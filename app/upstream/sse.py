@@ -20,6 +20,10 @@ class EventSplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Return the complete events (without their terminating blank line) now buffered."""
         buf = self._buf + chunk if self._buf else chunk
+        if b"\r" not in buf:  # the common case: plain \n line endings, split without the regex
+            events = buf.split(b"\n\n")
+            self._buf = events.pop()
+            return events
         events = []
         start = 0
         for match in _EVENT_END.finditer(buf):

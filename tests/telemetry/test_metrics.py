@@ -1,0 +1,124 @@
+"""Prometheus /metrics and the Server-Timing header, as an operator and a browser see them."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ACME_KEY, gateway_config, start_gateway
+from tests.support import wait_until
+
+AUTH = {"authorization": f"Bearer {ACME_KEY}"}
+
+
+def scrape(url: str) -> dict[str, list]:
+    text = httpx.get(f"{url}/metrics").text
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def sample(families, name: str, **labels) -> float:
+    for family in families.values():
+        for s in family:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise KeyError(f"{name} {labels}")
+
+
+def test_request_histograms_by_alias_backend_and_outcome(gateway):
+    client = gateway.client()
+    for _ in range(3):
+        list(client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "m"}], max_tokens=8,
+                                            stream=True, extra_body={"ignore_eos": True}))
+    m = scrape(gateway.url)
+    labels = dict(gen_ai_operation_name="chat", gen_ai_request_model="chat", slipstream_backend="fast")
+    assert sample(m, "gen_ai_server_request_duration_seconds_count", slipstream_outcome="ok", **labels) >= 3
+    assert sample(m, "gen_ai_server_time_to_first_token_seconds_count", **labels) >= 3
+    assert sample(m, "gen_ai_server_time_per_output_token_seconds_count", **labels) >= 3
+    assert sample(m, "gen_ai_client_token_usage_sum", gen_ai_token_type="output", **labels) >= 24
+    # The conventions' TTFT buckets.
+    assert sample(m, "gen_ai_server_time_to_first_token_seconds_bucket", le="0.001", **labels) >= 0
+    assert sample(m, "slipstream_upstream_attempts_total", slipstream_backend="fast", result="ok") >= 3
+
+
+def test_live_gauges_and_error_outcomes(gateway):
+    client = gateway.client()
+    with pytest.raises(Exception):
+        client.chat.completions.create(model="dead", messages=[{"role": "user", "content": "x"}])
+    m = scrape(gateway.url)
+    assert sample(m, "slipstream_backend_inflight", slipstream_backend="fast") == 0
+    assert sample(m, "slipstream_backend_breaker_state", slipstream_backend="fast") == 0
+    assert sample(m, "slipstream_queued_requests") == 0
+    assert sample(m, "slipstream_retries_total", gen_ai_request_model="dead") >= 2
+    assert sample(m, "slipstream_upstream_attempts_total", slipstream_backend="dead", result="upstream_unreachable") >= 3
+    assert sample(m, "gen_ai_server_request_duration_seconds_count", gen_ai_request_model="dead",
+                  slipstream_outcome="upstream_error") >= 1
+
+
+def test_vllm_load_is_scraped(fleet, tmp_path):
+    config = gateway_config(fleet, 0)
+    config["telemetry"] = {"scrape_interval_s": 0.1}
+    gw = start_gateway(tmp_path, fleet, config)
+    try:
+        # "slow" is a vllm-flavour backend: the simulator serves vLLM's /metrics names.
+        assert wait_until(lambda: "slipstream_backend_running" in httpx.get(f"{gw.url}/metrics").text, timeout=5)
+        m = scrape(gw.url)
+        assert sample(m, "slipstream_backend_running", slipstream_backend="slow") == 0
+        assert sample(m, "slipstream_backend_kv_cache_usage", slipstream_backend="slow") == 0
+    finally:
+        gw.process.stop()
+
+
+def timings(header: str) -> dict[str, tuple[float, str | None]]:
+    out = {}
+    for part in header.split(","):
+        m = re.match(r'\s*(\w+);dur=([\d.]+)(?:;desc="(\w+)")?', part)
+        out[m.group(1)] = (float(m.group(2)), m.group(3))
+    return out
+
+
+def test_server_timing_on_a_json_answer(gateway):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH,
+                   json={"model": "tgi", "messages": [{"role": "user", "content": "t"}], "max_tokens": 4, "ignore_eos": True})
+    t = timings(r.headers["server-timing"])
+    assert [k for k in t] == ["network", "queue", "prefill", "decode", "gateway"]
+    assert t["queue"][1] == t["prefill"][1] == t["decode"][1] == "reported"
+    assert t["gateway"][1] == "measured"
+
+
+def test_server_timing_on_a_stream_says_what_is_known_at_the_first_byte(gateway):
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", headers=AUTH,
+                      json={"model": "chat", "messages": [{"role": "user", "content": "s"}], "max_tokens": 3, "stream": True}) as r:
+        t = timings(r.headers["server-timing"])
+        r.read()
+    assert list(t) == ["network", "queue_prefill", "gateway"]
+
+
+def test_opt_in_timing_summary_in_the_usage_chunk(gateway):
+    client = gateway.client()
+    chunks = list(client.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "u"}], max_tokens=5, stream=True,
+        stream_options={"include_usage": True}, extra_headers={"x-slipstream-server-timing": "usage"},
+        extra_body={"ignore_eos": True}))
+    summary = chunks[-1].usage.model_extra["slipstream_timing"]
+    assert set(summary) >= {"network", "queue", "prefill", "decode", "gateway"}
+    assert summary["prefill"]["source"] == "reported" and summary["decode"]["source"] == "measured"
+    plain = list(client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "u"}], max_tokens=5,
+                                                stream=True, stream_options={"include_usage": True}))
+    assert "slipstream_timing" not in (plain[-1].usage.model_extra or {})
+
+
+def test_grafana_dashboard_queries_only_metrics_we_export(gateway):
+    import json
+
+    from tests.support import ROOT
+
+    dash = json.loads((ROOT / "helm/slipstream/dashboards/slipstream.json").read_text())
+    exported = httpx.get(f"{gateway.url}/metrics").text
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            for name in re.findall(r"\b((?:gen_ai|slipstream)_[a-z_]+)", target["expr"]):
+                base = re.sub(r"_(bucket|count|sum)$", "", name)
+                assert base in exported, f"{panel['title']}: {name} is not exported"

@@ -79,6 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
             access_log=config.server.access_log,
             backlog=2048,
             proxy_headers=False,
+            timeout_graceful_shutdown=config.server.shutdown_grace_s,
         )
     finally:
         if fleet is not None:

@@ -28,6 +28,8 @@ class ServerConfig(Strict):
     queue_timeout_s: float = Field(30.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     access_log: bool = False
+    # On SIGTERM: stop accepting, let in-flight calls (streams too) finish for up to this long, then close.
+    shutdown_grace_s: float = Field(30.0, ge=0)
 
 
 class ClientKey(Strict):

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from app.auth import hash_key
-from tests.support import Process, free_port, set_faults, write_yaml
+from tests.support import Process, RedisServer, free_port, set_faults, write_yaml
 
 ACME_KEY = "sk-test-acme-0123456789"
 GLOBEX_KEY = "sk-test-globex-0123456789"
@@ -132,3 +132,12 @@ def flaky(fleet):
     """The flaky backend's port; its faults are cleared after the test."""
     yield fleet.ports["flaky"]
     set_faults(fleet.ports["flaky"])
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real Redis Stack server (Redis + RediSearch) on a loopback port, for the whole session."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()

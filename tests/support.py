@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import redis
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,3 +93,40 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+class RedisServer:
+    """A redis-server process (with RediSearch) on a loopback port; can be stopped and restarted."""
+
+    def __init__(self, tmp) -> None:
+        self.port = free_port()
+        self.log = tmp / f"redis-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(ROOT / "scripts" / "redis-server"), "--port", str(self.port), "--logfile", str(self.log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        client = redis.Redis(port=self.port)
+        assert wait_until(lambda: _pings(client), timeout=10), self.log.read_text()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return client.ping()
+    except redis.ConnectionError:
+        return False

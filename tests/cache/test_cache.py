@@ -239,8 +239,9 @@ def test_stale_answer_stands_in_when_every_backend_fails(cached_gateway, flaky):
 
 
 def test_redis_going_down_fails_open_and_recovers(fleet, tmp_path):
-    from tests.cache.conftest import RedisServer, cache_config
+    from tests.cache.conftest import cache_config
     from tests.conftest import start_gateway
+    from tests.support import RedisServer
 
     server = RedisServer(tmp_path)
     server.start()

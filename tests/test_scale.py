@@ -1,0 +1,71 @@
+"""Many replicas behave as one gateway, and a replica shutting down lets its streams finish."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.cache.conftest import cache_config
+from tests.conftest import start_gateway
+from tests.support import wait_until
+
+
+@pytest.fixture
+def replicas(fleet, redis_server, tmp_path):
+    gws = []
+    for i in range(3):
+        (tmp_path / f"r{i}").mkdir()
+        gws.append(start_gateway(tmp_path / f"r{i}", fleet, cache_config(fleet, "redis", redis_server.url)))
+    yield gws
+    for g in gws:
+        g.process.stop()
+
+
+def test_three_replicas_share_one_redis(replicas):
+    q = f"Shared across replicas {time.time()}"
+    first = replicas[0].client().chat.completions.with_raw_response.create(
+        model="cached", messages=[{"role": "user", "content": q}], temperature=0)
+    assert first.headers["x-slipstream-cache"] == "miss"
+    time.sleep(0.2)
+    for gw in replicas[1:]:
+        raw = gw.client().chat.completions.with_raw_response.create(
+            model="cached", messages=[{"role": "user", "content": q}], temperature=0)
+        assert raw.headers["x-slipstream-cache"] == "hit"
+        assert raw.parse().choices[0].message.content == first.parse().choices[0].message.content
+    # And the semantic index is shared too.
+    raw = replicas[2].client().chat.completions.with_raw_response.create(
+        model="cached", messages=[{"role": "user", "content": q.replace("Shared across", "Shared among")}], temperature=0)
+    assert raw.headers["x-slipstream-cache"] == "semantic-hit"
+
+
+def test_sigterm_mid_stream_lets_the_stream_finish(fleet, tmp_path):
+    gw = start_gateway(tmp_path, fleet)
+    client = gw.client()
+    stream = client.chat.completions.create(model="slow", messages=[{"role": "user", "content": "drain"}],
+                                            max_tokens=30, stream=True, extra_body={"ignore_eos": True})
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        if len(chunks) == 3:
+            gw.process.proc.send_signal(signal.SIGTERM)
+            # Soon the replica stops taking new calls, while this stream goes on.
+            assert wait_until(lambda: not _accepts(gw.url), timeout=3)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 30
+    assert chunks[-1].choices[0].finish_reason == "length"
+    # uvicorn re-raises SIGTERM once it has shut down cleanly, so the exit status is the signal's.
+    assert gw.process.proc.wait(timeout=10) in (0, -signal.SIGTERM)
+    log = gw.process.log()
+    assert "Finished server process" in log and "Traceback" not in log
+
+
+def _accepts(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/healthz", timeout=0.5)
+        return True
+    except httpx.HTTPError:
+        return False

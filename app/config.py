@@ -101,6 +101,8 @@ class BackendConfig(Strict):
     model: str = Field(min_length=1, description="the model name the backend knows")
     api_key_env: str | None = None
     max_concurrency: int = Field(256, gt=0)
+    # Share of traffic under the `weighted` strategy, relative to the alias's other backends.
+    weight: float = Field(1.0, gt=0)
     # Ask the backend for a usage chunk on streams even when the client did not (it is then hidden
     # from the client); turn off for servers that reject stream_options.
     stream_usage: bool = True
@@ -138,7 +140,7 @@ class CachePolicy(Strict):
 
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
-    strategy: Literal["least_inflight", "round_robin"] = "least_inflight"
+    strategy: Literal["predicted_latency", "least_inflight", "lowest_latency", "round_robin", "weighted"] = "predicted_latency"
     timeouts: TimeoutOverrides = TimeoutOverrides()
     retry: RetryPolicy = RetryPolicy()
     # Aliases tried in order when this one cannot answer (retries exhausted, timeouts, 5xx).

@@ -20,6 +20,7 @@ from app.record import AttemptRecord, Event, RequestRecord
 from app.request import ParsedRequest
 from app.retry import fallback_reason, is_context_length, is_retryable, retry_after_s, warrants_fallback
 from app.routing.router import Lease
+from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply, call_json, open_stream
 
 
@@ -37,6 +38,7 @@ class Dispatched:
 async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers."""
     gw.budget.on_request()
+    record.prompt_tokens_hint = route_context(req).prompt_tokens
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     errors: list[tuple[str, GatewayError]] = []
     reason: str | None = None
@@ -76,10 +78,10 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
     async def attempt() -> Dispatched:
         record.attempts += 1
         routed_at = time.perf_counter()
-        lease = await gw.router.acquire(alias, failed)
+        lease = await gw.router.acquire(alias, failed, route_context(req))
         backend = lease.backend
         now = time.perf_counter()
-        record.routes.append(gw.router.decision(alias, lease.state, routed_at, now, failed))
+        record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight)
         record.attempt_log.append(a)
@@ -131,6 +133,23 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
                 raise failure
             return await attempt()
     raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+def route_context(req: ParsedRequest) -> RouteContext:
+    """What the router needs of a request; the prompt's token count is estimated from its length."""
+    body = req.body
+    chars = 0
+    for m in body.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        chars += len(prompt)
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    return RouteContext(req.stream, max(1, chars // 4), max_tokens if isinstance(max_tokens, int) else None)
 
 
 def _count_retry(record: RequestRecord, state: RetryCallState) -> None:

@@ -46,14 +46,14 @@ class Gateway:
     def start(cls, config: GatewayConfig, span_exporter=None) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
-        router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker)
+        models = {name: LatencyModel() for name in backends}
+        router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models)
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
-        models = {name: LatencyModel() for name in backends}
         telemetry = Telemetry(config.telemetry, models, span_exporter)
         gw = cls(config, Authenticator(config.auth), backends, router, budget, cache, telemetry, models, {}, timeouts)
         if telemetry.metrics is not None:
@@ -61,7 +61,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         vllm = [b for b in backends.values() if b.config.flavor == "vllm"]
         if vllm and config.telemetry.scrape_interval_s > 0:
-            gw._tasks.append(loop.create_task(scrape_forever(vllm, gw.backend_load, config.telemetry.scrape_interval_s)))
+            gw._tasks.append(loop.create_task(scrape_forever(vllm, gw.backend_load, config.telemetry.scrape_interval_s, gw._on_load)))
         if config.reliability.health_check.enabled:
             gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
         return gw
@@ -73,6 +73,9 @@ class Gateway:
         await self.cache.aclose()
         self.telemetry.shutdown()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
+
+    def _on_load(self, name: str, load: VllmLoad | None) -> None:
+        self.router.states[name].scraped_waiting = load.waiting if load is not None else None
 
     def ejected_backends(self) -> list[str]:
         """Backends whose circuit breaker is not closed."""

@@ -70,14 +70,26 @@ class LatencyModel:
         self.prefill_rate = Decaying(p.prefill_tokens_per_s, tau_s)
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
+        # Queueing seen per request already in flight when a request was sent: near 0 while the
+        # backend has free slots, growing once it is full. Predicts the wait at the current load.
+        self.queue_per_ahead = Decaying(0.0, tau_s)
         self.tpot_growth = p.tpot_growth
+        # Share of recent attempts that failed (0..1), and the plain average of observed end-to-end
+        # latency that simpler strategies route on.
+        self.failure_rate = Decaying(0.0, tau_s)
+        self.observed_latency = 0.0
 
     # --- observations -------------------------------------------------------------------------
     def observe_network(self, seconds: float, now: float | None = None) -> None:
         self.net.add(max(0.0, seconds), _now(now), peak=True)
 
-    def observe_queue(self, seconds: float, now: float | None = None) -> None:
-        self.queue.add(max(0.0, seconds), _now(now), peak=True)
+    def observe_queue(self, seconds: float, ahead: int = 0, now: float | None = None) -> None:
+        """A queue wait seen with `ahead` requests already in flight at this backend."""
+        t = _now(now)
+        if ahead > 0:
+            self.queue_per_ahead.add(max(0.0, seconds) / ahead, t, peak=True)
+        else:
+            self.queue.add(max(0.0, seconds), t, peak=True)
 
     def observe_prefill(self, prompt_tokens: int, seconds: float, now: float | None = None) -> None:
         if prompt_tokens > 0 and seconds > 0:
@@ -92,6 +104,12 @@ class LatencyModel:
         if output_tokens > 0:
             self.output_tokens.add(float(output_tokens), _now(now))
 
+    def observe_outcome(self, ok: bool, now: float | None = None) -> None:
+        self.failure_rate.add(0.0 if ok else 1.0, _now(now))
+
+    def observe_latency(self, seconds: float, weight: float = 0.2) -> None:
+        self.observed_latency = seconds if not self.observed_latency else self.observed_latency * (1 - weight) + seconds * weight
+
     # --- predictions --------------------------------------------------------------------------
     def tpot(self, load: float, now: float | None = None) -> float:
         return self.tpot_base.get(_now(now)) * (1.0 + self.tpot_growth * max(0.0, load - 1.0))
@@ -99,13 +117,25 @@ class LatencyModel:
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return prompt_tokens / max(1e-9, self.prefill_rate.get(_now(now)))
 
-    def ttft(self, prompt_tokens: int, now: float | None = None) -> float:
+    def ttft(self, prompt_tokens: int, now: float | None = None, ahead: int = 0) -> float:
         t = _now(now)
-        return self.net.get(t) + self.queue.get(t) + self.prefill_s(prompt_tokens, t)
+        return self.net.get(t) + self.queue.get(t) + self.queue_per_ahead.get(t) * ahead + self.prefill_s(prompt_tokens, t)
 
-    def e2e(self, prompt_tokens: int, output_tokens: float, load: float, now: float | None = None) -> float:
+    def snapshot(self, now: float | None = None) -> dict:
+        """The live figures, for /admin/backends (seconds, tokens per second, tokens)."""
         t = _now(now)
-        return self.ttft(prompt_tokens, t) + max(0.0, output_tokens - 1) * self.tpot(load, t)
+        return {
+            "net_s": self.net.get(t), "queue_s": self.queue.get(t), "queue_per_ahead_s": self.queue_per_ahead.get(t),
+            "prefill_tokens_per_s": self.prefill_rate.get(t), "tpot_s": self.tpot_base.get(t),
+            "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
+            "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
+            "samples": {"net": self.net.samples, "queue": self.queue.samples + self.queue_per_ahead.samples,
+                        "prefill": self.prefill_rate.samples, "decode": self.tpot_base.samples},
+        }
+
+    def e2e(self, prompt_tokens: int, output_tokens: float, load: float, now: float | None = None, ahead: int = 0) -> float:
+        t = _now(now)
+        return self.ttft(prompt_tokens, t, ahead) + max(0.0, output_tokens - 1) * self.tpot(load, t)
 
 
 def _now(now: float | None) -> float:

@@ -9,11 +9,12 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from app.config import BreakerConfig, ModelAlias
+from app.routing.latency_model import LatencyModel
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
 from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
-from app.routing.strategies import STRATEGIES, Strategy
+from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 
 
@@ -24,9 +25,14 @@ class BackendState:
     backend: Backend
     capacity: int
     breaker: Breaker
+    model: LatencyModel
+    weight: float = 1.0
     inflight: int = 0
     # Set from a 429's Retry-After: other backends are preferred until then.
     limited_until: float = 0.0
+    # The backend's own waiting count, from its /metrics (vLLM), when scraped.
+    scraped_waiting: float | None = None
+    wrr_current: float = 0.0
 
     @property
     def name(self) -> str:
@@ -53,10 +59,11 @@ class _Waiter:
 class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
-    __slots__ = ("state", "_router", "_released")
+    __slots__ = ("state", "_router", "_released", "scores")
 
-    def __init__(self, router: Router, state: BackendState) -> None:
+    def __init__(self, router: Router, state: BackendState, scores: dict[str, float] | None = None) -> None:
         self._router, self.state, self._released = router, state, False
+        self.scores = scores or {}  # what the strategy scored each candidate, for the record
 
     @property
     def backend(self) -> Backend:
@@ -68,15 +75,29 @@ class Lease:
             self._router._release(self.state)
 
 
+SCORE_MEANING = {
+    "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
+    "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
+}
+
+
+def _is_429(err: GatewayError) -> bool:
+    return isinstance(err, UpstreamStatus) and err.status == 429
+
+
 class Router:
     def __init__(
         self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float,
-        breaker: BreakerConfig | None = None,
+        breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
     ) -> None:
         breaker = breaker or BreakerConfig()
-        self.states = {name: BackendState(b, b.config.max_concurrency, Breaker(breaker)) for name, b in backends.items()}
+        latency = latency if latency is not None else {name: LatencyModel() for name in backends}
+        self.states = {
+            name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], getattr(b.config, "weight", 1.0))
+            for name, b in backends.items()
+        }
         self._aliases = {
-            alias: _Alias(tuple(self.states[n] for n in spec.backends), STRATEGIES[spec.strategy])
+            alias: _Alias(tuple(self.states[n] for n in spec.backends), make_strategy(spec.strategy))
             for alias, spec in models.items()
         }
         self._waiters: deque[_Waiter] = deque()
@@ -86,7 +107,27 @@ class Router:
     def queued(self) -> int:
         return sum(1 for w in self._waiters if not w.future.done())
 
-    async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset()) -> Lease:
+    def candidates(self, alias: str, avoid: frozenset[str] | set[str] = frozenset()) -> list[BackendState]:
+        """The backends a call to `alias` may go to now, preferred ones first filtered in."""
+        now = time.monotonic()
+        usable = [s for s in self._aliases[alias].states if s.breaker.available(now)]
+        usable = [s for s in usable if s.name not in avoid] or usable
+        return [s for s in usable if s.limited_until <= now] or usable
+
+    def score(self, alias: str, ctx: RouteContext, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[str, dict[str, float]]:
+        """What the alias's strategy would choose now and every candidate's score, without taking a slot."""
+        entry = self._aliases[alias]
+        cands = self.candidates(alias, avoid)
+        if not cands:
+            return "", {}
+        ctx.now = time.monotonic()
+        i, scores = entry.strategy.choose(cands, ctx, entry.turn + 1)
+        return cands[i].name, {c.name: s for c, s in zip(cands, scores)}
+
+    def strategy_name(self, alias: str) -> str:
+        return self._aliases[alias].strategy.name
+
+    async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset(), ctx: RouteContext | None = None) -> Lease:
         """A lease on the alias's chosen backend; waits (FIFO, bounded) when every backend is full.
 
         Backends in `avoid` (already failed for this request) and rate-limited ones are passed over
@@ -94,22 +135,23 @@ class Router:
         """
         entry = self._aliases[alias]
         now = time.monotonic()
-        usable = [s for s in entry.states if s.breaker.available(now)]
+        usable = self.candidates(alias, avoid)
         if not usable:
             wait = min(s.breaker.seconds_until_available(now) for s in entry.states)
             raise NoBackendAvailable(
                 f"every backend of model {alias!r} is ejected after failures",
                 headers={"retry-after": str(max(1, math.ceil(wait)))},
             )
-        usable = [s for s in usable if s.name not in avoid] or usable
-        usable = [s for s in usable if s.limited_until <= now] or usable
         free = [s for s in usable if s.has_slot]
         if free and not self._waiters:
             entry.turn += 1
-            state = free[entry.strategy(free, entry.turn)]
+            ctx = ctx or RouteContext()
+            ctx.now = now
+            i, scores = entry.strategy.choose(free, ctx, entry.turn)
+            state = free[i]
             state.inflight += 1
             state.breaker.on_chosen(now)
-            return Lease(self, state)
+            return Lease(self, state, {c.name: s for c, s in zip(free, scores)})
         waiter = _Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         if free:
@@ -132,6 +174,7 @@ class Router:
     def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
         """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""
         before = state.breaker.state
+        state.model.observe_outcome(err is None or not (counts_against_backend(err) or _is_429(err)))
         if isinstance(err, UpstreamStatus) and err.status == 429:
             # A backend that answers fast 429s must not look healthy, nor be ejected for being busy.
             state.limited_until = time.monotonic() + (retry_after_s(err) or 1.0)
@@ -141,20 +184,25 @@ class Router:
             state.breaker.record(False)
         return state.breaker.state if state.breaker.state is not before else None
 
-    def decision(self, alias: str, chosen: BackendState, at: float, end: float, avoided: set[str]) -> RouteDecision:
-        """What this routing choice saw: each candidate's load and health, and why the choice fell where it did."""
+    def decision(self, alias: str, lease: Lease, at: float, end: float, avoided: set[str]) -> RouteDecision:
+        """What this routing choice saw: each candidate's score or why it was passed over, and the choice."""
         entry = self._aliases[alias]
         now = time.monotonic()
-        candidates = {}
+        candidates: dict[str, float | str] = {}
         for s in entry.states:
-            if not s.breaker.available(now) and s is not chosen:
+            if s.name in lease.scores:
+                candidates[s.name] = round(lease.scores[s.name], 6)
+            elif not s.breaker.available(now):
                 candidates[s.name] = "ejected"
-            elif s.limited_until > now and s is not chosen:
+            elif s.limited_until > now:
                 candidates[s.name] = "rate_limited"
+            elif s.name in avoided:
+                candidates[s.name] = "failed_this_request"
             else:
-                candidates[s.name] = s.inflight
-        reason = entry.strategy.__name__ + (f", avoiding {sorted(avoided)}" if avoided else "")
-        return RouteDecision(alias, entry.strategy.__name__, chosen.name, at, end, candidates, reason)
+                candidates[s.name] = "full"
+        name = entry.strategy.name
+        reason = f"lowest {SCORE_MEANING.get(name, 'score')}" + (f", avoiding {sorted(avoided)}" if avoided else "")
+        return RouteDecision(alias, name, lease.state.name, at, end, candidates, reason)
 
     def all_limited(self, alias: str) -> bool:
         """Whether every usable backend of the alias is cooling down after a 429."""

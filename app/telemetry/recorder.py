@@ -53,8 +53,10 @@ class Telemetry:
         r = a.report
         prompt = record.usage.prompt_tokens if record.usage else record.prompt_tokens_hint
         output = record.usage.completion_tokens if record.usage else 0
+        ahead = max(0, a.load - 1)
+        model.observe_latency(a.end - a.start)
         if r.queue_s is not None:
-            model.observe_queue(r.queue_s)
+            model.observe_queue(r.queue_s, ahead)
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
         if a.stream and a.first_event:
@@ -64,9 +66,13 @@ class Telemetry:
                 # Queue is what the measured wait before the first token leaves after (estimated) prefill.
                 wait = a.first_event - (a.headers or a.start)
                 prefill = r.prefill_s if r.prefill_s is not None else model.prefill_s(prompt)
-                model.observe_queue(max(0.0, wait - prefill))
+                model.observe_queue(max(0.0, wait - prefill), ahead)
         elif r.decode_s is not None:
             model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
+        elif output > 1:
+            # A whole answer with no report: what the total leaves after the modelled wait is decode.
+            wait = model.ttft(prompt, ahead=ahead)
+            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load)
 
     def shutdown(self) -> None:
         self.tracing.shutdown()

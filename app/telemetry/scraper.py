@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import aiohttp
 
@@ -21,7 +22,8 @@ def metrics_url(backend: Backend) -> str:
     return str(root).rstrip("/") + "/metrics"
 
 
-async def scrape_forever(backends: list[Backend], into: dict[str, VllmLoad], interval_s: float) -> None:
+async def scrape_forever(backends: list[Backend], into: dict[str, VllmLoad], interval_s: float,
+                         on_update: Callable[[str, VllmLoad | None], None] | None = None) -> None:
     """Every interval, refresh `into[name]` for each backend; a failed scrape drops the stale figure."""
     while True:
         results = await asyncio.gather(*(_scrape(b) for b in backends))
@@ -30,6 +32,8 @@ async def scrape_forever(backends: list[Backend], into: dict[str, VllmLoad], int
                 into.pop(backend.name, None)
             else:
                 into[backend.name] = load
+            if on_update is not None:
+                on_update(backend.name, load)
         await asyncio.sleep(interval_s)
 
 

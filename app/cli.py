@@ -70,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
         fleet = _spawn_fleet(args.config, config)
     try:
         uvicorn.run(
-            create_app(config),
+            create_app(config, config_path=args.config),
             host=host,
             port=port,
             loop="uvloop" if _has("uvloop") else "asyncio",

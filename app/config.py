@@ -51,6 +51,8 @@ class AuthConfig(Strict):
     mode: Literal["keys", "open"] = "keys"
     open_tenant: Name = "local"
     clients: tuple[ClientKey, ...] = ()
+    # SHA-256 digests of the keys that may call /admin/*; none configured means the admin API is off.
+    admin_keys: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _keys_needed(self) -> AuthConfig:
@@ -59,6 +61,9 @@ class AuthConfig(Strict):
         digests = [c.key_sha256 for c in self.clients]
         if len(set(digests)) != len(digests):
             raise ValueError("the same key_sha256 appears twice in clients")
+        for d in self.admin_keys:
+            if not _SHA256_HEX.match(d):
+                raise ValueError("admin_keys entries must be 64 lowercase hex characters (sha256 of the key)")
         return self
 
 
@@ -138,6 +143,16 @@ class CachePolicy(Strict):
     stale_s: float = Field(0.0, ge=0)
 
 
+class HedgePolicy(Strict):
+    # When the first token (streams) or the answer is later than after_factor x the prediction, the
+    # same request goes to the next best backend too; the first to answer wins, the other is cancelled.
+    enabled: bool = False
+    after_factor: float = Field(2.0, ge=1)
+    min_delay_ms: float = Field(50.0, ge=0)
+    # Hedges may add at most this fraction of the recent request rate.
+    budget_ratio: float = Field(0.1, ge=0, le=1)
+
+
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
     strategy: Literal["predicted_latency", "least_inflight", "lowest_latency", "round_robin", "weighted"] = "predicted_latency"
@@ -148,6 +163,10 @@ class ModelAlias(Strict):
     # The alias to use when a backend rejects the prompt as too long for its context.
     context_fallback: str | None = None
     cache: CachePolicy = CachePolicy()
+    # The latency this alias should meet when the request sets no deadline: when no backend can by
+    # prediction, the fallback chain is taken before any time is spent.
+    slo_ms: float | None = Field(None, gt=0)
+    hedge: HedgePolicy = HedgePolicy()
 
 
 class RetryBudget(Strict):

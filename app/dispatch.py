@@ -20,7 +20,8 @@ from app.record import AttemptRecord, Event, RequestRecord
 from app.request import ParsedRequest
 from app.retry import fallback_reason, is_context_length, is_retryable, retry_after_s, warrants_fallback
 from app.routing.router import Lease
-from app.routing.strategies import RouteContext
+from app.hedge import hedged
+from app.routing.strategies import RouteContext, predict
 from app.upstream.attempt import EventStream, JsonReply, call_json, open_stream
 
 
@@ -46,6 +47,13 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     while i < len(chain):
         alias = chain[i]
         i += 1
+        if i < len(chain) and not _can_meet(gw, req, alias, deadline):
+            # No backend of this alias is predicted to answer in time: take the next model now, rather
+            # than after spending the time.
+            reason = "deadline"
+            record.events.append(Event(time.perf_counter(), "fallback", {
+                "slipstream.fallback.from": alias, "slipstream.fallback.to": chain[i], "slipstream.fallback.reason": reason}))
+            continue
         try:
             dispatched = await _on_alias(gw, req, alias, deadline, record)
         except GatewayError as err:
@@ -71,14 +79,47 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     raise _final_error(errors)
 
 
+def _can_meet(gw, req: ParsedRequest, alias: str, deadline: Deadline) -> bool:
+    """Whether some backend of the alias is predicted to answer within the deadline (or the alias's SLO)."""
+    slo = gw.config.models[alias].slo_ms
+    budget = deadline.remaining()
+    if budget == float("inf"):
+        if slo is None:
+            return True
+        budget = slo / 1000
+    ctx = route_context(req)
+    ctx.now = time.monotonic()
+    predictions = [predict(s, ctx) for s in gw.router.candidates(alias)]
+    return bool(predictions) and min(predictions) <= budget
+
+
+async def _close(dispatched: Dispatched) -> None:
+    """Give back a hedge that answered too late to be used."""
+    if isinstance(dispatched.result, EventStream):
+        await dispatched.result.aclose()
+    dispatched.lease.release()
+
+
 async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, record: RequestRecord) -> Dispatched:
-    policy = gw.config.models[alias].retry
+    spec = gw.config.models[alias]
+    policy = spec.retry
     failed: set[str] = set()
 
-    async def attempt() -> Dispatched:
+    async def run() -> Dispatched:
+        if not spec.hedge.enabled:
+            return await attempt()
+        ctx = route_context(req)
+        ctx.now = time.monotonic()
+        best = min((predict(s, ctx) for s in gw.router.candidates(alias)), default=0.0)
+        delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
+        budget = gw.hedge_budgets[alias]
+        budget.on_request()
+        return await hedged(attempt, deadline.cap(delay), budget, record, _close)
+
+    async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
         record.attempts += 1
         routed_at = time.perf_counter()
-        lease = await gw.router.acquire(alias, failed, route_context(req))
+        lease = await gw.router.acquire(alias, failed | also_avoid, route_context(req))
         backend = lease.backend
         now = time.perf_counter()
         record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
@@ -113,7 +154,7 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
 
     # The first attempt runs outside tenacity: the common case (it succeeds) pays nothing for retrying.
     try:
-        return await attempt()
+        return await run()
     except GatewayError as err:
         if policy.max_attempts == 1 or not is_retryable(err, policy):
             raise
@@ -131,7 +172,7 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
                 # Hand tenacity the first attempt's failure, so it decides, waits and counts from there.
                 failure, first_failure = first_failure, None
                 raise failure
-            return await attempt()
+            return await run()
     raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
 

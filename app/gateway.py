@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+
+import orjson
 from dataclasses import dataclass, field
 
 from app.auth import Authenticator
 from app.cache.service import Cache, build_cache
-from app.config import GatewayConfig, Timeouts
+from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.retry import RetryBudgetTracker
 from app.routing.active_health import run_health_checks
 from app.routing.latency_model import LatencyModel
@@ -31,6 +34,7 @@ class Gateway:
     backends: dict[str, Backend]
     router: Router
     budget: RetryBudgetTracker
+    hedge_budgets: dict[str, RetryBudgetTracker]
     cache: Cache
     telemetry: Telemetry
     # Per-backend latency models (routing reads them, telemetry feeds them) and scraped vLLM load.
@@ -55,7 +59,11 @@ class Gateway:
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
         telemetry = Telemetry(config.telemetry, models, span_exporter)
-        gw = cls(config, Authenticator(config.auth), backends, router, budget, cache, telemetry, models, {}, timeouts)
+        hedge_budgets = {
+            alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
+            for alias, spec in config.models.items() if spec.hedge.enabled
+        }
+        gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {}, timeouts)
         if telemetry.metrics is not None:
             telemetry.metrics.register_live(gw)
         loop = asyncio.get_running_loop()
@@ -73,6 +81,13 @@ class Gateway:
         await self.cache.aclose()
         self.telemetry.shutdown()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
+
+    @functools.cached_property
+    def models_body(self) -> bytes:
+        """The /v1/models answer: the configured aliases."""
+        created = int(time.time())
+        data = [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in self.config.models]
+        return orjson.dumps({"object": "list", "data": data})
 
     def _on_load(self, name: str, load: VllmLoad | None) -> None:
         self.router.states[name].scraped_waiting = load.waiting if load is not None else None

@@ -12,6 +12,7 @@ from tests.support import Process, RedisServer, free_port, set_faults, write_yam
 
 ACME_KEY = "sk-test-acme-0123456789"
 GLOBEX_KEY = "sk-test-globex-0123456789"
+ADMIN_KEY = "sk-test-admin-0123456789"
 SEED = 11
 MAX_BODY = 64 * 1024
 
@@ -80,6 +81,7 @@ def gateway_config(fleet: Fleet, port: int, reliability: dict | None = None, **s
                 {"tenant": "acme", "key_sha256": hash_key(ACME_KEY)},
                 {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY), "models": ["chat"]},
             ],
+            "admin_keys": [hash_key(ADMIN_KEY)],
         },
         "backends": {
             "fast": backend("fast", "m-fast", flavor="llamacpp"),

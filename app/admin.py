@@ -1,0 +1,116 @@
+"""The ops interface: live backend figures and routing explanations, behind an admin key."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.auth import hash_key
+from app.deadline import DEADLINE_HEADER, Deadline
+from app.dispatch import route_context
+from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
+from app.request import Endpoint, parse_request
+from app.routing.strategies import predict
+
+router = APIRouter(prefix="/admin")
+
+
+def _require_admin(request: Request) -> None:
+    keys = request.app.state.gateway.config.auth.admin_keys
+    if not keys:
+        raise PermissionDenied("the admin API is off: set auth.admin_keys", code="admin_disabled")
+    scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
+    digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
+    if not any(hmac.compare_digest(digest, k) for k in keys):
+        raise Unauthorized("an admin key is required")
+
+
+def _json(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status, media_type="application/json")
+
+
+@router.get("/backends")
+async def backends(request: Request) -> Response:
+    """Every backend's live state: load, health, and its latency model's current figures."""
+    _require_admin(request)
+    gw = request.app.state.gateway
+    now = time.monotonic()
+    out = []
+    for name, s in gw.router.states.items():
+        load = gw.backend_load.get(name)
+        out.append({
+            "name": name,
+            "model": s.backend.config.model,
+            "flavor": s.backend.config.flavor,
+            "inflight": s.inflight,
+            "max_concurrency": s.capacity,
+            "breaker": {"state": s.breaker.state.value, "trips": s.breaker.trips,
+                        "seconds_until_probe": round(s.breaker.seconds_until_available(now), 3)},
+            "rate_limited_for_s": round(max(0.0, s.limited_until - now), 3),
+            "latency_model": s.model.snapshot(now),
+            "reported_load": None if load is None else {"running": load.running, "waiting": load.waiting,
+                                                        "kv_cache_usage": load.kv_cache_usage},
+        })
+    return _json({"backends": out, "queued": gw.router.queued})
+
+
+@router.post("/route/explain")
+async def explain(request: Request) -> Response:
+    """What would be chosen for this request body, and why; nothing is sent to any backend."""
+    _require_admin(request)
+    gw = request.app.state.gateway
+    raw = await request.body()
+    endpoint = Endpoint.COMPLETIONS if b'"prompt"' in raw and b'"messages"' not in raw else Endpoint.CHAT
+    req = parse_request(endpoint, raw)
+    if req.alias not in gw.config.models:
+        raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
+    deadline = Deadline.from_header(request.headers.get(DEADLINE_HEADER))
+    chain = [req.alias, *gw.config.models[req.alias].fallbacks]
+    aliases = []
+    for alias in chain:
+        ctx = route_context(req)
+        choice, scores = gw.router.score(alias, ctx)
+        ctx.now = time.monotonic()
+        candidates = []
+        for s in gw.router.states.values():
+            if s.name not in gw.config.models[alias].backends:
+                continue
+            ctx.stream = True
+            ttft = predict(s, ctx)
+            ctx.stream = False
+            e2e = predict(s, ctx)
+            ctx.stream = req.stream
+            candidates.append({
+                "backend": s.name, "usable": s.name in scores, "score": scores.get(s.name),
+                "predicted_ttft_s": round(ttft, 6), "predicted_e2e_s": round(e2e, 6), "source": "estimated",
+                "inflight": s.inflight, "breaker": s.breaker.state.value,
+            })
+        usable = [c for c in candidates if c["usable"]]
+        best = min((c["predicted_ttft_s" if req.stream else "predicted_e2e_s"] for c in usable), default=None)
+        slo = gw.config.models[alias].slo_ms
+        budget = deadline.remaining() if deadline.at is not None else (slo / 1000 if slo else None)
+        aliases.append({
+            "alias": alias, "strategy": gw.router.strategy_name(alias), "choice": choice or None,
+            "why": f"lowest score among usable backends ({gw.router.strategy_name(alias)})" if choice else "no usable backend",
+            "candidates": candidates,
+            "deadline_s": budget, "best_predicted_s": best,
+            "meets_deadline": None if budget is None or best is None else best <= budget,
+        })
+    taken = next((a["alias"] for a in aliases if a["meets_deadline"] is not False and a["choice"]), aliases[-1]["alias"])
+    return _json({"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": route_context(req).prompt_tokens},
+                  "would_use": taken, "chain": aliases})
+
+
+@router.post("/reload")
+async def reload(request: Request) -> Response:
+    """Re-read the config file now (as SIGHUP does); in-flight requests finish on the old config."""
+    _require_admin(request)
+    reloader = getattr(request.app.state, "reloader", None)
+    if reloader is None:
+        raise InvalidRequest("this gateway was not started from a config file", code="reload_unavailable")
+    ok, message = await reloader.reload()
+    return _json({"reloaded": ok, "message": message}, 200 if ok else 422)

@@ -1,0 +1,97 @@
+"""Config hot reload: on SIGHUP, a changed file, or POST /admin/reload.
+
+A new Gateway is built from the new file and swapped in; requests already running keep the old one,
+which is closed once they have all finished. A bad file changes nothing and says why in the log.
+Latency models carry over for backends whose name and URL are unchanged, so routing keeps what it
+learned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from app.config import ConfigError, load_config
+from app.gateway import Gateway
+
+log = logging.getLogger("slipstream.reload")
+_POLL_S = 2.0
+_DRAIN_LIMIT_S = 900.0
+
+
+class Reloader:
+    def __init__(self, app_state, path: str | os.PathLike[str], span_exporter=None) -> None:
+        self.state = app_state
+        self.path = Path(path)
+        self.span_exporter = span_exporter
+        self._mtime = self._stat()
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    def _stat(self) -> float:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def install(self) -> None:
+        """Watch the file and SIGHUP; call from the serving event loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload()))
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests), or no signals here
+            pass
+        self._spawn(self._watch())
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(_POLL_S)
+            mtime = self._stat()
+            if mtime and mtime != self._mtime:
+                self._mtime = mtime
+                await self.reload()
+
+    async def reload(self) -> tuple[bool, str]:
+        async with self._lock:
+            self._mtime = self._stat()
+            try:
+                config = load_config(self.path)
+            except ConfigError as exc:
+                log.error("config reload refused, keeping the running config: %s", exc)
+                return False, str(exc)
+            old: Gateway = self.state.gateway
+            if (config.server.host, config.server.port) != (old.config.server.host, old.config.server.port):
+                log.warning("server.host and server.port take effect only on restart")
+            new = Gateway.start(config, self.span_exporter)
+            await new.cache.start()
+            for name, model in old.models.items():
+                same = name in new.backends and new.backends[name].config.base_url == old.backends[name].config.base_url
+                if same:
+                    new.router.states[name].model = model
+                    new.models[name] = model
+            self.state.gateway = new
+            self._spawn(_close_when_drained(old))
+            log.info("config reloaded from %s: %d backends, %d models", self.path, len(config.backends), len(config.models))
+            return True, "reloaded"
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _close_when_drained(old: Gateway) -> None:
+    """Close the replaced gateway once no request is using it any more."""
+    waited = 0.0
+    while waited < _DRAIN_LIMIT_S and (old.router.queued or any(s.inflight for s in old.router.states.values())):
+        await asyncio.sleep(0.5)
+        waited += 0.5
+    await old.aclose()

@@ -1,0 +1,110 @@
+"""The ops interface, hot reload, deadline-aware fallback and hedging, against real processes."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from app.auth import hash_key
+from tests.conftest import ADMIN_KEY, ACME_KEY, gateway_config, start_gateway
+from tests.support import sim_stats, wait_until
+
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+MSG = [{"role": "user", "content": "hello"}]
+
+
+def test_admin_needs_an_admin_key(gateway):
+    assert httpx.get(f"{gateway.url}/admin/backends").status_code == 401
+    r = httpx.get(f"{gateway.url}/admin/backends", headers={"authorization": f"Bearer {ACME_KEY}"})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+
+
+def test_admin_backends_shows_live_figures(gateway):
+    gateway.client().chat.completions.create(model="chat", messages=MSG, max_tokens=3)
+    body = httpx.get(f"{gateway.url}/admin/backends", headers=ADMIN).json()
+    fast = next(b for b in body["backends"] if b["name"] == "fast")
+    assert fast["breaker"]["state"] == "closed" and fast["inflight"] == 0
+    assert fast["latency_model"]["samples"]["decode"] >= 1
+    assert {"net_s", "tpot_s", "prefill_tokens_per_s", "queue_per_ahead_s", "failure_rate"} <= set(fast["latency_model"])
+
+
+def test_route_explain_sends_nothing(gateway, fleet):
+    before = sim_stats(fleet.ports["fast"])["requests"]
+    r = httpx.post(f"{gateway.url}/admin/route/explain", headers=ADMIN,
+                   json={"model": "chat", "messages": MSG, "max_tokens": 20})
+    body = r.json()
+    assert body["would_use"] == "chat"
+    alias = body["chain"][0]
+    assert alias["choice"] == "fast" and alias["strategy"] == "predicted_latency"
+    assert alias["candidates"][0]["source"] == "estimated" and alias["candidates"][0]["predicted_e2e_s"] > 0
+    assert sim_stats(fleet.ports["fast"])["requests"] == before
+
+
+def routing_config(fleet) -> dict:
+    config = gateway_config(fleet, 0)
+    config["models"]["big"] = {"backends": ["slow"], "fallbacks": ["small"]}
+    config["models"]["small"] = {"backends": ["fast"]}
+    config["models"]["hedged"] = {"backends": ["hang", "fast"], "strategy": "round_robin",
+                                  "hedge": {"enabled": True, "after_factor": 1.0, "min_delay_ms": 50, "budget_ratio": 1.0}}
+    return config
+
+
+@pytest.fixture(scope="module")
+def routing_gw(fleet, tmp_path_factory):
+    gw = start_gateway(tmp_path_factory.mktemp("routing"), fleet, routing_config(fleet))
+    yield gw
+    gw.process.stop()
+
+
+def test_deadline_too_short_for_the_big_model_goes_to_the_small_one_first(routing_gw, fleet):
+    before = sim_stats(fleet.ports["slow"])["requests"]
+    # "slow" decodes at 40 ms a token: 50 tokens cannot come back within 300 ms.
+    raw = routing_gw.client().chat.completions.with_raw_response.create(
+        model="big", messages=MSG, max_tokens=50, extra_body={"ignore_eos": True},
+        extra_headers={"x-slipstream-timeout-ms": "300"})
+    assert raw.headers["x-slipstream-fallback"] == "small; reason=deadline"
+    assert raw.headers["x-slipstream-model"] == "m-fast"
+    assert sim_stats(fleet.ports["slow"])["requests"] == before  # no time was spent on the big model
+
+
+def test_hedge_races_a_late_first_token(routing_gw, fleet):
+    client = routing_gw.client()
+    for _ in range(4):  # round robin puts every other first attempt on the hanging backend
+        t0 = time.perf_counter()
+        stream = client.chat.completions.create(model="hedged", messages=MSG, max_tokens=3, stream=True)
+        assert len(list(stream)) >= 3
+        assert time.perf_counter() - t0 < 1.0
+    # The hanging backend's requests were cancelled when the hedge won, freeing its slots.
+    assert wait_until(lambda: sim_stats(fleet.ports["hang"])["running"] == 0, timeout=2)
+
+
+def test_hot_reload_swaps_config_and_drops_nothing(fleet, tmp_path):
+    config = gateway_config(fleet, 0)
+    gw = start_gateway(tmp_path, fleet, config)
+    path = tmp_path / "gateway.yaml"
+    try:
+        client = gw.client()
+        stream = client.chat.completions.create(model="slow", messages=MSG, max_tokens=25, stream=True,
+                                                extra_body={"ignore_eos": True})
+        first = next(iter(stream))
+        # Add an alias and reload with SIGHUP while the stream runs.
+        config["models"]["renamed"] = {"backends": ["fast"]}
+        path.write_text(yaml.safe_dump(config))
+        import signal
+
+        gw.process.proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: "renamed" in {m.id for m in client.models.list()}, timeout=5)
+        rest = list(stream)
+        assert rest[-1].choices[0].finish_reason == "length" and first is not None
+        assert client.chat.completions.create(model="renamed", messages=MSG, max_tokens=2).choices
+        # A broken file is refused and changes nothing.
+        path.write_text("models: [oops")
+        r = httpx.post(f"{gw.url}/admin/reload", headers=ADMIN)
+        assert r.status_code == 422 and "invalid YAML" in r.json()["message"]
+        assert client.chat.completions.create(model="renamed", messages=MSG, max_tokens=2).choices
+    finally:
+        gw.process.stop()

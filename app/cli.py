@@ -31,6 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     simulate = sub.add_parser("simulate", help="run the simulated backend fleet of a config file")
     simulate.add_argument("--config", required=True, help="config file with a `simulator` section")
 
+    bench = sub.add_parser("bench", help="measure an OpenAI-compatible endpoint: TTFT, TPOT, E2E, and the E2E = a + b p + c n fit")
+    bench.add_argument("--target", required=True, help="base URL up to /v1, e.g. http://127.0.0.1:8000/v1")
+    bench.add_argument("--model", required=True)
+    bench.add_argument("--api-key", default=None, help="bearer key (or set SLIPSTREAM_BENCH_API_KEY)")
+    bench.add_argument("--prompts", default="16,256,1024,4096", help="prompt lengths in tokens")
+    bench.add_argument("--outputs", default="10,50,100,200", help="output lengths in tokens")
+    bench.add_argument("--concurrency", default="1,2,4,8,16")
+    bench.add_argument("--requests", type=int, default=8, help="requests per cell (per client at concurrency > 1)")
+    bench.add_argument("--max-seconds", type=float, default=30, help="time limit per cell")
+    bench.add_argument("--out", default="baseline", help="writes OUT.json and OUT.html")
+
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("--config", required=True)
 
@@ -44,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "simulate":
             return _simulate(args)
+        if args.command == "bench":
+            return _bench(args)
         if args.command == "check":
             config = load_config(args.config)
             print(f"{args.config}: ok ({len(config.backends)} backends, {len(config.models)} models)")
@@ -85,6 +98,28 @@ def _serve(args: argparse.Namespace) -> int:
         if fleet is not None:
             fleet.send_signal(signal.SIGTERM)
             fleet.wait(timeout=10)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app.baseline.analysis import analyse
+    from app.baseline.render import table, to_html, to_json
+    from app.baseline.sweep import SweepPlan, run_sweep
+
+    def ints(text: str) -> list[int]:
+        return [int(x) for x in text.split(",") if x.strip()]
+
+    plan = SweepPlan(ints(args.prompts), ints(args.outputs), ints(args.concurrency), args.requests, args.max_seconds)
+    key = args.api_key or os.environ.get("SLIPSTREAM_BENCH_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    results = asyncio.run(run_sweep(args.target, args.model, plan, headers))
+    report = analyse(args.target, args.model, results)
+    print(table(report))
+    Path(f"{args.out}.json").write_bytes(to_json(report))
+    Path(f"{args.out}.html").write_text(to_html(report), encoding="utf-8")
+    print(f"\nwrote {args.out}.json and {args.out}.html (use the JSON as backends.<name>.latency_prior)")
     return 0
 
 

@@ -112,6 +112,9 @@ class BackendConfig(Strict):
     # from the client); turn off for servers that reject stream_options.
     stream_usage: bool = True
     timeouts: Timeouts = Timeouts()
+    # A `slipstream bench` report (JSON) whose fitted figures seed this backend's latency model, so
+    # routing is good from the first request. Relative paths are relative to the config file.
+    latency_prior: str | None = None
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
@@ -382,6 +385,13 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
 def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | dict[str, str]) -> GatewayConfig:
     backends = {}
     for name, backend in config.backends.items():
+        if backend.latency_prior:
+            prior = Path(backend.latency_prior)
+            if not prior.is_absolute():
+                prior = Path(where).parent / prior
+            if not prior.is_file():
+                raise ConfigError(f"{where}: backends.{name}.latency_prior: no such file {prior}")
+            backend = backend.model_copy(update={"latency_prior": str(prior)})
         if backend.api_key_env:
             value = env.get(backend.api_key_env)
             if not value:

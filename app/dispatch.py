@@ -119,9 +119,11 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
     async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
         record.attempts += 1
         routed_at = time.perf_counter()
-        lease = await gw.router.acquire(alias, failed | also_avoid, route_context(req))
+        ctx = route_context(req)
+        lease = await gw.router.acquire(alias, failed | also_avoid, ctx)
         backend = lease.backend
         now = time.perf_counter()
+        record.predicted_s = predict(lease.state, ctx)
         record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight)

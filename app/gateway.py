@@ -14,7 +14,7 @@ from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.retry import RetryBudgetTracker
 from app.routing.active_health import run_health_checks
-from app.routing.latency_model import LatencyModel
+from app.routing.latency_model import LatencyModel, load_prior
 from app.telemetry.recorder import Telemetry
 from app.telemetry.scraper import scrape_forever
 from app.telemetry.timing import VllmLoad
@@ -50,7 +50,7 @@ class Gateway:
     def start(cls, config: GatewayConfig, span_exporter=None) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
-        models = {name: LatencyModel() for name in backends}
+        models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models)
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}

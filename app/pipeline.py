@@ -95,6 +95,10 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
     }
     if dispatched.fallback:
         out["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
+    if record.predicted_s is not None:
+        # An estimate, and named so: the latency the model predicted on this backend (TTFT for a
+        # stream, end to end otherwise).
+        out["x-slipstream-predicted-ms"] = f"{record.predicted_s * 1000:.1f}"
     return out
 
 

@@ -93,6 +93,7 @@ class RequestRecord:
     similarity: float | None = None
     response_model: str | None = None
     prompt_tokens_hint: int = 0  # an estimate for the latency model; never reported as usage
+    predicted_s: float | None = None  # the model's latency prediction for the chosen backend (an estimate)
     attempt_log: list[AttemptRecord] = field(default_factory=list)
     routes: list[RouteDecision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)

@@ -140,3 +140,20 @@ class LatencyModel:
 
 def _now(now: float | None) -> float:
     return time.monotonic() if now is None else now
+
+
+def load_prior(path: str | None) -> Prior | None:
+    """The prior in a `slipstream bench` report; None without one (the built-in prior then)."""
+    if not path:
+        return None
+    import orjson
+
+    with open(path, "rb") as f:
+        fitted = orjson.loads(f.read()).get("prior", {})
+    defaults = Prior()
+    return Prior(
+        net_s=float(fitted.get("net_s", defaults.net_s)),
+        prefill_tokens_per_s=float(fitted.get("prefill_tokens_per_s", defaults.prefill_tokens_per_s)),
+        tpot_s=float(fitted.get("tpot_s", defaults.tpot_s)),
+        tpot_growth=float(fitted.get("tpot_growth", defaults.tpot_growth)),
+    )

@@ -91,7 +91,9 @@ class PredictedLatency:
         self._rng = random.Random(seed)
 
     def choose(self, candidates, ctx, turn):
-        scores = [predict(c, ctx) for c in candidates]
+        # Load penalty (peak-EWMA's cost x (inflight + 1)): requests already sent to a backend slow
+        # this one down in ways the model learns only later, and replicas deciding alike must not herd.
+        scores = [predict(c, ctx) * (1.0 + c.inflight / LOAD_PENALTY_SLOTS) for c in candidates]
         if len(candidates) > 1 and self._rng.random() < self.exploration:
             # Now and then a non-best backend is tried, so one that recovered gets measured again.
             best = min(range(len(scores)), key=scores.__getitem__)
@@ -119,6 +121,10 @@ def predict(c: BackendState, ctx: RouteContext) -> float:
         latency = ttft + max(0.0, n - 1) * m.tpot(load, ctx.now)
     # Failures cost a retry elsewhere: a backend answering fast errors must not look fast (Linkerd).
     return latency * (1.0 + 4.0 * m.failure_rate.get(ctx.now))
+
+
+# In-flight requests at which the load penalty doubles a prediction.
+LOAD_PENALTY_SLOTS = 8.0
 
 
 def make_strategy(name: str) -> Strategy:

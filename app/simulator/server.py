@@ -34,6 +34,7 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_get("/sim/stats", _stats)
     app.router.add_get("/metrics", _metrics)
     app.router.add_put("/sim/faults", _set_faults)
+    app.router.add_put("/sim/speed", _set_speed)
     return app
 
 
@@ -250,6 +251,20 @@ async def _metrics(request: web.Request) -> web.Response:
     ):
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+async def _set_speed(request: web.Request) -> web.Response:
+    """Change how fast the backend runs (tpot_ms, tpot_growth, prefill_tokens_per_s, network_ms) mid-run."""
+    engine = request.app[ENGINE]
+    body = await _read_json(request)
+    if isinstance(body, web.Response):
+        return body
+    allowed = {"tpot_ms", "tpot_growth", "prefill_tokens_per_s", "network_ms"}
+    try:
+        engine.config = engine.config.model_copy(update={k: float(v) for k, v in body.items() if k in allowed})
+    except (TypeError, ValueError) as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    return _json({k: getattr(engine.config, k) for k in allowed})
 
 
 async def _set_faults(request: web.Request) -> web.Response:

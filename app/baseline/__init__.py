@@ -1,0 +1,1 @@
+"""Latency baseline: measure a backend (or the gateway) as the flat-latency method prescribes."""

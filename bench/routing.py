@@ -1,0 +1,176 @@
+"""Routing strategies compared in one run, on a heterogeneous simulated fleet under open-loop load.
+
+Fleet: `fast` (few slots, quick decode), `big` (many slots, slow decode), `degrading` (like fast-ish,
+turns slow halfway through every run) and `flaky` (10 % errors). Poisson arrivals at 50 %, 80 % and
+95 % of the fleet's estimated capacity, mixed prompt and output lengths, half of them streamed. Each
+strategy gets a fresh gateway; runs are interleaved by load level. Prints p50/p99 TTFT and end-to-end
+latency, throughput and errors, then the aims, and the latency model's median prediction error.
+
+    python bench/routing.py                       # 20 s per strategy and load
+    python bench/routing.py --seconds 10 --loads 0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.routing.strategies import STRATEGY_NAMES  # noqa: E402
+from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
+
+GROWTH = 0.04
+FLEET = {
+    "fast": dict(slots=4, tpot_ms=10, prefill_tokens_per_s=20000),
+    "big": dict(slots=32, tpot_ms=35, prefill_tokens_per_s=8000),
+    "degrading": dict(slots=12, tpot_ms=15, prefill_tokens_per_s=12000),
+    "flaky": dict(slots=12, tpot_ms=15, prefill_tokens_per_s=12000, faults=dict(error_rate=0.1)),
+}
+OUTPUTS = (20, 50, 100, 200, 300)
+DEGRADED_TPOT_MS = 60
+
+
+def capacity_rps(mean_out: float, mean_prompt: float) -> float:
+    """Requests per second the fleet can finish at full batches (continuous-batching model)."""
+    total = 0.0
+    for name, spec in FLEET.items():
+        # `degrading` runs half of each run at DEGRADED_TPOT_MS: count it at its average speed.
+        tpot_ms = (spec["tpot_ms"] + DEGRADED_TPOT_MS) / 2 if name == "degrading" else spec["tpot_ms"]
+        tpot = tpot_ms / 1000 * (1 + GROWTH * (spec["slots"] - 1))
+        service = mean_prompt / spec["prefill_tokens_per_s"] + mean_out * tpot
+        ok = 1 - spec.get("faults", {}).get("error_rate", 0)
+        total += spec["slots"] / service * ok
+    return total
+
+
+@dataclass
+class Run:
+    e2e: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    errors: int = 0
+    sent: int = 0
+    seconds: float = 0.0
+    pred_err: list[float] = field(default_factory=list)
+
+
+async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: str) -> Run:
+    rng = random.Random(seed)
+    run = Run()
+    tasks = []
+    async with aiohttp.ClientSession(headers={"authorization": "Bearer bench"}, timeout=aiohttp.ClientTimeout(total=120)) as s:
+
+        async def one(i: int, stream: bool, prompt_chars: int, out: int) -> None:
+            body = {"model": "fleet", "messages": [{"role": "user", "content": "x" * prompt_chars}], "max_tokens": out,
+                    "ignore_eos": True, "stream": stream}
+            t0 = time.perf_counter()
+            try:
+                async with s.post(f"{url}/v1/chat/completions", json=body) as r:
+                    first = 0.0
+                    if stream:
+                        async for _ in r.content.iter_any():
+                            if not first:
+                                first = time.perf_counter() - t0
+                    data = await r.read()
+                    if r.status != 200 or (stream and b'"error"' in data):
+                        run.errors += 1
+                        return
+                    e2e = time.perf_counter() - t0
+                    run.e2e.append(e2e)
+                    if stream:
+                        run.ttft.append(first)
+                    predicted = r.headers.get("x-slipstream-predicted-ms")
+                    if predicted and "x-slipstream-fallback" not in r.headers:
+                        actual = first if stream else e2e
+                        run.pred_err.append(abs(float(predicted) / 1000 - actual) / actual)
+            except (aiohttp.ClientError, TimeoutError):
+                run.errors += 1
+
+        start = time.perf_counter()
+        degraded = False
+        next_at = start
+        i = 0
+        while (now := time.perf_counter()) < start + seconds:
+            if not degraded and now >= start + seconds / 2:
+                degraded = True
+                async with s.put(degrade_url, json={"tpot_ms": DEGRADED_TPOT_MS}) as r:
+                    await r.read()
+            if now >= next_at:
+                stream = rng.random() < 0.5
+                prompt_chars = int(min(8000, rng.lognormvariate(6.5, 0.8)))
+                tasks.append(asyncio.create_task(one(i, stream, prompt_chars, rng.choice(OUTPUTS))))
+                i += 1
+                next_at += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        run.sent = i
+        await asyncio.gather(*tasks)
+        run.seconds = time.perf_counter() - start
+        async with s.put(degrade_url, json={"tpot_ms": FLEET["degrading"]["tpot_ms"]}) as r:
+            await r.read()
+    return run
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--loads", default="0.5,0.8,0.95")
+    ap.add_argument("--strategies", default=",".join(s for s in STRATEGY_NAMES if s != "weighted"))
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="slipstream-routing-"))
+    backends = {n: dict(port=free_port(), model="m", tpot_growth=GROWTH, output=dict(median=400, max=400), **spec)
+                for n, spec in FLEET.items()}
+    fleet = Fleet.start(tmp, backends)
+    mean_prompt = 900 / 4  # lognormal(6.5, 0.8) characters, about 4 characters a token
+    cap = capacity_rps(statistics.mean(OUTPUTS), mean_prompt)
+    strategies = args.strategies.split(",")
+    gateways = {}
+    for st in strategies:
+        models = {"fleet": {"backends": list(FLEET), "strategy": st,
+                            "retry": {"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05}}}
+        extra = {"reliability": {"breaker": {"consecutive_failures": 50, "error_rate": 1.0}}}
+        gateways[st] = start_gateway(tmp, fleet, models=models, extra=extra)
+    degrade_url = f"http://127.0.0.1:{backends['degrading']['port']}/sim/speed"
+    results: dict[tuple[float, str], Run] = {}
+    print(f"fleet capacity estimate: {cap:.1f} req/s (mean output {statistics.mean(OUTPUTS):.0f} tokens)", file=sys.stderr)
+    try:
+        for load in map(float, args.loads.split(",")):
+            for k, st in enumerate(strategies):
+                run = asyncio.run(drive(gateways[st].url, load * cap, args.seconds, seed=int(load * 100), degrade_url=degrade_url))
+                results[(load, st)] = run
+                print(f"load {load:.0%} {st:18} sent {run.sent} ok {len(run.e2e)} err {run.errors} "
+                      f"p99 e2e {percentile(run.e2e, 99):.0f} ms", file=sys.stderr)
+                time.sleep(1.0)  # let the fleet drain
+    finally:
+        for g in gateways.values():
+            g.stop()
+        fleet.stop()
+    print(f"\nRouting strategies, {args.seconds:g} s per cell, Poisson arrivals; capacity estimate {cap:.1f} req/s")
+    print("| load | strategy | TTFT p50 / p99 ms | E2E p50 / p99 ms | throughput req/s | errors |")
+    print("|---|---|---|---|---|---|")
+    for (load, st), r in results.items():
+        print(f"| {load:.0%} | {st} | {percentile(r.ttft, 50):.0f} / {percentile(r.ttft, 99):.0f} | "
+              f"{percentile(r.e2e, 50):.0f} / {percentile(r.e2e, 99):.0f} | {len(r.e2e) / r.seconds:.1f} | {r.errors} |")
+    if 0.8 in {ld for ld, _ in results} and "predicted_latency" in strategies:
+        p = percentile(results[(0.8, "predicted_latency")].e2e, 99)
+        print("\nAt 80 % load, predicted_latency's p99 E2E against the others:")
+        for st in strategies:
+            if st != "predicted_latency":
+                other = percentile(results[(0.8, st)].e2e, 99)
+                print(f"  vs {st}: {100 * (1 - p / other):.1f} % lower")
+    errs = [e for (ld, st), r in results.items() if st == "predicted_latency" for e in r.pred_err]
+    if errs:
+        print(f"\nlatency model: median prediction error {100 * statistics.median(errs):.1f} % "
+              f"(TTFT for streams, E2E otherwise; {len(errs)} requests)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""`slipstream bench` against a simulator with known settings recovers them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.baseline.analysis import analyse
+from app.baseline.sweep import SweepPlan, run_sweep
+from app.routing.latency_model import LatencyModel, load_prior
+from tests.support import ROOT, Process, free_port, write_yaml
+
+TPOT_MS, PREFILL_TPS, NET_MS = 10.0, 4000.0, 5.0
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("baseline")
+    port = free_port()
+    write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 1, "backends": {"known": dict(
+        port=port, model="known", slots=8, tpot_ms=TPOT_MS, tpot_growth=0.05, prefill_tokens_per_s=PREFILL_TPS,
+        network_ms=NET_MS)}}})
+    proc = Process(["simulate", "--config", str(tmp / "sim.yaml")], tmp / "sim.log")
+    proc.wait_listening(port)
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def report(sim):
+    plan = SweepPlan([16, 256, 1024], [5, 20, 40], [1, 4], requests_per_cell=3, max_seconds_per_cell=10)
+    return analyse(sim, "known", asyncio.run(run_sweep(sim, "known", plan, progress=False)))
+
+
+def test_fit_recovers_the_simulator_settings(report):
+    f = report.fit
+    assert f.c_s_per_output_token == pytest.approx(TPOT_MS / 1000, rel=0.10)
+    assert f.b_s_per_prompt_token == pytest.approx(1 / PREFILL_TPS, rel=0.15)
+    assert f.r2 > 0.98
+    # E2E = net + prefill + (n - 1) x tpot, so the intercept is about net - tpot plus the client's own time.
+    assert -0.010 < f.a_s < 0.010
+
+
+def test_cells_hold_every_statistic(report):
+    single = [c for c in report.cells if c.concurrency == 1]
+    assert {c.prompt_tokens for c in single} == {16, 256, 1024}
+    for c in report.cells:
+        assert c.error_rate == 0 and c.requests >= 3
+        assert c.ttft_p50 <= c.ttft_p95 <= c.ttft_p99
+        assert c.e2e_p50 <= c.e2e_p99
+    big = next(c for c in single if c.prompt_tokens == 1024)
+    small = next(c for c in single if c.prompt_tokens == 16)
+    assert big.ttft_p50 > small.ttft_p50 + 0.2  # 1000 more prompt tokens at 4000 tok/s
+    loaded = next(c for c in report.cells if c.concurrency == 4)
+    assert loaded.tpot_p50 > TPOT_MS / 1000  # the batch slows each step down
+
+
+def test_report_seeds_the_latency_model(report, tmp_path):
+    from app.baseline.render import to_json
+
+    path = tmp_path / "r.json"
+    path.write_bytes(to_json(report))
+    model = LatencyModel(load_prior(str(path)))
+    assert model.tpot(1) == pytest.approx(TPOT_MS / 1000, rel=0.15)
+    assert model.prefill_rate.get(0) == pytest.approx(PREFILL_TPS, rel=0.2)
+
+
+def test_cli_writes_table_json_and_html(sim, tmp_path):
+    out = tmp_path / "base"
+    r = subprocess.run([sys.executable, "-m", "app", "bench", "--target", sim, "--model", "known", "--prompts", "16,512",
+                        "--outputs", "5,20", "--concurrency", "1,2", "--requests", "2", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "fit: E2E =" in r.stdout and "| prompt | output |" in r.stdout
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert {"cells", "fit", "prior", "flattens_at"} <= set(data)
+    page = out.with_suffix(".html").read_text()
+    assert page.count("<svg") == 4 and "E2E latency vs output length" in page

@@ -27,9 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--no-simulator", action="store_true", help="do not start the config's simulator fleet (it runs elsewhere)"
     )
+    serve.add_argument(
+        "--workers", type=int, default=1,
+        help="uvicorn worker processes (default 1; prefer one process per replica, see README)",
+    )
 
-    simulate = sub.add_parser("simulate", help="run the simulated backend fleet of a config file")
-    simulate.add_argument("--config", required=True, help="config file with a `simulator` section")
+    simulate = sub.add_parser("simulate", help="run the simulated backend fleet of a config file, or a policy what-if")
+    simulate.add_argument("--config", help="config file with a `simulator` section (serve its fleet)")
+    simulate.add_argument("--workload", help="JSONL workload to replay through each --policy (what-if mode)")
+    simulate.add_argument("--policy", action="append", default=[], help="gateway config with a simulator section; repeat")
+    simulate.add_argument("--out", default="whatif", help="what-if: writes OUT.html with the plot")
 
     bench = sub.add_parser("bench", help="measure an OpenAI-compatible endpoint: TTFT, TPOT, E2E, and the E2E = a + b p + c n fit")
     bench.add_argument("--target", required=True, help="base URL up to /v1, e.g. http://127.0.0.1:8000/v1")
@@ -81,9 +88,17 @@ def _serve(args: argparse.Namespace) -> int:
     fleet = None
     if config.simulator is not None and config.simulator.backends and not args.no_simulator:
         fleet = _spawn_fleet(args.config, config)
+    if args.workers > 1:
+        # Workers import the app themselves, each from the config file named here.
+        os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
+        app = "app.server:app_from_environment"
+    else:
+        app = create_app(config, config_path=args.config)
     try:
         uvicorn.run(
-            create_app(config, config_path=args.config),
+            app,
+            factory=args.workers > 1,
+            workers=args.workers,
             host=host,
             port=port,
             loop="uvloop" if _has("uvloop") else "asyncio",
@@ -126,6 +141,15 @@ def _bench(args: argparse.Namespace) -> int:
 def _simulate(args: argparse.Namespace) -> int:
     from app.simulator.fleet import run_fleet
 
+    if args.workload:
+        from app.whatif import run_whatif
+
+        if not args.policy:
+            raise ConfigError("what-if mode needs at least one --policy")
+        print(run_whatif(args.workload, args.policy, args.out))
+        return 0
+    if not args.config:
+        raise ConfigError("simulate needs --config (a fleet to serve) or --workload with --policy files")
     config = load_simulator_config(args.config)
     if _has("uvloop"):
         import uvloop

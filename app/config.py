@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 
 Flavor = Literal["openai", "vllm", "tgi", "llamacpp", "ollama"]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
@@ -166,6 +173,9 @@ class ModelAlias(Strict):
     # The alias to use when a backend rejects the prompt as too long for its context.
     context_fallback: str | None = None
     cache: CachePolicy = CachePolicy()
+    # predicted_latency ranks streams by predicted TTFT by default; `e2e` ranks them by time to the
+    # last token too (better tail latency for long streams, at some cost to first tokens).
+    stream_objective: Literal["ttft", "e2e"] = "ttft"
     # The latency this alias should meet when the request sets no deadline: when no backend can by
     # prediction, the fallback chain is taken before any time is spent.
     slo_ms: float | None = Field(None, gt=0)

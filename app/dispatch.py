@@ -11,16 +11,27 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_random_exponential,
+)
 
 from app.config import RetryPolicy
 from app.deadline import Deadline
 from app.errors import AllAttemptsFailed, GatewayError
+from app.hedge import hedged
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import ParsedRequest
-from app.retry import fallback_reason, is_context_length, is_retryable, retry_after_s, warrants_fallback
+from app.retry import (
+    fallback_reason,
+    is_context_length,
+    is_retryable,
+    retry_after_s,
+    warrants_fallback,
+)
 from app.routing.router import Lease
-from app.hedge import hedged
 from app.routing.strategies import RouteContext, predict
 from app.upstream.attempt import EventStream, JsonReply, call_json, open_stream
 
@@ -120,6 +131,7 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
         record.attempts += 1
         routed_at = time.perf_counter()
         ctx = route_context(req)
+        ctx.stream_objective = spec.stream_objective
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx)
         backend = lease.backend
         now = time.perf_counter()

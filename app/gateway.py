@@ -5,21 +5,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from dataclasses import dataclass, field
 
 import orjson
-from dataclasses import dataclass, field
 
 from app.auth import Authenticator
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.retry import RetryBudgetTracker
 from app.routing.active_health import run_health_checks
+from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
+from app.routing.router import Router
 from app.telemetry.recorder import Telemetry
 from app.telemetry.scraper import scrape_forever
 from app.telemetry.timing import VllmLoad
-from app.routing.health import BreakerState
-from app.routing.router import Router
 from app.upstream.client import Backend, build_backend
 
 # Readiness is probed with a plain TCP connect (never a billed call) and cached this long.

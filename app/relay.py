@@ -40,36 +40,47 @@ async def relay_events(
     complete = False
     attempt = record.attempt_log[-1] if record.attempt_log else None
     try:
-        async for event in stream.events():
-            data = event_data(event)
-            if data is None:
-                yield event + b"\n\n"  # comments and keep-alives pass through
-                continue
-            if data == DONE:
-                complete = True
-                break
-            if not record.first_token:
-                record.first_token = time.perf_counter()
-                m = _MODEL.search(data)
-                record.response_model = m.group(1).decode() if m else None
-            if collect is not None:
-                collect.feed(data)
-            if b'"timings"' in data and attempt is not None:
-                attempt.report = _llamacpp_report(data) or attempt.report
-            if data.startswith(b'{"error"'):
-                record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
-                yield b"data: " + data + b"\n\n"
-                return
-            if b'"usage"' in data:
-                data = _take_usage(data, client_wants_usage, record, usage_extension)
+        async for batch in stream.batches():
+            # Events that arrived in one read leave in one write: as soon as they exist, no later.
+            out = []
+            for event in batch:
+                data = event_data(event)
                 if data is None:
+                    out.append(event + b"\n\n")  # comments and keep-alives pass through
                     continue
-            if b'"finish_reason"' in data:
-                record.finish_reasons.extend(m.decode() for m in _FINISH_REASON.findall(data))
-            yield b"data: " + data + b"\n\n"
-        if not complete and not record.finish_reasons:
-            raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
-        yield _DONE_EVENT
+                if data == DONE:
+                    complete = True
+                    break
+                if not record.first_token:
+                    record.first_token = time.perf_counter()
+                    m = _MODEL.search(data)
+                    record.response_model = m.group(1).decode() if m else None
+                if collect is not None:
+                    collect.feed(data)
+                if b'"timings"' in data and attempt is not None:
+                    attempt.report = _llamacpp_report(data) or attempt.report
+                if data.startswith(b'{"error"'):
+                    record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
+                    out.append(b"data: " + data + b"\n\n")
+                    yield b"".join(out)
+                    return
+                if b'"usage"' in data:
+                    data = _take_usage(data, client_wants_usage, record, usage_extension)
+                    if data is None:
+                        continue
+                if b'"finish_reason"' in data:
+                    record.finish_reasons.extend(m.decode() for m in _FINISH_REASON.findall(data))
+                out.append(b"data: " + data + b"\n\n")
+            if complete:
+                out.append(_DONE_EVENT)
+            if out:
+                yield b"".join(out)
+            if complete:
+                break
+        if not complete:
+            if not record.finish_reasons:
+                raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
+            yield _DONE_EVENT  # a backend that closed after its final chunk without [DONE]
     except GatewayError as err:
         record.outcome, record.error_type, record.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
         yield sse_error_event(err)

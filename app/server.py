@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
+import os
 from contextlib import asynccontextmanager
 
 import orjson
@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app import admin
-from app.config import GatewayConfig
+from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, NotFound
 from app.fastpath import FastPath, error_response
 from app.gateway import Gateway
@@ -22,6 +22,12 @@ from app.reload import Reloader
 
 log = logging.getLogger("slipstream.server")
 _JSON = "application/json"
+
+
+def app_from_environment() -> FastPath:
+    """The app for a uvicorn worker process: config from $SLIPSTREAM_CONFIG (set by `serve --workers`)."""
+    path = os.environ["SLIPSTREAM_CONFIG"]
+    return create_app(load_config(path), config_path=path)
 
 
 def create_app(config: GatewayConfig, span_exporter=None, config_path: str | None = None) -> FastPath:

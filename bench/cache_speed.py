@@ -131,7 +131,7 @@ def main() -> int:
         gw.stop()
         fleet.stop()
         redis_proc.terminate()
-    print(f"\n| what | p50 ms | p99 ms | n |\n|---|---|---|---|")
+    print("\n| what | p50 ms | p99 ms | n |\n|---|---|---|---|")
     for name, values in rows.items():
         print(f"| {name} | {percentile(values, 50):.2f} | {percentile(values, 99):.2f} | {len(values)} |")
     return 0

@@ -84,7 +84,7 @@ class Fleet(Proc):
 
 def start_gateway(
     tmp: Path, fleet: Fleet, cpus: str | None = None, profile: Path | None = None, env: dict[str, str] | None = None,
-    models: dict | None = None, extra: dict | None = None,
+    models: dict | None = None, extra: dict | None = None, workers: int = 1,
 ) -> Proc:
     """A gateway in open-auth mode with one alias per fleet backend (`zero` for the zero-latency fleet)."""
     port = free_port()
@@ -101,7 +101,7 @@ def start_gateway(
     }
     path = tmp / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
-    args = ["serve", "--config", str(path)]
+    args = ["serve", "--config", str(path), "--workers", str(workers)]
     proc = _spawn(args, tmp / f"gateway-{port}.log", cpus, profile, env)
     wait_listening(port, proc)
     return Proc(proc, f"http://127.0.0.1:{port}")

@@ -11,7 +11,8 @@ load generator to CPU 1, so the gateway gets one core of this 2-core box.
     python bench/overhead.py --variants bare,default,traced --conc 16   # what telemetry adds
 
 Variants: bare (no metrics, no Server-Timing, no tracing), default (metrics and Server-Timing, as
-shipped), traced (default plus every request traced and exported over OTLP/HTTP to a local receiver).
+shipped), traced (default plus every request traced and exported over OTLP/HTTP to a local receiver),
+workers2 (default, two uvicorn workers, unpinned: run it with --no-pin beside `default` to compare).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def main() -> int:
     for v in variants:
         gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v]},
                                     profile=tmp / f"profile-{v}.txt" if args.profile else None,
-                                    env=env_traced if v == "traced" else env)
+                                    env=env_traced if v == "traced" else env, workers=2 if v == "workers2" else 1)
     targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model)}
     targets.update({v: (f"{g.url}/v1/chat/completions", "zero") for v, g in gateways.items()})
     rows: dict[tuple[str, int, str], list[RunResult]] = {}
@@ -160,6 +161,7 @@ TELEMETRY = {
     "bare": {"metrics": False, "server_timing": False},
     "default": {},
     "traced": {"tracing": {"enabled": True, "sample_ratio": 1.0}},
+    "workers2": {},
 }
 
 

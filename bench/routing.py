@@ -122,7 +122,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--loads", default="0.5,0.8,0.95")
-    ap.add_argument("--strategies", default=",".join(s for s in STRATEGY_NAMES if s != "weighted"))
+    ap.add_argument("--strategies", default=",".join([s for s in STRATEGY_NAMES if s != "weighted"] + ["predicted_latency:e2e"]),
+                    help="strategy[:stream_objective], comma-separated")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-routing-"))
     backends = {n: dict(port=free_port(), model="m", tpot_growth=GROWTH, output=dict(median=400, max=400), **spec)
@@ -133,7 +134,8 @@ def main() -> int:
     strategies = args.strategies.split(",")
     gateways = {}
     for st in strategies:
-        models = {"fleet": {"backends": list(FLEET), "strategy": st,
+        name, _, objective = st.partition(":")
+        models = {"fleet": {"backends": list(FLEET), "strategy": name, "stream_objective": objective or "ttft",
                             "retry": {"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05}}}
         extra = {"reliability": {"breaker": {"consecutive_failures": 50, "error_rate": 1.0}}}
         gateways[st] = start_gateway(tmp, fleet, models=models, extra=extra)
@@ -158,14 +160,16 @@ def main() -> int:
     for (load, st), r in results.items():
         print(f"| {load:.0%} | {st} | {percentile(r.ttft, 50):.0f} / {percentile(r.ttft, 99):.0f} | "
               f"{percentile(r.e2e, 50):.0f} / {percentile(r.e2e, 99):.0f} | {len(r.e2e) / r.seconds:.1f} | {r.errors} |")
-    if 0.8 in {ld for ld, _ in results} and "predicted_latency" in strategies:
-        p = percentile(results[(0.8, "predicted_latency")].e2e, 99)
-        print("\nAt 80 % load, predicted_latency's p99 E2E against the others:")
+    for mine in [st for st in strategies if st.startswith("predicted_latency")]:
+        if (0.8, mine) not in results:
+            continue
+        p = percentile(results[(0.8, mine)].e2e, 99)
+        print(f"\nAt 80 % load, {mine}'s p99 E2E against the others:")
         for st in strategies:
-            if st != "predicted_latency":
+            if not st.startswith("predicted_latency"):
                 other = percentile(results[(0.8, st)].e2e, 99)
                 print(f"  vs {st}: {100 * (1 - p / other):.1f} % lower")
-    errs = [e for (ld, st), r in results.items() if st == "predicted_latency" for e in r.pred_err]
+    errs = [e for (ld, st), r in results.items() if st.startswith("predicted_latency") for e in r.pred_err]
     if errs:
         print(f"\nlatency model: median prediction error {100 * statistics.median(errs):.1f} % "
               f"(TTFT for streams, E2E otherwise; {len(errs)} requests)")

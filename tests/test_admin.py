@@ -5,12 +5,10 @@ from __future__ import annotations
 import time
 
 import httpx
-import openai
 import pytest
 import yaml
 
-from app.auth import hash_key
-from tests.conftest import ADMIN_KEY, ACME_KEY, gateway_config, start_gateway
+from tests.conftest import ACME_KEY, ADMIN_KEY, gateway_config, start_gateway
 from tests.support import sim_stats, wait_until
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}

@@ -14,7 +14,14 @@ import openai
 import pytest
 
 from tests.conftest import Fleet, start_gateway
-from tests.support import Process, free_port, set_faults, sim_stats, wait_until, write_yaml
+from tests.support import (
+    Process,
+    free_port,
+    set_faults,
+    sim_stats,
+    wait_until,
+    write_yaml,
+)
 
 FAST = dict(slots=64, prefill_tokens_per_s=1e9, tpot_ms=0, output=dict(median=8, sigma=0.2, max=16))
 MSG = [{"role": "user", "content": "hello"}]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 import httpx
@@ -69,3 +68,24 @@ def _accepts(url: str) -> bool:
         return True
     except httpx.HTTPError:
         return False
+
+
+def test_serve_with_two_workers(fleet, tmp_path):
+    from tests.conftest import gateway_config
+    from tests.support import Process, free_port, write_yaml
+
+    port = free_port()
+    path = write_yaml(tmp_path / "gw.yaml", gateway_config(fleet, port))
+    proc = Process(["serve", "--config", str(path), "--workers", "2"], tmp_path / "gw.log")
+    try:
+        proc.wait_listening(port)
+        import openai
+
+        from tests.conftest import ACME_KEY
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=ACME_KEY, max_retries=0)
+        for _ in range(6):
+            assert client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "w"}], max_tokens=2).choices
+        assert proc.log().count("Started server process") >= 2
+    finally:
+        proc.stop()

@@ -9,11 +9,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from app.config import BreakerConfig, ModelAlias
-from app.routing.latency_model import LatencyModel
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
 from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
+from app.routing.latency_model import LatencyModel
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 

@@ -23,6 +23,7 @@ class RouteContext:
     prompt_tokens: int = 0  # estimated from the body's length: for routing only, never reported
     max_tokens: int | None = None
     now: float = 0.0
+    stream_objective: str = "ttft"  # what a stream is ranked by: "ttft" or "e2e"
 
 
 class Strategy(Protocol):
@@ -112,7 +113,7 @@ def predict(c: BackendState, ctx: RouteContext) -> float:
     if c.scraped_waiting is not None:
         ahead = max(ahead, c.scraped_waiting)  # the backend's own queue, when it reports one
     ttft = m.ttft(ctx.prompt_tokens, ctx.now, ahead)
-    if ctx.stream:
+    if ctx.stream and ctx.stream_objective == "ttft":
         latency = ttft
     else:
         n = m.output_tokens.get(ctx.now)

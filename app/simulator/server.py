@@ -17,7 +17,13 @@ from pydantic import ValidationError
 from app.config import FaultConfig, SimBackendConfig
 from app.simulator import shapes
 from app.simulator.engine import Engine, Timings, now
-from app.simulator.textgen import count_tokens, embedding, generate_tokens, prompt_tokens, request_rng
+from app.simulator.textgen import (
+    count_tokens,
+    embedding,
+    generate_tokens,
+    prompt_tokens,
+    request_rng,
+)
 
 _HANG_S = 3600.0
 ENGINE = web.AppKey("engine", Engine)
@@ -56,14 +62,22 @@ async def _read_json(request: web.Request) -> dict | web.Response:
     return body
 
 
+async def _read_call(request: web.Request, engine: Engine) -> dict | web.Response:
+    """The request's JSON body, or the error answer for a bad body or a model this backend does not serve."""
+    body = await _read_json(request)
+    if isinstance(body, web.Response):
+        return body
+    if body.get("model") != engine.config.model:
+        return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+    return body
+
+
 def _generate(kind: str):
     async def handler(request: web.Request) -> web.StreamResponse:
         engine = request.app[ENGINE]
-        body = await _read_json(request)
+        body = await _read_call(request, engine)
         if isinstance(body, web.Response):
             return body
-        if body.get("model") != engine.config.model:
-            return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         engine.stats.requests += 1
         engine.stats.last_traceparent = request.headers.get("traceparent")
         problem = _invalid(body)
@@ -205,11 +219,9 @@ def _drop(request: web.Request) -> None:
 
 async def _embeddings(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    body = await _read_json(request)
+    body = await _read_call(request, engine)
     if isinstance(body, web.Response):
         return body
-    if body.get("model") != engine.config.model:
-        return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
     inputs = body.get("input")
     if isinstance(inputs, str):
         inputs = [inputs]

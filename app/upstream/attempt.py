@@ -18,8 +18,13 @@ import aiohttp
 from app.config import Timeouts
 from app.deadline import Deadline
 from app.errors import UpstreamProtocolError, UpstreamStatus, UpstreamTimeout
-from app.upstream.client import Backend, map_transport_errors, open_response, response_headers
 from app.telemetry.timing import NO_REPORT, BackendReport, from_tgi_headers
+from app.upstream.client import (
+    Backend,
+    map_transport_errors,
+    open_response,
+    response_headers,
+)
 from app.upstream.sse import EventSplitter
 
 _JSON = "application/json"
@@ -48,7 +53,7 @@ class JsonReply:
 
 @dataclass(slots=True)
 class EventStream:
-    """An open upstream SSE stream; iterate `events()` once, then `aclose()` (always)."""
+    """An open upstream SSE stream; iterate `batches()` once, then `aclose()` (always)."""
 
     backend: Backend
     headers: dict[str, str]
@@ -60,10 +65,11 @@ class EventStream:
     _end: float  # time.monotonic() by which the attempt must be over (total timeout or deadline)
     _deadline_bound: bool = field(default=False)
 
-    async def events(self) -> AsyncIterator[bytes]:
-        """Each complete SSE event as the backend sends it; raises a GatewayError if the stream breaks."""
-        for event in self._first:
-            yield event
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        """The complete SSE events of each read, as the backend sends them; raises a GatewayError if the
+        stream breaks. Events that arrived together stay together, so they can be relayed in one write."""
+        if self._first:
+            yield self._first
         self._first = []
         name = self.backend.name
         try:
@@ -72,8 +78,9 @@ class EventStream:
                     async for chunk in self._response.content.iter_any():
                         # The timer measures the backend's silence, not the time the client takes to read.
                         timer.reschedule(None)
-                        for event in self._splitter.feed(chunk):
-                            yield event
+                        events = self._splitter.feed(chunk)
+                        if events:
+                            yield events
                         timer.reschedule(asyncio.get_running_loop().time() + self._next_wait())
         except TimeoutError:
             if time.monotonic() >= self._end - 0.001:
@@ -83,7 +90,7 @@ class EventStream:
             ) from None
         self.timing.end = time.perf_counter()
         if self._splitter.pending.strip():
-            yield self._splitter.pending  # a last event without its blank line: the caller judges it
+            yield [self._splitter.pending]  # a last event without its blank line: the caller judges it
 
     def _next_wait(self) -> float:
         return max(0.0, min(self._idle_s, self._end - time.monotonic()))

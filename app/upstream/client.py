@@ -16,7 +16,12 @@ import aiohttp
 from yarl import URL
 
 from app.config import BackendConfig
-from app.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
+from app.errors import (
+    GatewayError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 
 # Backend headers a client may see; everything else (cookies, server banners, hop-by-hop and
 # body framing) stays on the backend's side of the gateway.

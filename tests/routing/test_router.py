@@ -32,7 +32,8 @@ def router(caps: dict[str, int], strategy: str = "least_inflight", timeout: floa
 def test_least_inflight_spreads_over_idle_backends():
     async def main():
         r = router({"a": 10, "b": 10, "c": 10})
-        leases = [await r.acquire("m") for _ in range(6)]
+        for _ in range(6):
+            await r.acquire("m")
         return sorted(s.inflight for s in r.states.values())
 
     assert asyncio.run(main()) == [2, 2, 2]

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.strategies import LeastInflight, LowestLatency, PredictedLatency, RouteContext, Weighted, predict
+from app.routing.strategies import (
+    LeastInflight,
+    LowestLatency,
+    PredictedLatency,
+    RouteContext,
+    Weighted,
+    predict,
+)
 
 
 class State:

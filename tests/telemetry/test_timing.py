@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.telemetry.timing import from_body, from_llamacpp, from_ollama, from_tgi_headers, parse_vllm_metrics
+from app.telemetry.timing import (
+    from_body,
+    from_llamacpp,
+    from_ollama,
+    from_tgi_headers,
+    parse_vllm_metrics,
+)
 
 # llama.cpp server, /v1/chat/completions, last chunk of a stream (b4000-era field set).
 LLAMACPP_FINAL_CHUNK = {

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from app.config import GatewayConfig
 from app.server import create_app
 from tests.conftest import ACME_KEY, gateway_config, start_gateway
-from tests.support import ROOT, free_port, sim_stats, wait_until, write_yaml
+from tests.support import ROOT, free_port, sim_stats, wait_until
 
 MSG = [{"role": "user", "content": "a secret prompt about telemetry"}]
 

@@ -1,0 +1,163 @@
+"""Policy what-if: replay a recorded workload through the real gateway against simulated backends,
+once per policy, and compare.
+
+A policy is a gateway config file with a `simulator` section (the fleet to replay against) and the
+routing to try (strategies, fallbacks, hedging, timeouts). The workload is JSONL, one request a line:
+{"t": arrival seconds, "prompt_tokens": 200, "max_tokens": 100, "stream": true, "model": "alias"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+import uvicorn
+
+from app.baseline.render import _chart
+from app.config import GatewayConfig, load_config
+from app.server import create_app
+from app.simulator.fleet import start_fleet
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    t: float
+    prompt_tokens: int
+    max_tokens: int
+    stream: bool
+    model: str | None
+
+
+@dataclass
+class Outcome:
+    arrival: float
+    ok: bool
+    ttft: float | None = None
+    e2e: float | None = None
+
+
+@dataclass
+class PolicyRun:
+    name: str
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def read_workload(path: str | Path) -> list[Arrival]:
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = orjson.loads(line)
+            out.append(Arrival(float(d["t"]), int(d.get("prompt_tokens", 100)), int(d.get("max_tokens", 100)),
+                               bool(d.get("stream", False)), d.get("model")))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{n}: not a workload line ({exc})") from None
+    return sorted(out, key=lambda a: a.t)
+
+
+async def replay(policy_path: str, workload: list[Arrival]) -> PolicyRun:
+    """Start the policy's fleet and gateway in this process, replay the workload open-loop, stop both."""
+    config: GatewayConfig = load_config(policy_path)
+    if config.simulator is None or not config.simulator.backends:
+        raise ValueError(f"{policy_path}: a policy needs a simulator section (the fleet to replay against)")
+    runners = await start_fleet(config.simulator)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    default_model = next(iter(config.models))
+    run = PolicyRun(Path(policy_path).stem)
+    try:
+        async with aiohttp.ClientSession(headers={"authorization": "Bearer what-if"}) as session:
+            start = time.perf_counter()
+
+            async def one(a: Arrival) -> None:
+                await asyncio.sleep(max(0.0, start + a.t - time.perf_counter()))
+                body = {"model": a.model or default_model, "max_tokens": a.max_tokens, "stream": a.stream, "ignore_eos": True,
+                        "messages": [{"role": "user", "content": "x" * (4 * a.prompt_tokens)}]}
+                t0 = time.perf_counter()
+                first = None
+                try:
+                    async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                        async for _ in r.content.iter_any():
+                            if first is None:
+                                first = time.perf_counter() - t0
+                        data = await r.read()
+                        ok = r.status == 200 and not (a.stream and b'"error"' in data)
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                e2e = time.perf_counter() - t0
+                run.outcomes.append(Outcome(a.t, ok, first if a.stream else None, e2e if ok else None))
+
+            await asyncio.gather(*(one(a) for a in workload))
+    finally:
+        server.should_exit = True
+        await serving
+        for runner in runners:
+            await runner.cleanup()
+    return run
+
+
+def compare(runs: list[PolicyRun], windows: int = 10) -> tuple[str, str]:
+    """The comparison table, and an SVG of E2E percentiles over time (per policy)."""
+    lines = ["| policy | requests | errors | TTFT p50 / p99 ms | E2E p50 / p95 / p99 ms |", "|---|---|---|---|---|"]
+    series = {}
+    for run in runs:
+        e2e = sorted(o.e2e for o in run.outcomes if o.e2e is not None)
+        ttft = sorted(o.ttft for o in run.outcomes if o.ttft is not None)
+        errors = sum(1 for o in run.outcomes if not o.ok)
+        lines.append(f"| {run.name} | {len(run.outcomes)} | {errors} | {_p(ttft, 50)} / {_p(ttft, 99)} | "
+                     f"{_p(e2e, 50)} / {_p(e2e, 95)} / {_p(e2e, 99)} |")
+        end = max((o.arrival for o in run.outcomes), default=0) or 1
+        for q in (50, 99):
+            points = []
+            for w in range(windows):
+                lo, hi = end * w / windows, end * (w + 1) / windows
+                values = sorted(o.e2e for o in run.outcomes if o.e2e is not None and lo <= o.arrival < hi + (w == windows - 1))
+                if values:
+                    points.append((round(hi, 1), _q(values, q) * 1000))
+            series[f"{run.name} p{q}"] = points
+    svg = _chart("E2E latency percentiles over the replay", "seconds into the workload", "ms", series)
+    return "\n".join(lines), svg
+
+
+def _q(values: list[float], q: float) -> float:
+    k = (len(values) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def _p(values: list[float], q: float) -> str:
+    return f"{_q(values, q) * 1000:.0f}" if values else "-"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_whatif(workload_path: str, policies: list[str], out: str) -> str:
+    """Replay the workload once per policy, print the table, write OUT.html with the plot."""
+    workload = read_workload(workload_path)
+
+    async def main() -> list[PolicyRun]:
+        return [await replay(p, workload) for p in policies]
+
+    runs = asyncio.run(main())
+    table, svg = compare(runs)
+    medians = {r.name: statistics.median([o.e2e for o in r.outcomes if o.e2e] or [math.nan]) for r in runs}
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Policy what-if</title></head><body>"
+            f"<h1>Policy what-if: {len(workload)} requests</h1><pre>{table}</pre>{svg}</body></html>")
+    Path(f"{out}.html").write_text(page, encoding="utf-8")
+    return f"{table}\n\nmedian E2E: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in medians.items()) + f"\nplot: {out}.html"

@@ -50,7 +50,8 @@ class Dispatched:
 async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers."""
     gw.budget.on_request()
-    record.prompt_tokens_hint = route_context(req).prompt_tokens
+    ctx = route_context(req)  # once per request: every alias and attempt below reuses it
+    record.prompt_tokens_hint = ctx.prompt_tokens
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     errors: list[tuple[str, GatewayError]] = []
     reason: str | None = None
@@ -58,7 +59,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     while i < len(chain):
         alias = chain[i]
         i += 1
-        if i < len(chain) and not _can_meet(gw, req, alias, deadline):
+        if i < len(chain) and not _can_meet(gw, ctx, alias, deadline):
             # No backend of this alias is predicted to answer in time: take the next model now, rather
             # than after spending the time.
             reason = "deadline"
@@ -66,7 +67,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
                 "slipstream.fallback.from": alias, "slipstream.fallback.to": chain[i], "slipstream.fallback.reason": reason}))
             continue
         try:
-            dispatched = await _on_alias(gw, req, alias, deadline, record)
+            dispatched = await _on_alias(gw, req, ctx, alias, deadline, record)
         except GatewayError as err:
             errors.append((alias, err))
             target = gw.config.models[alias].context_fallback
@@ -90,7 +91,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     raise _final_error(errors)
 
 
-def _can_meet(gw, req: ParsedRequest, alias: str, deadline: Deadline) -> bool:
+def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
     """Whether some backend of the alias is predicted to answer within the deadline (or the alias's SLO)."""
     slo = gw.config.models[alias].slo_ms
     budget = deadline.remaining()
@@ -98,8 +99,8 @@ def _can_meet(gw, req: ParsedRequest, alias: str, deadline: Deadline) -> bool:
         if slo is None:
             return True
         budget = slo / 1000
-    ctx = route_context(req)
     ctx.now = time.monotonic()
+    ctx.stream_objective = gw.config.models[alias].stream_objective
     predictions = [predict(s, ctx) for s in gw.router.candidates(alias)]
     return bool(predictions) and min(predictions) <= budget
 
@@ -111,15 +112,16 @@ async def _close(dispatched: Dispatched) -> None:
     dispatched.lease.release()
 
 
-async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, record: RequestRecord) -> Dispatched:
+async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
+                    record: RequestRecord) -> Dispatched:
     spec = gw.config.models[alias]
     policy = spec.retry
     failed: set[str] = set()
+    ctx.stream_objective = spec.stream_objective
 
     async def run() -> Dispatched:
         if not spec.hedge.enabled:
             return await attempt()
-        ctx = route_context(req)
         ctx.now = time.monotonic()
         best = min((predict(s, ctx) for s in gw.router.candidates(alias)), default=0.0)
         delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
@@ -130,8 +132,6 @@ async def _on_alias(gw, req: ParsedRequest, alias: str, deadline: Deadline, reco
     async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
         record.attempts += 1
         routed_at = time.perf_counter()
-        ctx = route_context(req)
-        ctx.stream_objective = spec.stream_objective
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx)
         backend = lease.backend
         now = time.perf_counter()

@@ -204,7 +204,9 @@ def route_context(req: ParsedRequest) -> RouteContext:
     if isinstance(prompt, str):
         chars += len(prompt)
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    return RouteContext(req.stream, max(1, chars // 4), max_tokens if isinstance(max_tokens, int) else None)
+    max_tokens = max_tokens if isinstance(max_tokens, int) else None
+    exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
+    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact)
 
 
 def _count_retry(record: RequestRecord, state: RetryCallState) -> None:

@@ -24,6 +24,8 @@ class RouteContext:
     max_tokens: int | None = None
     now: float = 0.0
     stream_objective: str = "ttft"  # what a stream is ranked by: "ttft" or "e2e"
+    # max_tokens is the exact output length (vLLM's ignore_eos, or min_tokens = max_tokens), not a cap.
+    exact_output: bool = False
 
 
 class Strategy(Protocol):
@@ -95,6 +97,12 @@ class PredictedLatency:
         # Load penalty (peak-EWMA's cost x (inflight + 1)): requests already sent to a backend slow
         # this one down in ways the model learns only later, and replicas deciding alike must not herd.
         scores = [predict(c, ctx) * (1.0 + c.inflight / LOAD_PENALTY_SLOTS) for c in candidates]
+        measured = [s for c, s in zip(candidates, scores) if _measured(c)]
+        if measured and len(measured) < len(scores):
+            # A backend not yet measured is ranked as good as the best measured one until it has been
+            # tried a few times: a pessimistic prior would otherwise keep it unmeasured for ever.
+            best = min(measured)
+            scores = [s if _measured(c) else min(s, best) for c, s in zip(candidates, scores)]
         if len(candidates) > 1 and self._rng.random() < self.exploration:
             # Now and then a non-best backend is tried, so one that recovered gets measured again.
             best = min(range(len(scores)), key=scores.__getitem__)
@@ -103,6 +111,10 @@ class PredictedLatency:
         n = len(candidates)
         order = [(turn + k) % n for k in range(n)]
         return min(order, key=lambda i: scores[i]), scores
+
+
+def _measured(c: BackendState) -> bool:
+    return c.model.tpot_base.samples >= 2
 
 
 def predict(c: BackendState, ctx: RouteContext) -> float:
@@ -118,7 +130,7 @@ def predict(c: BackendState, ctx: RouteContext) -> float:
     else:
         n = m.output_tokens.get(ctx.now)
         if ctx.max_tokens:
-            n = min(n, ctx.max_tokens)
+            n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
         latency = ttft + max(0.0, n - 1) * m.tpot(load, ctx.now)
     # Failures cost a retry elsewhere: a backend answering fast errors must not look fast (Linkerd).
     return latency * (1.0 + 4.0 * m.failure_rate.get(ctx.now))

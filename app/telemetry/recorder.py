@@ -63,10 +63,14 @@ class Telemetry:
             model.observe_network(max(0.0, (a.headers or a.start) - a.start))
             model.observe_decode(output, a.end - a.first_event, a.load)
             if r.queue_s is None:
-                # Queue is what the measured wait before the first token leaves after (estimated) prefill.
                 wait = a.first_event - (a.headers or a.start)
-                prefill = r.prefill_s if r.prefill_s is not None else model.prefill_s(prompt)
-                model.observe_queue(max(0.0, wait - prefill), ahead)
+                if r.prefill_s is None and ahead == 0:
+                    # Nothing else was in flight here: the wait before the first token was prefill.
+                    model.observe_prefill(prompt, wait)
+                else:
+                    # Queue is what the measured wait leaves after (reported or estimated) prefill.
+                    prefill = r.prefill_s if r.prefill_s is not None else model.prefill_s(prompt)
+                    model.observe_queue(max(0.0, wait - prefill), ahead)
         elif r.decode_s is not None:
             model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
         elif output > 1:

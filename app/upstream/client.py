@@ -97,7 +97,8 @@ def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
     for key, value in response.headers.items():
         k = key.lower()
         if k in _RELAYED_HEADERS or k.startswith(_RELAYED_PREFIX):
-            out[k] = value
+            # The gateway's own x-request-id names the call in its traces; the backend's stays visible.
+            out["x-upstream-request-id" if k == "x-request-id" else k] = value
     return out
 
 

@@ -136,7 +136,8 @@ async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadl
         backend = lease.backend
         now = time.perf_counter()
         record.predicted_s = predict(lease.state, ctx)
-        record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
+        if gw.telemetry.tracing.enabled:  # route spans are the decision's only reader
+            record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight)
         record.attempt_log.append(a)

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import orjson
 
 from app.cache import guard
 from app.cache.embedder import Embedder
@@ -143,7 +142,7 @@ class Cache:
         plan.status = "stale"
         return Hit(answer, "stale")
 
-    def save_later(self, plan: CachePlan, body: dict | bytes) -> None:
+    def save_later(self, plan: CachePlan, body: dict) -> None:
         """Store a complete answer in the background, if the policy accepts how it ended."""
         if not plan.store:
             return
@@ -151,13 +150,8 @@ class Cache:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _save(self, plan: CachePlan, body: dict | bytes) -> None:
-        if isinstance(body, bytes):
-            try:
-                body = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                return
-        choices = body.get("choices") if isinstance(body, dict) else None
+    async def _save(self, plan: CachePlan, body: dict) -> None:
+        choices = body.get("choices")
         if not choices or not all(isinstance(c, dict) and c.get("finish_reason") in plan.policy.finish_reasons for c in choices):
             return  # errors, truncated answers and excluded finish reasons are never cached
         now = time.time()

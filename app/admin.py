@@ -11,10 +11,10 @@ from starlette.responses import Response
 
 from app.auth import hash_key
 from app.deadline import DEADLINE_HEADER, Deadline
-from app.dispatch import route_context
+from app.dispatch import route_context, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
 from app.request import Endpoint, parse_request
-from app.routing.strategies import predict
+from app.routing.predict import estimate
 
 router = APIRouter(prefix="/admin")
 
@@ -72,21 +72,18 @@ async def explain(request: Request) -> Response:
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     aliases = []
     for alias in chain:
-        ctx = route_context(req)
+        ctx = with_policy(route_context(req), gw.config.models[alias])
         choice, scores = gw.router.score(alias, ctx)
         ctx.now = time.monotonic()
         candidates = []
         for s in gw.router.states.values():
             if s.name not in gw.config.models[alias].backends:
                 continue
-            ctx.stream = True
-            ttft = predict(s, ctx)
-            ctx.stream = False
-            e2e = predict(s, ctx)
-            ctx.stream = req.stream
+            est = estimate(s, ctx)
             candidates.append({
                 "backend": s.name, "usable": s.name in scores, "score": scores.get(s.name),
-                "predicted_ttft_s": round(ttft, 6), "predicted_e2e_s": round(e2e, 6), "source": "estimated",
+                "predicted_queue_s": round(est.queue_s, 6), "predicted_ttft_s": round(est.ttft_s, 6),
+                "predicted_e2e_s": round(est.e2e_s, 6), "source": "estimated",
                 "inflight": s.inflight, "breaker": s.breaker.state.value,
             })
         usable = [c for c in candidates if c["usable"]]

@@ -18,7 +18,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from app.config import RetryPolicy
+from app.config import ModelAlias, RetryPolicy
 from app.deadline import Deadline
 from app.errors import AllAttemptsFailed, GatewayError
 from app.hedge import hedged
@@ -31,8 +31,9 @@ from app.retry import (
     retry_after_s,
     warrants_fallback,
 )
+from app.routing.predict import predict
 from app.routing.router import Lease
-from app.routing.strategies import RouteContext, predict
+from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply, call_json, open_stream
 
 
@@ -100,7 +101,7 @@ def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
             return True
         budget = slo / 1000
     ctx.now = time.monotonic()
-    ctx.stream_objective = gw.config.models[alias].stream_objective
+    with_policy(ctx, gw.config.models[alias])
     predictions = [predict(s, ctx) for s in gw.router.candidates(alias)]
     return bool(predictions) and min(predictions) <= budget
 
@@ -117,7 +118,7 @@ async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadl
     spec = gw.config.models[alias]
     policy = spec.retry
     failed: set[str] = set()
-    ctx.stream_objective = spec.stream_objective
+    with_policy(ctx, spec)
 
     async def run() -> Dispatched:
         if not spec.hedge.enabled:
@@ -135,11 +136,10 @@ async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadl
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx)
         backend = lease.backend
         now = time.perf_counter()
-        record.predicted_s = predict(lease.state, ctx)
         if gw.telemetry.tracing.enabled:  # route spans are the decision's only reader
             record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
-                          backend.config.model, req.stream, now, load=lease.state.inflight)
+                          backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate)
         record.attempt_log.append(a)
         extra = gw.telemetry.start_attempt(record, a)
         timeouts = gw.timeouts[alias][backend.name]
@@ -161,6 +161,8 @@ async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadl
             raise
         t = result.timing
         a.headers, a.first_event, a.status = t.headers, t.first_event, 200
+        if req.stream:
+            gw.telemetry.learn_first_token(a, ctx.prompt_tokens)
         if not req.stream:
             a.end, a.status, a.report = t.end, result.status, result.report
             lease.release()
@@ -208,6 +210,13 @@ def route_context(req: ParsedRequest) -> RouteContext:
     max_tokens = max_tokens if isinstance(max_tokens, int) else None
     exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
     return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact)
+
+
+def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
+    """The context as the alias's policy ranks it (what a stream is ranked by)."""
+    ctx.stream_objective = spec.stream_objective
+    ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
+    return ctx
 
 
 def _count_retry(record: RequestRecord, state: RetryCallState) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 
 import orjson
 from starlette.background import BackgroundTask
@@ -95,10 +96,13 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
     }
     if dispatched.fallback:
         out["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
-    if record.predicted_s is not None:
-        # An estimate, and named so: the latency the model predicted on this backend (TTFT for a
-        # stream, end to end otherwise).
-        out["x-slipstream-predicted-ms"] = f"{record.predicted_s * 1000:.1f}"
+    if record.attempts > 1:
+        out["x-slipstream-attempts"] = str(record.attempts)
+    predicted = dispatched.attempt.predicted if dispatched.attempt else None
+    if predicted is not None:
+        # Estimates, and named so: what the latency model predicted for this request on this backend.
+        out["x-slipstream-predicted-ttft-ms"] = f"{predicted.ttft_s * 1000:.1f}"
+        out["x-slipstream-predicted-e2e-ms"] = f"{predicted.e2e_s * 1000:.1f}"
     return out
 
 
@@ -149,7 +153,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                  Stage("queue_prefill", attempt.headers, attempt.first_event, MEASURED)]
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
     events = relay_events(stream, req.client_wants_usage, record, finish, collect,
-                          usage_extension if summary_wanted and req.client_wants_usage else None)
+                          usage_extension if summary_wanted and req.client_wants_usage else None,
+                          partial(gw.telemetry.learn_progress, attempt, lease.state))
     return SSEResponse(events, headers)
 
 

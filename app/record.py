@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from app.routing.predict import Estimate
 from app.telemetry.timing import NO_REPORT, BackendReport
 
 
@@ -38,8 +39,10 @@ class AttemptRecord:
     stream: bool
     start: float
     load: int = 0  # requests in flight at this backend when it was chosen (this one included)
+    predicted: Estimate | None = None  # what the latency model predicted for this attempt (an estimate)
     headers: float = 0.0
     first_event: float = 0.0
+    progress: tuple[int, float] = (0, 0.0)  # (events, instant) of the last decode-speed sample
     end: float = 0.0
     status: int = 0
     error_type: str | None = None
@@ -93,7 +96,6 @@ class RequestRecord:
     similarity: float | None = None
     response_model: str | None = None
     prompt_tokens_hint: int = 0  # an estimate for the latency model; never reported as usage
-    predicted_s: float | None = None  # the model's latency prediction for the chosen backend (an estimate)
     attempt_log: list[AttemptRecord] = field(default_factory=list)
     routes: list[RouteDecision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)

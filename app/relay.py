@@ -25,19 +25,24 @@ from app.upstream.sse import DONE, event_data
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"]+)"')
 _DONE_EVENT = b"data: [DONE]\n\n"
+# Every this many data events, a stream's recent decode speed is reported (an early TPOT sample).
+PROGRESS_EVENTS = 8
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 async def relay_events(
     stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None],
     collect: StreamAssembler | None = None, usage_extension: Callable[[], dict] | None = None,
+    progress: Callable[[int, float], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once.
 
     `collect`, when given, sees every data chunk as the backend sent it (to cache the finished answer).
     `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
+    `progress`, when given, is called with (events, now) every PROGRESS_EVENTS data events.
     """
     complete = False
+    events = 0
     attempt = record.attempt_log[-1] if record.attempt_log else None
     try:
         async for batch in stream.batches():
@@ -55,6 +60,9 @@ async def relay_events(
                     record.first_token = time.perf_counter()
                     m = _MODEL.search(data)
                     record.response_model = m.group(1).decode() if m else None
+                events += 1
+                if events % PROGRESS_EVENTS == 0 and progress is not None:
+                    progress(events, time.perf_counter())
                 if collect is not None:
                     collect.feed(data)
                 if b'"timings"' in data and attempt is not None:

@@ -1,11 +1,16 @@
 """A per-backend latency model, learned online from every request (DESIGN.md section 2).
 
-    TTFT = net + queue + prompt_tokens / prefill_rate
-    E2E  = TTFT + (output_tokens - 1) * TPOT(load)
+    TTFT = net + queue + prefill_overhead + prompt_tokens / prefill_rate
+    E2E  = TTFT + (output_tokens - 1) * TPOT(batch)
 
 Each figure is an exponentially weighted average whose weight decays with time (w = exp(-dt/tau)), so
 a backend not heard from for a while drifts back to its prior instead of keeping a stale figure.
-TPOT is kept as a line in the backend's load: TPOT(load) = tpot_base * (1 + growth * (load - 1)).
+TPOT is kept as a line in the backend's batch: TPOT(batch) = tpot_base * (1 + growth * (batch - 1)).
+
+Queueing is modelled from the backend's slots: the model learns how many requests the backend runs at
+once (a wait seen with k requests ahead means it has at most k; none means more than k), and the
+router's in-flight book says when the requests ahead will finish (app/routing/predict.py). What that
+does not explain (other clients of the backend) is kept as a residual queue.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+
+# A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
+QUEUE_NOISE_S = 0.025
 
 
 @dataclass
@@ -25,6 +33,7 @@ class Prior:
     tpot_s: float = 0.03
     tpot_growth: float = 0.03
     output_tokens: float = 200.0
+    slots: int | None = None  # requests the backend runs at once; None: not known until it queues one
 
 
 @dataclass
@@ -59,6 +68,49 @@ class Decaying:
         self.samples += 1
 
 
+@dataclass
+class DecayingLine:
+    """y = intercept + slope * x by least squares over samples that fade with time (w = exp(-dt/tau)).
+
+    The slope is held toward the prior's (ridge, in x^2 units) until x has varied enough to tell it
+    apart from the intercept; unfed, both relax toward the prior line like `Decaying`.
+    """
+
+    prior_intercept: float
+    prior_slope: float
+    tau_s: float = 60.0
+    stale_tau_s: float = 300.0
+    ridge: float = 1e5
+    samples: int = field(init=False, default=0)
+    updated: float = field(init=False, default=0.0)
+    _sums: tuple[float, float, float, float, float] = field(init=False, default=(0.0, 0.0, 0.0, 0.0, 0.0))
+
+    def add(self, x: float, y: float, now: float) -> None:
+        d = math.exp(-(now - self.updated) / self.tau_s) if self.samples else 0.0
+        w, sx, sy, sxx, sxy = (v * d for v in self._sums)
+        self._sums = (w + 1.0, sx + x, sy + y, sxx + x * x, sxy + x * y)
+        self.updated = now
+        self.samples += 1
+
+    def coefficients(self, now: float) -> tuple[float, float]:
+        """(intercept, slope) now."""
+        if not self.samples:
+            return self.prior_intercept, self.prior_slope
+        w, sx, sy, sxx, sxy = self._sums
+        mx, my = sx / w, sy / w
+        slope = max(0.0, (sxy - sx * my + self.ridge * self.prior_slope) / (sxx - sx * mx + self.ridge))
+        intercept = my - slope * mx
+        if intercept < 0:
+            # No fixed part fits better than a negative one: the line through the origin.
+            slope, intercept = max(0.0, (sxy + self.ridge * self.prior_slope) / (sxx + self.ridge)), 0.0
+        drift = 1.0 - math.exp(-(now - self.updated) / self.stale_tau_s)
+        return (intercept + (self.prior_intercept - intercept) * drift, slope + (self.prior_slope - slope) * drift)
+
+    def at(self, x: float, now: float) -> float:
+        a, b = self.coefficients(now)
+        return a + b * x
+
+
 class LatencyModel:
     """Live estimates for one backend; every update says where its sample came from."""
 
@@ -67,12 +119,11 @@ class LatencyModel:
         p = self.prior
         self.net = Decaying(p.net_s, tau_s)
         self.queue = Decaying(p.queue_s, tau_s)
-        self.prefill_rate = Decaying(p.prefill_tokens_per_s, tau_s)
+        # Prefill time against prompt tokens: a fixed part (scheduling, the first step) plus a rate.
+        self.prefill = DecayingLine(0.0, 1.0 / p.prefill_tokens_per_s)
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
-        # Queueing seen per request already in flight when a request was sent: near 0 while the
-        # backend has free slots, growing once it is full. Predicts the wait at the current load.
-        self.queue_per_ahead = Decaying(0.0, tau_s)
+        self.slots = p.slots
         self.tpot_growth = p.tpot_growth
         # Share of recent attempts that failed (0..1), and the plain average of observed end-to-end
         # latency that simpler strategies route on.
@@ -83,25 +134,45 @@ class LatencyModel:
     def observe_network(self, seconds: float, now: float | None = None) -> None:
         self.net.add(max(0.0, seconds), _now(now), peak=True)
 
-    def observe_queue(self, seconds: float, ahead: int = 0, now: float | None = None) -> None:
-        """A queue wait seen with `ahead` requests already in flight at this backend."""
+    def observe_queue(self, seconds: float, ahead: int = 0, expected: float = 0.0, tolerance: float = QUEUE_NOISE_S,
+                      now: float | None = None) -> None:
+        """A queue wait seen with `ahead` requests already in flight here, where `expected` was predicted.
+
+        A wait beyond `tolerance` (what the measurement cannot tell from no wait) with k ahead means the
+        backend runs at most k at once; no wait means more than k. A wait with nothing of ours ahead is
+        someone else's traffic: the residual queue.
+        """
+        queued = seconds > tolerance
         t = _now(now)
-        if ahead > 0:
-            self.queue_per_ahead.add(max(0.0, seconds) / ahead, t, peak=True)
-        else:
-            self.queue.add(max(0.0, seconds), t, peak=True)
+        if ahead == 0:
+            self.queue.add(seconds if queued else 0.0, t)
+            return
+        if queued and (self.slots is None or self.slots > ahead):
+            self.slots = ahead
+        elif not queued:
+            if self.slots is not None and self.slots <= ahead:
+                self.slots = ahead + 1
+            if expected <= tolerance:
+                self.queue.add(0.0, t)
 
     def observe_prefill(self, prompt_tokens: int, seconds: float, now: float | None = None) -> None:
+        """A prefill (or a first-token wait with nothing queued) of `seconds` for `prompt_tokens`."""
         if prompt_tokens > 0 and seconds > 0:
-            self.prefill_rate.add(prompt_tokens / seconds, _now(now))
+            self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
-    def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None) -> None:
-        """TPOT from a decode phase seen at this load (never TTFT divided by tokens)."""
+    def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
+                       measured: bool = True, count_output: bool = True) -> None:
+        """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens).
+
+        Only a measured decode (a stream, or the backend's report) may raise the estimate at once
+        (peak-EWMA); one inferred from a whole answer's time carries the queue's error too. A decode
+        still under way (`count_output` off) says nothing of the answer's length.
+        """
         if output_tokens > 1 and seconds > 0:
             tpot = seconds / (output_tokens - 1)
-            base = tpot / (1.0 + self.tpot_growth * max(0.0, load - 1.0))
-            self.tpot_base.add(base, _now(now), peak=True)
-        if output_tokens > 0:
+            base = tpot / (1.0 + self.tpot_growth * max(0.0, self.batch(load) - 1.0))
+            self.tpot_base.add(base, _now(now), peak=measured)
+        if output_tokens > 0 and count_output:
             self.output_tokens.add(float(output_tokens), _now(now))
 
     def observe_outcome(self, ok: bool, now: float | None = None) -> None:
@@ -111,31 +182,44 @@ class LatencyModel:
         self.observed_latency = seconds if not self.observed_latency else self.observed_latency * (1 - weight) + seconds * weight
 
     # --- predictions --------------------------------------------------------------------------
+    def batch(self, load: float) -> float:
+        """Requests running together when `load` are in flight: the rest wait for a slot."""
+        return load if self.slots is None else min(load, self.slots)
+
     def tpot(self, load: float, now: float | None = None) -> float:
-        return self.tpot_base.get(_now(now)) * (1.0 + self.tpot_growth * max(0.0, load - 1.0))
+        """Time per output token with `load` requests in flight here."""
+        return self.tpot_base.get(_now(now)) * (1.0 + self.tpot_growth * max(0.0, self.batch(load) - 1.0))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
-        return prompt_tokens / max(1e-9, self.prefill_rate.get(_now(now)))
+        return self.prefill.at(prompt_tokens, _now(now))
 
-    def ttft(self, prompt_tokens: int, now: float | None = None, ahead: int = 0) -> float:
+    def residual_queue(self, now: float | None = None) -> float:
+        """Queueing the in-flight book does not explain (other clients of the backend), never negative."""
+        return max(0.0, self.queue.get(_now(now)))
+
+    def ttft(self, prompt_tokens: int, now: float | None = None, queue_s: float | None = None) -> float:
+        """Time to the first token: network, `queue_s` (the residual queue when not given), prefill."""
         t = _now(now)
-        return self.net.get(t) + self.queue.get(t) + self.queue_per_ahead.get(t) * ahead + self.prefill_s(prompt_tokens, t)
+        q = self.residual_queue(t) if queue_s is None else queue_s
+        return self.net.get(t) + q + self.prefill_s(prompt_tokens, t)
 
     def snapshot(self, now: float | None = None) -> dict:
         """The live figures, for /admin/backends (seconds, tokens per second, tokens)."""
         t = _now(now)
+        overhead, per_token = self.prefill.coefficients(t)
         return {
-            "net_s": self.net.get(t), "queue_s": self.queue.get(t), "queue_per_ahead_s": self.queue_per_ahead.get(t),
-            "prefill_tokens_per_s": self.prefill_rate.get(t), "tpot_s": self.tpot_base.get(t),
+            "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t), "slots": self.slots,
+            "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
-            "samples": {"net": self.net.samples, "queue": self.queue.samples + self.queue_per_ahead.samples,
-                        "prefill": self.prefill_rate.samples, "decode": self.tpot_base.samples},
+            "samples": {"net": self.net.samples, "queue": self.queue.samples,
+                        "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
         }
 
-    def e2e(self, prompt_tokens: int, output_tokens: float, load: float, now: float | None = None, ahead: int = 0) -> float:
+    def e2e(self, prompt_tokens: int, output_tokens: float, load: float, now: float | None = None,
+            queue_s: float | None = None) -> float:
         t = _now(now)
-        return self.ttft(prompt_tokens, t, ahead) + max(0.0, output_tokens - 1) * self.tpot(load, t)
+        return self.ttft(prompt_tokens, t, queue_s) + max(0.0, output_tokens - 1) * self.tpot(load, t)
 
 
 def _now(now: float | None) -> float:
@@ -156,4 +240,5 @@ def load_prior(path: str | None) -> Prior | None:
         prefill_tokens_per_s=float(fitted.get("prefill_tokens_per_s", defaults.prefill_tokens_per_s)),
         tpot_s=float(fitted.get("tpot_s", defaults.tpot_s)),
         tpot_growth=float(fitted.get("tpot_growth", defaults.tpot_growth)),
+        slots=int(fitted["slots"]) if fitted.get("slots") else None,
     )

@@ -14,6 +14,7 @@ from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
+from app.routing.predict import Estimate, InflightBook, estimate
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 
@@ -33,6 +34,8 @@ class BackendState:
     # The backend's own waiting count, from its /metrics (vLLM), when scraped.
     scraped_waiting: float | None = None
     wrr_current: float = 0.0
+    # When each request in flight here is predicted to finish: the queue a new one would wait in.
+    book: InflightBook = field(default_factory=InflightBook)
 
     @property
     def name(self) -> str:
@@ -59,11 +62,15 @@ class _Waiter:
 class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
-    __slots__ = ("state", "_router", "_released", "scores")
+    __slots__ = ("state", "_router", "_released", "scores", "estimate", "_ticket")
 
-    def __init__(self, router: Router, state: BackendState, scores: dict[str, float] | None = None) -> None:
+    def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
+                 scores: dict[str, float] | None = None) -> None:
         self._router, self.state, self._released = router, state, False
         self.scores = scores or {}  # what the strategy scored each candidate, for the record
+        # What the model predicted for this request on this backend, with the requests ahead of it.
+        self.estimate: Estimate = estimate(state, ctx, ahead)
+        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens)
 
     @property
     def backend(self) -> Backend:
@@ -72,6 +79,7 @@ class Lease:
     def release(self) -> None:
         if not self._released:
             self._released = True
+            self.state.book.remove(self._ticket)
             self._router._release(self.state)
 
 
@@ -149,9 +157,10 @@ class Router:
             ctx.now = now
             i, scores = entry.strategy.choose(free, ctx, entry.turn)
             state = free[i]
+            lease = Lease(self, state, ctx, state.inflight, {c.name: s for c, s in zip(free, scores)})
             state.inflight += 1
             state.breaker.on_chosen(now)
-            return Lease(self, state, {c.name: s for c, s in zip(free, scores)})
+            return lease
         waiter = _Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         if free:
@@ -169,7 +178,10 @@ class Router:
                     headers={"retry-after": "1"},
                 ) from None
             raise
-        return Lease(self, state)
+        ctx = ctx or RouteContext()
+        ctx.now = time.monotonic()
+        # The slot was handed over with this request already counted in flight.
+        return Lease(self, state, ctx, state.inflight - 1)
 
     def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
         """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from app.routing.predict import estimate, objective
+
 if TYPE_CHECKING:
     from app.routing.router import BackendState
 
@@ -26,6 +28,9 @@ class RouteContext:
     stream_objective: str = "ttft"  # what a stream is ranked by: "ttft" or "e2e"
     # max_tokens is the exact output length (vLLM's ignore_eos, or min_tokens = max_tokens), not a cap.
     exact_output: bool = False
+    # Under the ttft objective, first tokens predicted within this of the earliest count as tied, and
+    # the earliest predicted end breaks the tie.
+    ttft_tolerance_s: float = 0.0
 
 
 class Strategy(Protocol):
@@ -85,7 +90,7 @@ class LowestLatency:
 
 class PredictedLatency:
     """Lowest predicted TTFT (streams) or end-to-end time (otherwise) from each backend's latency model
-    at the load it would have with this request, with a failure penalty and a little exploration."""
+    and the work in flight there, with failure and load penalties and a little exploration."""
 
     name = "predicted_latency"
 
@@ -94,49 +99,49 @@ class PredictedLatency:
         self._rng = random.Random(seed)
 
     def choose(self, candidates, ctx, turn):
-        # Load penalty (peak-EWMA's cost x (inflight + 1)): requests already sent to a backend slow
-        # this one down in ways the model learns only later, and replicas deciding alike must not herd.
-        scores = [predict(c, ctx) * (1.0 + c.inflight / LOAD_PENALTY_SLOTS) for c in candidates]
-        measured = [s for c, s in zip(candidates, scores) if _measured(c)]
-        if measured and len(measured) < len(scores):
-            # A backend not yet measured is ranked as good as the best measured one until it has been
-            # tried a few times: a pessimistic prior would otherwise keep it unmeasured for ever.
-            best = min(measured)
-            scores = [s if _measured(c) else min(s, best) for c, s in zip(candidates, scores)]
+        now = ctx.now
+        estimates = [estimate(c, ctx) for c in candidates]
+        # Failure penalty: a backend answering fast errors costs a retry elsewhere (Linkerd). Load
+        # penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
+        weights = [(1.0 + 4.0 * c.model.failure_rate.get(now)) * (1.0 + LOAD_PENALTY * c.inflight / (c.model.slots or LOAD_PENALTY_SLOTS))
+                   for c in candidates]
+        scores = self._unmeasured_as_best(candidates, [objective(e, ctx) * w for e, w in zip(estimates, weights)])
         if len(candidates) > 1 and self._rng.random() < self.exploration:
-            # Now and then a non-best backend is tried, so one that recovered gets measured again.
+            # Now and then the backend heard from least recently is tried, so one that recovered gets
+            # measured again; only one with a free slot, so exploring never queues a request.
             best = min(range(len(scores)), key=scores.__getitem__)
-            others = [i for i in range(len(candidates)) if i != best]
-            return self._rng.choice(others), scores
+            idle = [i for i in range(len(candidates)) if i != best and estimates[i].queue_s == 0.0]
+            if idle:
+                return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores
         n = len(candidates)
         order = [(turn + k) % n for k in range(n)]
+        if ctx.stream and ctx.stream_objective == "ttft" and ctx.ttft_tolerance_s > 0:
+            # First tokens within the tolerance of the earliest are as good as tied: of those, the
+            # stream that also ends first wins (a long answer is not sent to the slowest decoder to
+            # save a few milliseconds of prefill).
+            cutoff = min(scores) + ctx.ttft_tolerance_s
+            e2e = self._unmeasured_as_best(candidates, [e.e2e_s * w for e, w in zip(estimates, weights)])
+            return min((i for i in order if scores[i] <= cutoff), key=lambda i: e2e[i]), scores
         return min(order, key=lambda i: scores[i]), scores
+
+    @staticmethod
+    def _unmeasured_as_best(candidates, scores: list[float]) -> list[float]:
+        # A backend not yet measured is ranked as good as the best measured one until it has been
+        # tried a few times: a pessimistic prior would otherwise keep it unmeasured for ever.
+        measured = [s for c, s in zip(candidates, scores) if _measured(c)]
+        if not measured or len(measured) == len(scores):
+            return scores
+        best = min(measured)
+        return [s if _measured(c) else min(s, best) for c, s in zip(candidates, scores)]
 
 
 def _measured(c: BackendState) -> bool:
     return c.model.tpot_base.samples >= 2
 
 
-def predict(c: BackendState, ctx: RouteContext) -> float:
-    """Predicted seconds to the first token (streams) or to the last (otherwise) on this backend now."""
-    m = c.model
-    load = c.inflight + 1
-    ahead = c.inflight
-    if c.scraped_waiting is not None:
-        ahead = max(ahead, c.scraped_waiting)  # the backend's own queue, when it reports one
-    ttft = m.ttft(ctx.prompt_tokens, ctx.now, ahead)
-    if ctx.stream and ctx.stream_objective == "ttft":
-        latency = ttft
-    else:
-        n = m.output_tokens.get(ctx.now)
-        if ctx.max_tokens:
-            n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
-        latency = ttft + max(0.0, n - 1) * m.tpot(load, ctx.now)
-    # Failures cost a retry elsewhere: a backend answering fast errors must not look fast (Linkerd).
-    return latency * (1.0 + 4.0 * m.failure_rate.get(ctx.now))
-
-
-# In-flight requests at which the load penalty doubles a prediction.
+# The load penalty multiplies a prediction by 1 + LOAD_PENALTY x inflight / slots (the learned slots,
+# or LOAD_PENALTY_SLOTS while a backend has never been seen full).
+LOAD_PENALTY = 0.5
 LOAD_PENALTY_SLOTS = 8.0
 
 

@@ -66,7 +66,7 @@ def test_report_seeds_the_latency_model(report, tmp_path):
     path.write_bytes(to_json(report))
     model = LatencyModel(load_prior(str(path)))
     assert model.tpot(1) == pytest.approx(TPOT_MS / 1000, rel=0.15)
-    assert model.prefill_rate.get(0) == pytest.approx(PREFILL_TPS, rel=0.2)
+    assert 1 / model.prefill.coefficients(0)[1] == pytest.approx(PREFILL_TPS, rel=0.2)
 
 
 def test_cli_writes_table_json_and_html(sim, tmp_path):

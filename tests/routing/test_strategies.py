@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 from app.routing.latency_model import LatencyModel, Prior
+from app.routing.predict import InflightBook, predict
 from app.routing.strategies import (
     LeastInflight,
     LowestLatency,
     PredictedLatency,
     RouteContext,
     Weighted,
-    predict,
 )
 
 
 class State:
-    def __init__(self, name, inflight=0, weight=1.0, model=None, waiting=None):
+    """The fields of the router's BackendState that strategies read."""
+
+    def __init__(self, name, inflight=0, weight=1.0, model=None, waiting=None, finishing=()):
         self.name, self.inflight, self.weight = name, inflight, weight
         self.model = model or LatencyModel()
         self.scraped_waiting = waiting
         self.wrr_current = 0.0
+        self.book = InflightBook()
+        for at in finishing:
+            self.book.add(at, 0.0, 0.0)  # nothing to decode: it finishes at `at` whatever the TPOT
 
 
 def fast_small():
@@ -47,7 +52,8 @@ def test_predicted_prefers_the_faster_backend_when_idle():
 def test_predicted_moves_off_a_backend_whose_queue_builds():
     fast = fast_small()
     fast.observe_queue(1.0, ahead=2, now=0)  # it was full: a second of waiting with 2 ahead
-    a, b = State("fast", inflight=8, model=fast), State("slow", inflight=1, model=slow_big())
+    a = State("fast", inflight=8, model=fast, finishing=[1.0 + i for i in range(8)])
+    b = State("slow", inflight=1, model=slow_big(), finishing=[0.5])
     i, _ = PredictedLatency(exploration=0).choose([a, b], CTX, 0)
     assert i == 1
 
@@ -69,7 +75,6 @@ def test_ttft_is_the_signal_for_streams():
 
 def test_scraped_waiting_counts_as_queue():
     m = fast_small()
-    m.observe_queue(0.2, ahead=2, now=0)
     assert predict(State("a", model=m, waiting=10), CTX) > predict(State("a", model=m), CTX)
 
 
@@ -105,3 +110,23 @@ def test_least_inflight_and_lowest_latency_and_weighted():
     x, y = State("x", weight=3), State("y", weight=1)
     picks = [w.choose([x, y], CTX, t)[0] for t in range(8)]
     assert picks.count(0) == 6 and picks.count(1) == 2
+
+
+def test_near_tied_first_tokens_go_to_the_backend_that_finishes_first():
+    # Both answer the first token within a few milliseconds of each other; one decodes 4x faster.
+    a, b = State("slow", model=slow_big()), State("fast", model=fast_small())
+    a.model.observe_prefill(100, 0.010, now=0)
+    b.model.observe_prefill(100, 0.030, now=0)
+    long_stream = RouteContext(stream=True, prompt_tokens=100, max_tokens=300, exact_output=True, now=0)
+    strict = PredictedLatency(exploration=0).choose([a, b], long_stream, 0)[0]
+    long_stream.ttft_tolerance_s = 0.1
+    tolerant = PredictedLatency(exploration=0).choose([a, b], long_stream, 0)[0]
+    assert (strict, tolerant) == (0, 1)
+
+
+def test_exploration_never_sends_a_request_to_wait_in_a_queue():
+    full = fast_small()
+    full.slots = 1
+    a, b = State("idle", model=slow_big()), State("full", inflight=1, model=full, finishing=[5.0])
+    picks = {PredictedLatency(exploration=1.0, seed=1).choose([a, b], CTX, t)[0] for t in range(20)}
+    assert picks == {0}

@@ -1,0 +1,100 @@
+"""Predicted latency of one request on one backend, now: the latency model plus what is in flight.
+
+The router keeps, per backend, when each request it sent there is predicted to finish (the in-flight
+book). A backend running all its slots starts the next request when one of them frees, so a request
+with k requests ahead and S slots waits for the (k - S + 1)-th earliest finish: queueing follows from
+the work actually ahead of it, not from an average wait per request.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.routing.router import BackendState
+    from app.routing.strategies import RouteContext
+
+
+class InflightBook:
+    """The requests in flight to one backend: when each started, its predicted wait for the first
+    token, and the tokens it will decode. Finish times are priced at the backend's TPOT now, so a
+    backend that slowed down is seen to finish its work later, not only its new requests."""
+
+    __slots__ = ("_entries", "_next")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[float, float, float]] = {}
+        self._next = 0
+
+    def add(self, start: float, ttft_s: float, decode_tokens: float) -> int:
+        """Book a request; returns the ticket to remove it with."""
+        self._next += 1
+        self._entries[self._next] = (start, ttft_s, decode_tokens)
+        return self._next
+
+    def remove(self, ticket: int) -> None:
+        self._entries.pop(ticket, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def nth_finish(self, n: int, tpot_s: float) -> float | None:
+        """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""
+        if n >= len(self._entries):
+            return None
+        return heapq.nsmallest(n + 1, (s + w + k * tpot_s for s, w, k in self._entries.values()))[-1]
+
+
+@dataclass(slots=True)
+class Estimate:
+    """What the model predicts for one request on one backend (seconds; always an estimate)."""
+
+    queue_s: float
+    ttft_s: float
+    e2e_s: float
+    decode_tokens: float  # tokens after the first, as predicted
+
+
+def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Estimate:
+    """Queue wait, time to first token and end-to-end time for this request on backend `c` now, with
+    `ahead` requests in flight there before it (by default, all that are)."""
+    m, now = c.model, ctx.now
+    ahead = c.inflight if ahead is None else ahead
+    queue = m.residual_queue(now)
+    slots = m.slots
+    if slots is not None and ahead >= slots:
+        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now))
+        if at is not None:
+            queue += max(0.0, at - now)
+        else:
+            # More in flight than booked (a slot handed on before its lease was booked): a turnover each.
+            queue += (ahead - slots + 1 - len(c.book)) * _turnover_s(c, slots, now)
+    if c.scraped_waiting:
+        # The backend's own waiting count (vLLM /metrics) beyond what this gateway queued there.
+        ours = max(0, ahead - slots) if slots is not None else 0
+        queue += max(0.0, c.scraped_waiting - ours) * _turnover_s(c, slots or max(1, ahead), now)
+    ttft = m.ttft(ctx.prompt_tokens, now, queue)
+    n = m.output_tokens.get(now)
+    if ctx.max_tokens:
+        n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
+    decode_tokens = max(0.0, n - 1)
+    return Estimate(queue, ttft, ttft + decode_tokens * m.tpot(ahead + 1, now), decode_tokens)
+
+
+def _turnover_s(c: BackendState, slots: int, now: float) -> float:
+    """Mean time between slots freeing on a full backend: a typical request's decode over the slots."""
+    m = c.model
+    return m.output_tokens.get(now) * m.tpot(slots, now) / max(1, slots)
+
+
+def objective(est: Estimate, ctx: RouteContext) -> float:
+    """The figure routing ranks by: TTFT for streams (unless their objective is e2e), E2E otherwise."""
+    return est.ttft_s if ctx.stream and ctx.stream_objective == "ttft" else est.e2e_s
+
+
+def predict(c: BackendState, ctx: RouteContext) -> float:
+    """Predicted seconds to the first token (streams) or to the last (otherwise), with the failure
+    penalty: a backend answering fast errors costs a retry elsewhere and must not look fast (Linkerd)."""
+    return objective(estimate(c, ctx), ctx) * (1.0 + 4.0 * c.model.failure_rate.get(ctx.now))

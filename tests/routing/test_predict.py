@@ -1,0 +1,93 @@
+"""Queueing is predicted from the backend's learned slots and when the requests ahead will finish."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.routing.latency_model import LatencyModel, Prior
+from app.routing.predict import InflightBook, estimate
+from app.routing.strategies import RouteContext
+from tests.routing.test_router import router
+from tests.routing.test_strategies import State
+
+CTX = RouteContext(stream=False, prompt_tokens=100, max_tokens=50, exact_output=True, now=10.0)
+
+
+def test_a_wait_with_k_ahead_means_at_most_k_slots_and_none_means_more():
+    m = LatencyModel()
+    assert m.slots is None  # nothing known until the backend makes someone wait
+    m.observe_queue(0.0, ahead=6, now=0)
+    assert m.slots is None
+    m.observe_queue(0.4, ahead=4, now=1)  # waited with 4 ahead: it runs at most 4
+    assert m.slots == 4
+    m.observe_queue(0.0, ahead=3, now=2)  # consistent with 4: unchanged
+    assert m.slots == 4
+    m.observe_queue(0.0, ahead=5, now=3)  # no wait with 5 ahead: it runs at least 6
+    assert m.slots == 6
+
+
+def test_a_wait_below_the_noise_floor_is_no_evidence_of_a_full_backend():
+    m = LatencyModel()
+    m.observe_queue(0.01, ahead=2, now=0)
+    assert m.slots is None
+
+
+def test_below_its_slots_a_backend_queues_nothing():
+    m = LatencyModel(Prior(slots=4))
+    s = State("a", inflight=3, model=m, finishing=[11.0, 12.0, 13.0])
+    assert estimate(s, CTX).queue_s == 0.0
+
+
+def test_a_full_backend_starts_the_next_request_when_a_slot_frees():
+    m = LatencyModel(Prior(slots=2))
+    s = State("a", inflight=4, model=m, finishing=[13.0, 11.0, 15.0, 12.0])
+    # Two slots, four ahead: the third finish (at 13 s) frees the slot this request gets.
+    assert abs(estimate(s, CTX).queue_s - 3.0) < 1e-9
+    # Overdue requests free their slots now, not in the past.
+    late = State("b", inflight=2, model=m, finishing=[5.0, 6.0])
+    assert estimate(late, CTX).queue_s == 0.0
+
+
+def test_end_to_end_adds_decode_at_the_batch_the_backend_will_run():
+    m = LatencyModel(Prior(slots=2, tpot_s=0.01, tpot_growth=0.5))
+    idle = estimate(State("a", model=m), CTX)
+    full = estimate(State("b", inflight=5, model=m, finishing=[10.0] * 5), CTX)
+    assert abs((idle.e2e_s - idle.ttft_s) - 49 * 0.01) < 1e-9
+    # However many are in flight, only two run at once: TPOT at a batch of 2, not 6.
+    assert abs((full.e2e_s - full.ttft_s) - 49 * 0.01 * 1.5) < 1e-9
+
+
+def test_waits_the_book_does_not_explain_become_the_residual_queue():
+    m = LatencyModel()
+    for t in range(5):
+        m.observe_queue(0.3, ahead=0, now=t)  # someone else's traffic makes every request wait
+    assert 0.2 < m.residual_queue(5) <= 0.3
+    assert estimate(State("a", model=m), RouteContext(now=5)).queue_s == m.residual_queue(5)
+
+
+def test_the_book_holds_each_lease_until_it_is_released():
+    async def main():
+        r = router({"a": 10}, strategy="predicted_latency")
+        leases = [await r.acquire("m", ctx=RouteContext(max_tokens=20, exact_output=True)) for _ in range(3)]
+        booked = len(r.states["a"].book)
+        for lease in leases:
+            lease.release()
+        return booked, len(r.states["a"].book), [lease.estimate.e2e_s > 0 for lease in leases]
+
+    assert asyncio.run(main()) == (3, 0, [True, True, True])
+
+
+def test_book_orders_finishes_and_forgets_removed_requests():
+    b = InflightBook()
+    tickets = [b.add(t, 0.0, 0.0) for t in (3.0, 1.0, 2.0)]
+    assert [b.nth_finish(i, 0.01) for i in range(4)] == [1.0, 2.0, 3.0, None]
+    b.remove(tickets[1])
+    assert b.nth_finish(0, 0.01) == 2.0
+
+
+def test_booked_work_is_priced_at_the_backend_tpot_now():
+    b = InflightBook()
+    b.add(0.0, 0.1, 100)  # started at 0, first token after 0.1 s, then 100 more tokens
+    assert abs(b.nth_finish(0, 0.01) - 1.1) < 1e-9
+    # The backend slowed down to 50 ms a token: the same request now ends at 5.1 s.
+    assert abs(b.nth_finish(0, 0.05) - 5.1) < 1e-9

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import random
 import statistics
 import sys
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.routing.strategies import STRATEGY_NAMES  # noqa: E402
@@ -59,13 +62,34 @@ class Run:
     errors: int = 0
     sent: int = 0
     seconds: float = 0.0
-    pred_err: list[float] = field(default_factory=list)
+    ttft_err: list[float] = field(default_factory=list)  # streams: |predicted - actual| / actual TTFT
+    e2e_err: list[float] = field(default_factory=list)  # every request, end to end
+    backends: dict[str, int] = field(default_factory=dict)  # answers per backend
+    rows: list[dict] = field(default_factory=list)  # one per answered request, for --dump
 
 
-async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: str) -> Run:
+ADMIN_KEY = "bench-admin"
+
+
+async def watch(s: aiohttp.ClientSession, url: str, every_s: float, start: float) -> None:
+    """Print each backend's live latency model (from /admin/backends) every `every_s` seconds."""
+    while True:
+        await asyncio.sleep(every_s)
+        async with s.get(f"{url}/admin/backends", headers={"authorization": f"Bearer {ADMIN_KEY}"}) as r:
+            body = await r.json()
+        parts = []
+        for b in body["backends"]:
+            m = b["latency_model"]
+            parts.append(f"{b['name']} in {b['inflight']} slots {m['slots']} q {1000 * m['residual_queue_s']:.0f} "
+                         f"tpot {1000 * m['tpot_s']:.1f} pf {1000 * m['prefill_overhead_s']:.0f}+{m['prefill_tokens_per_s'] or 0:.0f}/s")
+        print(f"  t={time.perf_counter() - start:4.0f}s " + " | ".join(parts), file=sys.stderr)
+
+
+async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: str, watch_s: float = 0) -> Run:
     rng = random.Random(seed)
     run = Run()
     tasks = []
+    start = time.perf_counter()
     async with aiohttp.ClientSession(headers={"authorization": "Bearer bench"}, timeout=aiohttp.ClientTimeout(total=120)) as s:
 
         async def one(i: int, stream: bool, prompt_chars: int, out: int) -> None:
@@ -87,14 +111,22 @@ async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: s
                     run.e2e.append(e2e)
                     if stream:
                         run.ttft.append(first)
-                    predicted = r.headers.get("x-slipstream-predicted-ms")
-                    if predicted and "x-slipstream-fallback" not in r.headers:
-                        actual = first if stream else e2e
-                        run.pred_err.append(abs(float(predicted) / 1000 - actual) / actual)
+                    backend = r.headers.get("x-slipstream-backend", "?")
+                    run.backends[backend] = run.backends.get(backend, 0) + 1
+                    p_ttft = float(r.headers.get("x-slipstream-predicted-ttft-ms", "nan")) / 1000
+                    p_e2e = float(r.headers.get("x-slipstream-predicted-e2e-ms", "nan")) / 1000
+                    # Retried requests are left out: the prediction was for their last attempt alone.
+                    if p_e2e == p_e2e and r.headers.get("x-slipstream-attempts", "1") == "1":
+                        run.e2e_err.append(abs(p_e2e - e2e) / e2e)
+                        if stream:
+                            run.ttft_err.append(abs(p_ttft - first) / first)
+                    run.rows.append({"i": i, "at": t0 - start, "backend": backend, "stream": stream,
+                                     "prompt_chars": prompt_chars, "max_tokens": out, "ttft": first if stream else None,
+                                     "e2e": e2e, "predicted_ttft": p_ttft, "predicted_e2e": p_e2e})
             except (aiohttp.ClientError, TimeoutError):
                 run.errors += 1
 
-        start = time.perf_counter()
+        watcher = asyncio.create_task(watch(s, url, watch_s, start)) if watch_s else None
         degraded = False
         next_at = start
         i = 0
@@ -112,6 +144,8 @@ async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: s
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
         run.sent = i
         await asyncio.gather(*tasks)
+        if watcher:
+            watcher.cancel()
         run.seconds = time.perf_counter() - start
         async with s.put(degrade_url, json={"tpot_ms": FLEET["degrading"]["tpot_ms"]}) as r:
             await r.read()
@@ -122,8 +156,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--loads", default="0.5,0.8,0.95")
-    ap.add_argument("--strategies", default=",".join([s for s in STRATEGY_NAMES if s != "weighted"] + ["predicted_latency:e2e"]),
-                    help="strategy[:stream_objective], comma-separated")
+    ap.add_argument("--watch", type=float, default=0, help="print the live latency models every N seconds")
+    ap.add_argument("--dump", help="write every answered request (JSONL) here")
+    ap.add_argument("--strategies", default=",".join([s for s in STRATEGY_NAMES if s != "weighted"] + ["predicted_latency:stream_objective=e2e"]),
+                    help="strategy[:key=value...] (model alias settings), comma-separated")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-routing-"))
     backends = {n: dict(port=free_port(), model="m", tpot_growth=GROWTH, output=dict(median=400, max=400), **spec)
@@ -134,10 +170,12 @@ def main() -> int:
     strategies = args.strategies.split(",")
     gateways = {}
     for st in strategies:
-        name, _, objective = st.partition(":")
-        models = {"fleet": {"backends": list(FLEET), "strategy": name, "stream_objective": objective or "ttft",
-                            "retry": {"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05}}}
-        extra = {"reliability": {"breaker": {"consecutive_failures": 50, "error_rate": 1.0}}}
+        name, *settings = st.split(":")
+        models = {"fleet": {"backends": list(FLEET), "strategy": name,
+                            "retry": {"max_attempts": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05},
+                            **{k: yaml.safe_load(v) for k, _, v in (kv.partition("=") for kv in settings)}}}
+        extra = {"reliability": {"breaker": {"consecutive_failures": 50, "error_rate": 1.0}},
+                 "auth": {"mode": "open", "admin_keys": [hashlib.sha256(ADMIN_KEY.encode()).hexdigest()]}}
         gateways[st] = start_gateway(tmp, fleet, models=models, extra=extra)
     degrade_url = f"http://127.0.0.1:{backends['degrading']['port']}/sim/speed"
     results: dict[tuple[float, str], Run] = {}
@@ -145,7 +183,8 @@ def main() -> int:
     try:
         for load in map(float, args.loads.split(",")):
             for k, st in enumerate(strategies):
-                run = asyncio.run(drive(gateways[st].url, load * cap, args.seconds, seed=int(load * 100), degrade_url=degrade_url))
+                run = asyncio.run(drive(gateways[st].url, load * cap, args.seconds, seed=int(load * 100), degrade_url=degrade_url,
+                                       watch_s=args.watch))
                 results[(load, st)] = run
                 print(f"load {load:.0%} {st:18} sent {run.sent} ok {len(run.e2e)} err {run.errors} "
                       f"p99 e2e {percentile(run.e2e, 99):.0f} ms", file=sys.stderr)
@@ -169,10 +208,21 @@ def main() -> int:
             if not st.startswith("predicted_latency"):
                 other = percentile(results[(0.8, st)].e2e, 99)
                 print(f"  vs {st}: {100 * (1 - p / other):.1f} % lower")
-    errs = [e for (ld, st), r in results.items() if st.startswith("predicted_latency") for e in r.pred_err]
-    if errs:
-        print(f"\nlatency model: median prediction error {100 * statistics.median(errs):.1f} % "
-              f"(TTFT for streams, E2E otherwise; {len(errs)} requests)")
+    print("\nAnswers per backend:")
+    for (load, st), r in results.items():
+        print(f"  {load:.0%} {st}: " + ", ".join(f"{b} {n}" for b, n in sorted(r.backends.items())))
+    mine = [r for (_, st), r in results.items() if st.startswith("predicted_latency")]
+    e2e_err = [e for r in mine for e in r.e2e_err]
+    ttft_err = [e for r in mine for e in r.ttft_err]
+    if e2e_err:
+        print(f"\nlatency model (predicted_latency runs, single-attempt answers): median prediction error "
+              f"E2E {100 * statistics.median(e2e_err):.1f} % over {len(e2e_err)} requests, "
+              f"TTFT {100 * statistics.median(ttft_err):.1f} % over {len(ttft_err)} streams")
+    if args.dump:
+        with open(args.dump, "w") as f:
+            for (load, st), r in results.items():
+                for row in r.rows:
+                    f.write(json.dumps({"load": load, "strategy": st, **row}) + "\n")
     return 0
 
 

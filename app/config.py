@@ -180,6 +180,9 @@ class ModelAlias(Strict):
     # and the one predicted to finish first wins: a long stream is not sent to the slowest decoder to
     # save a few milliseconds of prefill. 0 ranks by TTFT alone.
     ttft_tolerance_ms: float = Field(100.0, ge=0)
+    # ... or within this share of the stream's predicted duration, if more: a long answer may start a
+    # little later to end much sooner.
+    ttft_tolerance_ratio: float = Field(0.0, ge=0, le=1)
     # The latency this alias should meet when the request sets no deadline: when no backend can by
     # prediction, the fallback chain is taken before any time is spent.
     slo_ms: float | None = Field(None, gt=0)

@@ -163,7 +163,7 @@ async def _on_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadl
         a.headers, a.first_event, a.status = t.headers, t.first_event, 200
         if req.stream:
             gw.telemetry.learn_first_token(a, ctx.prompt_tokens)
-        if not req.stream:
+        else:
             a.end, a.status, a.report = t.end, result.status, result.report
             lease.release()
             gw.router.report(lease.state, None)
@@ -216,6 +216,7 @@ def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
     """The context as the alias's policy ranks it (what a stream is ranked by)."""
     ctx.stream_objective = spec.stream_objective
     ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
+    ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
     return ctx
 
 

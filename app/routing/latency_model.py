@@ -124,6 +124,8 @@ class LatencyModel:
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
+        # The most requests seen running here at once with none waiting: what it surely handles.
+        self.slots_at_least = 1
         self.tpot_growth = p.tpot_growth
         # Share of recent attempts that failed (0..1), and the plain average of observed end-to-end
         # latency that simpler strategies route on.
@@ -150,6 +152,7 @@ class LatencyModel:
         if queued and (self.slots is None or self.slots > ahead):
             self.slots = ahead
         elif not queued:
+            self.slots_at_least = max(self.slots_at_least, ahead + 1)
             if self.slots is not None and self.slots <= ahead:
                 self.slots = ahead + 1
             if expected <= tolerance:
@@ -209,6 +212,7 @@ class LatencyModel:
         overhead, per_token = self.prefill.coefficients(t)
         return {
             "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t), "slots": self.slots,
+            "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,

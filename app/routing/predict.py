@@ -94,7 +94,11 @@ def objective(est: Estimate, ctx: RouteContext) -> float:
     return est.ttft_s if ctx.stream and ctx.stream_objective == "ttft" else est.e2e_s
 
 
+def failure_penalty(c: BackendState, now: float) -> float:
+    """A backend answering fast errors costs a retry elsewhere and must not look fast (Linkerd)."""
+    return 1.0 + 4.0 * c.model.failure_rate.get(now)
+
+
 def predict(c: BackendState, ctx: RouteContext) -> float:
-    """Predicted seconds to the first token (streams) or to the last (otherwise), with the failure
-    penalty: a backend answering fast errors costs a retry elsewhere and must not look fast (Linkerd)."""
-    return objective(estimate(c, ctx), ctx) * (1.0 + 4.0 * c.model.failure_rate.get(ctx.now))
+    """Predicted seconds to the first token (streams) or to the last (otherwise), failures priced in."""
+    return objective(estimate(c, ctx), ctx) * failure_penalty(c, ctx.now)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from app.routing.predict import estimate, objective
+from app.routing.predict import estimate, failure_penalty, objective
 
 if TYPE_CHECKING:
     from app.routing.router import BackendState
@@ -28,9 +28,10 @@ class RouteContext:
     stream_objective: str = "ttft"  # what a stream is ranked by: "ttft" or "e2e"
     # max_tokens is the exact output length (vLLM's ignore_eos, or min_tokens = max_tokens), not a cap.
     exact_output: bool = False
-    # Under the ttft objective, first tokens predicted within this of the earliest count as tied, and
-    # the earliest predicted end breaks the tie.
+    # Under the ttft objective, first tokens predicted within this of the earliest (or this share of
+    # that backend's predicted end-to-end time, if more) count as tied; the earliest end breaks the tie.
     ttft_tolerance_s: float = 0.0
+    ttft_tolerance_ratio: float = 0.0
 
 
 class Strategy(Protocol):
@@ -99,12 +100,9 @@ class PredictedLatency:
         self._rng = random.Random(seed)
 
     def choose(self, candidates, ctx, turn):
-        now = ctx.now
         estimates = [estimate(c, ctx) for c in candidates]
-        # Failure penalty: a backend answering fast errors costs a retry elsewhere (Linkerd). Load
-        # penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
-        weights = [(1.0 + 4.0 * c.model.failure_rate.get(now)) * (1.0 + LOAD_PENALTY * c.inflight / (c.model.slots or LOAD_PENALTY_SLOTS))
-                   for c in candidates]
+        # Load penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
+        weights = [failure_penalty(c, ctx.now) * _load_penalty(c) for c in candidates]
         scores = self._unmeasured_as_best(candidates, [objective(e, ctx) * w for e, w in zip(estimates, weights)])
         if len(candidates) > 1 and self._rng.random() < self.exploration:
             # Now and then the backend heard from least recently is tried, so one that recovered gets
@@ -115,14 +113,15 @@ class PredictedLatency:
                 return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores
         n = len(candidates)
         order = [(turn + k) % n for k in range(n)]
-        if ctx.stream and ctx.stream_objective == "ttft" and ctx.ttft_tolerance_s > 0:
+        first = min(order, key=lambda i: scores[i])
+        if ctx.stream and ctx.stream_objective == "ttft" and (ctx.ttft_tolerance_s > 0 or ctx.ttft_tolerance_ratio > 0):
             # First tokens within the tolerance of the earliest are as good as tied: of those, the
-            # stream that also ends first wins (a long answer is not sent to the slowest decoder to
-            # save a few milliseconds of prefill).
-            cutoff = min(scores) + ctx.ttft_tolerance_s
+            # stream that also ends first wins. A long answer is not sent to the slowest decoder to
+            # save a few milliseconds of prefill, nor to wait seconds longer for its last token.
             e2e = self._unmeasured_as_best(candidates, [e.e2e_s * w for e, w in zip(estimates, weights)])
+            cutoff = scores[first] + max(ctx.ttft_tolerance_s, ctx.ttft_tolerance_ratio * estimates[first].e2e_s)
             return min((i for i in order if scores[i] <= cutoff), key=lambda i: e2e[i]), scores
-        return min(order, key=lambda i: scores[i]), scores
+        return first, scores
 
     @staticmethod
     def _unmeasured_as_best(candidates, scores: list[float]) -> list[float]:
@@ -135,14 +134,22 @@ class PredictedLatency:
         return [s if _measured(c) else min(s, best) for c, s in zip(candidates, scores)]
 
 
+def _load_penalty(c: BackendState) -> float:
+    """1 + LOAD_PENALTY x the share of the backend's slots in use (its known capacity while unknown)."""
+    m = c.model
+    return 1.0 + LOAD_PENALTY * c.inflight / (m.slots or max(m.slots_at_least, LOAD_PENALTY_SLOTS))
+
+
 def _measured(c: BackendState) -> bool:
     return c.model.tpot_base.samples >= 2
 
 
-# The load penalty multiplies a prediction by 1 + LOAD_PENALTY x inflight / slots (the learned slots,
-# or LOAD_PENALTY_SLOTS while a backend has never been seen full).
-LOAD_PENALTY = 0.5
-LOAD_PENALTY_SLOTS = 8.0
+# The load penalty multiplies a prediction by 1 + LOAD_PENALTY x inflight / slots: the learned slots,
+# or while a backend has never been seen full, the most it ran without queueing (at least
+# LOAD_PENALTY_SLOTS). Small: the queue and the batch's TPOT are modelled; this only keeps replicas
+# that decide alike from herding and hedges against a model that learns a backend's load late.
+LOAD_PENALTY = 0.25
+LOAD_PENALTY_SLOTS = 8
 
 
 def make_strategy(name: str) -> Strategy:

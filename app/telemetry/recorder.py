@@ -78,7 +78,9 @@ class Telemetry:
         if model is None or a.error_type or not a.end:
             return
         r = a.report
-        prompt = record.usage.prompt_tokens if record.usage else record.prompt_tokens_hint
+        # Prefill is learned against the prompt size routing predicts from (estimated from the body's
+        # length before any usage exists), so the fitted line and its use agree on what x means.
+        prompt = record.prompt_tokens_hint
         output = record.usage.completion_tokens if record.usage else 0
         model.observe_latency(a.end - a.start)
         if a.stream and a.first_event:

@@ -91,3 +91,12 @@ def test_booked_work_is_priced_at_the_backend_tpot_now():
     assert abs(b.nth_finish(0, 0.01) - 1.1) < 1e-9
     # The backend slowed down to 50 ms a token: the same request now ends at 5.1 s.
     assert abs(b.nth_finish(0, 0.05) - 5.1) < 1e-9
+
+
+def test_a_backend_seen_running_many_at_once_is_not_penalised_as_a_small_one():
+    from app.routing.strategies import _load_penalty
+
+    big, fresh = LatencyModel(), LatencyModel()
+    big.observe_queue(0.0, ahead=23, now=0)  # 24 running, nobody waited
+    assert big.slots is None and big.slots_at_least == 24
+    assert _load_penalty(State("big", inflight=16, model=big)) < _load_penalty(State("fresh", inflight=16, model=fresh))

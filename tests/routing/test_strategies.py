@@ -130,3 +130,16 @@ def test_exploration_never_sends_a_request_to_wait_in_a_queue():
     a, b = State("idle", model=slow_big()), State("full", inflight=1, model=full, finishing=[5.0])
     picks = {PredictedLatency(exploration=1.0, seed=1).choose([a, b], CTX, t)[0] for t in range(20)}
     assert picks == {0}
+
+
+def test_a_long_stream_may_start_a_little_later_to_end_much_sooner():
+    # The fast decoder is busy: its first token is 400 ms later, but 300 tokens end seconds sooner.
+    quick_start, quick_end = State("idle-slow", model=slow_big()), State("busy-fast", model=fast_small())
+    quick_end.model.queue.add(0.4, now=0)  # a residual queue of 0.4 s
+    ctx = RouteContext(stream=True, prompt_tokens=100, max_tokens=300, exact_output=True, now=0, ttft_tolerance_s=0.1)
+    assert PredictedLatency(exploration=0).choose([quick_start, quick_end], ctx, 0)[0] == 0
+    ctx.ttft_tolerance_ratio = 0.05  # 5 % of the idle backend's ~12 s answer: 0.6 s of first-token slack
+    assert PredictedLatency(exploration=0).choose([quick_start, quick_end], ctx, 0)[0] == 1
+    short = RouteContext(stream=True, prompt_tokens=100, max_tokens=5, exact_output=True, now=0,
+                         ttft_tolerance_s=0.1, ttft_tolerance_ratio=0.05)
+    assert PredictedLatency(exploration=0).choose([quick_start, quick_end], short, 0)[0] == 0

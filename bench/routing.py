@@ -6,8 +6,8 @@ turns slow halfway through every run) and `flaky` (10 % errors). Poisson arrival
 strategy gets a fresh gateway; runs are interleaved by load level. Prints p50/p99 TTFT and end-to-end
 latency, throughput and errors, then the aims, and the latency model's median prediction error.
 
-    python bench/routing.py                       # 20 s per strategy and load
-    python bench/routing.py --seconds 10 --loads 0.8
+    python bench/routing.py                       # 30 s per strategy and load
+    python bench/routing.py --seconds 30 --loads 0.8 --repeats 3
 """
 
 from __future__ import annotations
@@ -152,10 +152,53 @@ async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: s
     return run
 
 
+def _pool(runs: list[Run], attr: str) -> list[float]:
+    return [v for r in runs for v in getattr(r, attr)]
+
+
+def report(results: dict[tuple[float, str], list[Run]], strategies: list[str], args) -> None:
+    """The comparison table (percentiles over every round's answers pooled), the aims, the model's error."""
+    rounds = f"{args.repeats} rounds of " if args.repeats > 1 else ""
+    print(f"\nRouting strategies, {rounds}{args.seconds:g} s per cell, Poisson arrivals; percentiles over all rounds")
+    print("| load | strategy | TTFT p50 / p99 ms | E2E p50 / p99 ms | throughput req/s | errors |")
+    print("|---|---|---|---|---|---|")
+    for (load, st), runs in results.items():
+        ttft, e2e = _pool(runs, "ttft"), _pool(runs, "e2e")
+        rps = sum(len(r.e2e) for r in runs) / sum(r.seconds for r in runs)
+        print(f"| {load:.0%} | {st} | {percentile(ttft, 50):.0f} / {percentile(ttft, 99):.0f} | "
+              f"{percentile(e2e, 50):.0f} / {percentile(e2e, 99):.0f} | {rps:.1f} | {sum(r.errors for r in runs)} |")
+    for mine in [st for st in strategies if st.startswith("predicted_latency")]:
+        if (0.8, mine) not in results:
+            continue
+        p = percentile(_pool(results[(0.8, mine)], "e2e"), 99)
+        print(f"\nAt 80 % load, {mine}'s p99 E2E against the others (pooled; per round in brackets):")
+        for st in strategies:
+            if st.startswith("predicted_latency"):
+                continue
+            other = percentile(_pool(results[(0.8, st)], "e2e"), 99)
+            per_round = [100 * (1 - percentile(a.e2e, 99) / percentile(b.e2e, 99))
+                         for a, b in zip(results[(0.8, mine)], results[(0.8, st)])]
+            print(f"  vs {st}: {100 * (1 - p / other):.1f} % lower [{', '.join(f'{x:.0f}' for x in per_round)}]")
+    print("\nAnswers per backend:")
+    for (load, st), runs in results.items():
+        counts: dict[str, int] = {}
+        for r in runs:
+            for b, n in r.backends.items():
+                counts[b] = counts.get(b, 0) + n
+        print(f"  {load:.0%} {st}: " + ", ".join(f"{b} {n}" for b, n in sorted(counts.items())))
+    mine = [r for (_, st), runs in results.items() if st.startswith("predicted_latency") for r in runs]
+    e2e_err, ttft_err = _pool(mine, "e2e_err"), _pool(mine, "ttft_err")
+    if e2e_err:
+        print(f"\nlatency model (predicted_latency runs, single-attempt answers): median prediction error "
+              f"E2E {100 * statistics.median(e2e_err):.1f} % over {len(e2e_err)} requests, "
+              f"TTFT {100 * statistics.median(ttft_err):.1f} % over {len(ttft_err)} streams")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--loads", default="0.5,0.8,0.95")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds per load (each with its own arrivals)")
     ap.add_argument("--watch", type=float, default=0, help="print the live latency models every N seconds")
     ap.add_argument("--dump", help="write every answered request (JSONL) here")
     ap.add_argument("--strategies", default=",".join([s for s in STRATEGY_NAMES if s != "weighted"] + ["predicted_latency:stream_objective=e2e"]),
@@ -178,51 +221,30 @@ def main() -> int:
                  "auth": {"mode": "open", "admin_keys": [hashlib.sha256(ADMIN_KEY.encode()).hexdigest()]}}
         gateways[st] = start_gateway(tmp, fleet, models=models, extra=extra)
     degrade_url = f"http://127.0.0.1:{backends['degrading']['port']}/sim/speed"
-    results: dict[tuple[float, str], Run] = {}
+    results: dict[tuple[float, str], list[Run]] = {}
     print(f"fleet capacity estimate: {cap:.1f} req/s (mean output {statistics.mean(OUTPUTS):.0f} tokens)", file=sys.stderr)
     try:
         for load in map(float, args.loads.split(",")):
-            for k, st in enumerate(strategies):
-                run = asyncio.run(drive(gateways[st].url, load * cap, args.seconds, seed=int(load * 100), degrade_url=degrade_url,
-                                       watch_s=args.watch))
-                results[(load, st)] = run
-                print(f"load {load:.0%} {st:18} sent {run.sent} ok {len(run.e2e)} err {run.errors} "
-                      f"p99 e2e {percentile(run.e2e, 99):.0f} ms", file=sys.stderr)
-                time.sleep(1.0)  # let the fleet drain
+            for rep in range(args.repeats):
+                for st in strategies:
+                    # Every strategy of a round sees the same arrivals (the seed), so rounds pair up.
+                    run = asyncio.run(drive(gateways[st].url, load * cap, args.seconds, seed=int(load * 100) + 1000 * rep,
+                                            degrade_url=degrade_url, watch_s=args.watch))
+                    results.setdefault((load, st), []).append(run)
+                    print(f"load {load:.0%} round {rep + 1} {st:18} sent {run.sent} ok {len(run.e2e)} err {run.errors} "
+                          f"p99 e2e {percentile(run.e2e, 99):.0f} ms", file=sys.stderr)
+                    time.sleep(1.0)  # let the fleet drain
     finally:
         for g in gateways.values():
             g.stop()
         fleet.stop()
-    print(f"\nRouting strategies, {args.seconds:g} s per cell, Poisson arrivals; capacity estimate {cap:.1f} req/s")
-    print("| load | strategy | TTFT p50 / p99 ms | E2E p50 / p99 ms | throughput req/s | errors |")
-    print("|---|---|---|---|---|---|")
-    for (load, st), r in results.items():
-        print(f"| {load:.0%} | {st} | {percentile(r.ttft, 50):.0f} / {percentile(r.ttft, 99):.0f} | "
-              f"{percentile(r.e2e, 50):.0f} / {percentile(r.e2e, 99):.0f} | {len(r.e2e) / r.seconds:.1f} | {r.errors} |")
-    for mine in [st for st in strategies if st.startswith("predicted_latency")]:
-        if (0.8, mine) not in results:
-            continue
-        p = percentile(results[(0.8, mine)].e2e, 99)
-        print(f"\nAt 80 % load, {mine}'s p99 E2E against the others:")
-        for st in strategies:
-            if not st.startswith("predicted_latency"):
-                other = percentile(results[(0.8, st)].e2e, 99)
-                print(f"  vs {st}: {100 * (1 - p / other):.1f} % lower")
-    print("\nAnswers per backend:")
-    for (load, st), r in results.items():
-        print(f"  {load:.0%} {st}: " + ", ".join(f"{b} {n}" for b, n in sorted(r.backends.items())))
-    mine = [r for (_, st), r in results.items() if st.startswith("predicted_latency")]
-    e2e_err = [e for r in mine for e in r.e2e_err]
-    ttft_err = [e for r in mine for e in r.ttft_err]
-    if e2e_err:
-        print(f"\nlatency model (predicted_latency runs, single-attempt answers): median prediction error "
-              f"E2E {100 * statistics.median(e2e_err):.1f} % over {len(e2e_err)} requests, "
-              f"TTFT {100 * statistics.median(ttft_err):.1f} % over {len(ttft_err)} streams")
+    report(results, strategies, args)
     if args.dump:
         with open(args.dump, "w") as f:
-            for (load, st), r in results.items():
-                for row in r.rows:
-                    f.write(json.dumps({"load": load, "strategy": st, **row}) + "\n")
+            for (load, st), runs in results.items():
+                for rep, r in enumerate(runs):
+                    for row in r.rows:
+                        f.write(json.dumps({"load": load, "strategy": st, "round": rep + 1, **row}) + "\n")
     return 0
 
 

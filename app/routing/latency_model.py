@@ -220,11 +220,6 @@ class LatencyModel:
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
         }
 
-    def e2e(self, prompt_tokens: int, output_tokens: float, load: float, now: float | None = None,
-            queue_s: float | None = None) -> float:
-        t = _now(now)
-        return self.ttft(prompt_tokens, t, queue_s) + max(0.0, output_tokens - 1) * self.tpot(load, t)
-
 
 def _now(now: float | None) -> float:
     return time.monotonic() if now is None else now

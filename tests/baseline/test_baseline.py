@@ -67,6 +67,17 @@ def test_report_seeds_the_latency_model(report, tmp_path):
     model = LatencyModel(load_prior(str(path)))
     assert model.tpot(1) == pytest.approx(TPOT_MS / 1000, rel=0.15)
     assert 1 / model.prefill.coefficients(0)[1] == pytest.approx(PREFILL_TPS, rel=0.2)
+    assert model.slots is None  # a bench cannot see slots: they are learned
+
+
+def test_slots_added_to_the_report_by_hand_seed_the_model(report, tmp_path):
+    from app.baseline.render import to_json
+
+    data = json.loads(to_json(report))
+    data["prior"]["slots"] = 12
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    assert LatencyModel(load_prior(str(path))).slots == 12
 
 
 def test_cli_writes_table_json_and_html(sim, tmp_path):

@@ -81,7 +81,7 @@ async def watch(s: aiohttp.ClientSession, url: str, every_s: float, start: float
         for b in body["backends"]:
             m = b["latency_model"]
             parts.append(f"{b['name']} in {b['inflight']} slots {m['slots']} q {1000 * m['residual_queue_s']:.0f} "
-                         f"tpot {1000 * m['tpot_s']:.1f} pf {1000 * m['prefill_overhead_s']:.0f}+{m['prefill_tokens_per_s'] or 0:.0f}/s")
+                         f"net {1000 * m['net_s']:.0f} tpot {1000 * m['tpot_s']:.1f} pf {1000 * m['prefill_overhead_s']:.0f}+{m['prefill_tokens_per_s'] or 0:.0f}/s")
         print(f"  t={time.perf_counter() - start:4.0f}s " + " | ".join(parts), file=sys.stderr)
 
 

@@ -302,6 +302,10 @@ class SimBackendConfig(Strict):
     embedding_dim: int = Field(384, gt=0)
     # Prompt plus max_tokens beyond this is rejected with vLLM's context-length error.
     context_tokens: int | None = Field(None, gt=0)
+    # Prompt (KV) cache in tokens, as vLLM's prefix caching and llama.cpp's prompt cache keep one: a
+    # cached prefix skips prefill and is reported (timings.cache_n, usage.prompt_tokens_details).
+    # 0 (the default, so figures of older setups stay as they were): no cache.
+    prefix_cache_tokens: int = Field(0, ge=0)
 
 
 class SimulatorConfig(Strict):

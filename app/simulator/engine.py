@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.config import FaultConfig, SimBackendConfig
+from app.simulator.kv_cache import PrefixCache
 
 
 @dataclass(slots=True)
@@ -39,6 +40,7 @@ class Timings:
     """The backend's own view of a request, in seconds (what llama.cpp and TGI report)."""
 
     arrived: float
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache: not prefilled again
     admitted: float = 0.0
     prefilled: float = 0.0
     finished: float = 0.0
@@ -62,12 +64,14 @@ class Engine:
     config: SimBackendConfig
     seed: int
     faults: FaultConfig = field(init=False)
+    cache: PrefixCache = field(init=False)
     stats: Stats = field(default_factory=Stats)
     running: int = 0
     queued: int = 0
 
     def __post_init__(self) -> None:
         self.faults = self.config.faults
+        self.cache = PrefixCache(self.config.prefix_cache_tokens)
         self._slots = asyncio.Semaphore(self.config.slots)
         # Text depends on the seed alone (replicas of one model answer alike); faults differ per backend.
         self._fault_rng = random.Random(f"{self.seed}:{self.name}:faults")

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from app.config import FaultConfig, SimBackendConfig
 from app.simulator import shapes
 from app.simulator.engine import Engine, Timings, now
+from app.simulator.kv_cache import BLOCK_TOKENS, block_keys, serialise
 from app.simulator.textgen import (
     count_tokens,
     embedding,
@@ -41,6 +42,7 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_get("/metrics", _metrics)
     app.router.add_put("/sim/faults", _set_faults)
     app.router.add_put("/sim/speed", _set_speed)
+    app.router.add_delete("/sim/cache", _clear_cache)
     return app
 
 
@@ -146,7 +148,12 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
         timings.admitted = now()
         if plan.fault == "hang":
             await asyncio.sleep(_HANG_S)
-        await engine.prefill(p_tokens)
+        keys = block_keys(serialise(body)) if engine.cache.capacity_blocks else []
+        if keys:
+            # At least the last prompt token is always processed (it yields the first output token).
+            timings.cached_tokens = min(engine.cache.match(keys), p_tokens - 1)
+        await engine.prefill(p_tokens - timings.cached_tokens)
+        engine.cache.insert(keys)
         timings.prefilled = now()
         if response is not None:
             return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request)
@@ -162,14 +169,15 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
     finally:
         engine.leave()
     engine.stats.completed += 1
+    _cache_answer(engine, body, texts)
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
     data = shapes.completion_body(
         kind, rid, created, model, ["".join(t) for t in texts], plan.finish_reason,
-        shapes.usage(p_tokens, plan.output_tokens * n_choices),
+        _usage(engine, p_tokens, plan.output_tokens * n_choices, timings),
     )
     headers = None
     if engine.config.report == "llamacpp":
-        data["timings"] = shapes.llamacpp_timings(timings, p_tokens, plan.output_tokens)
+        data["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
     elif engine.config.report == "tgi":
         headers = shapes.tgi_headers(timings, p_tokens, plan.output_tokens)
     return _json(data, headers=headers)
@@ -200,15 +208,31 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
     for i in range(n_choices):
         final = shapes.chunk(kind, rid, created, model, i, None, plan.finish_reason)
         if engine.config.report == "llamacpp" and i == n_choices - 1:
-            final["timings"] = shapes.llamacpp_timings(timings, p_tokens, plan.output_tokens)
+            final["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
         await send(final)
+    _cache_answer(engine, body, texts)
     opts = body.get("stream_options")
     if isinstance(opts, dict) and opts.get("include_usage"):
-        await send(shapes.usage_chunk(kind, rid, created, model, shapes.usage(p_tokens, plan.output_tokens * n_choices)))
+        usage = _usage(engine, p_tokens, plan.output_tokens * n_choices, timings)
+        await send(shapes.usage_chunk(kind, rid, created, model, usage))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     engine.stats.completed += 1
     return response
+
+
+def _usage(engine: Engine, p_tokens: int, completion: int, timings: Timings) -> dict:
+    """Usage as the server reports it; a backend with a prefix cache also says how much of the prompt
+    it reused."""
+    cached = timings.cached_tokens if engine.cache.capacity_blocks else None
+    return shapes.usage(p_tokens, completion, cached)
+
+
+def _cache_answer(engine: Engine, body: dict, texts: list[list[str]]) -> None:
+    """The answer's tokens stay cached after the prompt's, so the next turn of a conversation (which
+    repeats it as the assistant's message) reuses them too."""
+    if engine.cache.capacity_blocks and texts:
+        engine.cache.insert(block_keys(serialise(body, "".join(texts[0]))))
 
 
 def _drop(request: web.Request) -> None:
@@ -248,7 +272,16 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _stats(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    return _json({"running": engine.running, "queued": engine.queued, "slots": engine.config.slots, **engine.stats.as_dict()})
+    cache = engine.cache
+    return _json({"running": engine.running, "queued": engine.queued, "slots": engine.config.slots, **engine.stats.as_dict(),
+                  "prefix_cache": {"capacity_tokens": cache.capacity_blocks * BLOCK_TOKENS, "blocks": len(cache),
+                                   "lookups": cache.lookups, "hit_tokens": cache.hit_tokens}})
+
+
+async def _clear_cache(request: web.Request) -> web.Response:
+    """Empty the prefix cache (a cold start without a restart), as benchmarks between runs need."""
+    request.app[ENGINE].cache.clear()
+    return _json({"cleared": True})
 
 
 async def _metrics(request: web.Request) -> web.Response:

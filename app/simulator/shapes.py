@@ -41,15 +41,21 @@ def usage_chunk(kind: str, rid: str, created: int, model: str, usage: dict) -> d
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage}
 
 
-def usage(prompt: int, completion: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def usage(prompt: int, completion: int, cached: int | None = None) -> dict:
+    """OpenAI's usage object; with `cached`, the prompt tokens served from the prefix cache, as
+    OpenAI and vLLM (--enable-prompt-tokens-details) report them."""
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
 
 
 def llamacpp_timings(t: Timings, prompt_n: int, predicted_n: int) -> dict:
-    """The `timings` object llama.cpp's server adds to a final response or chunk."""
+    """The `timings` object llama.cpp's server adds to a final response or chunk: `prompt_n` counts
+    only the prompt tokens processed, `cache_n` those reused from the cache."""
     prompt_ms, predicted_ms = t.prefill_s * 1000, t.decode_s * 1000
     return {
-        "cache_n": 0,
+        "cache_n": t.cached_tokens,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
         "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,

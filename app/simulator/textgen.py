@@ -13,9 +13,12 @@ _VOCAB = (
 ).split()
 
 
+# About four characters a token, as BPE tokenizers average on English.
+CHARS_PER_TOKEN = 4
+
+
 def count_tokens(text: str) -> int:
-    """About four characters a token, as BPE tokenizers average on English."""
-    return max(1, math.ceil(len(text) / 4))
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
 
 
 def prompt_text(body: dict) -> str:

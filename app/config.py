@@ -20,6 +20,8 @@ from pydantic import (
 Flavor = Literal["openai", "vllm", "tgi", "llamacpp", "ollama"]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
+from app.admission.config import LimitsConfig, ScopeLimits
+
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -45,6 +47,8 @@ class ClientKey(Strict):
     key_sha256: str
     # Aliases this key may use; empty means all.
     models: tuple[str, ...] = ()
+    # This key's own limits, on top of its tenant's (see the `limits` section).
+    limits: ScopeLimits = ScopeLimits()
 
     @model_validator(mode="after")
     def _digest_shape(self) -> ClientKey:
@@ -322,6 +326,8 @@ class GatewayConfig(Strict):
     reliability: ReliabilityConfig = ReliabilityConfig()
     cache: CacheConfig = CacheConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    # Tenant quotas, rate limits and priorities (app/admission).
+    limits: LimitsConfig = LimitsConfig()
     # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
     simulator: SimulatorConfig | None = None
 
@@ -340,6 +346,16 @@ class GatewayConfig(Strict):
             for name in client.models:
                 if name not in self.models:
                     raise ValueError(f"auth.clients[{i}].models: unknown model alias {name!r}")
+            for name in client.limits.models:
+                if name not in self.models:
+                    raise ValueError(f"auth.clients[{i}].limits.models: unknown model alias {name!r}")
+        known = {c.tenant for c in self.auth.clients} | {self.auth.open_tenant}
+        for tenant, policy in self.limits.tenants.items():
+            if tenant not in known:
+                raise ValueError(f"limits.tenants.{tenant}: no client key has this tenant (auth.clients[].tenant)")
+            for name in policy.limits.models:
+                if name not in self.models:
+                    raise ValueError(f"limits.tenants.{tenant}.limits.models: unknown model alias {name!r}")
         return self
 
 

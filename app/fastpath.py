@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import pipeline
+from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
@@ -22,7 +23,7 @@ log = logging.getLogger("slipstream.server")
 
 PIPELINE_HEADERS = frozenset({
     b"authorization", b"content-length", b"cache-control", b"traceparent", b"x-slipstream-server-timing",
-    DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode(),
+    DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode(), PRIORITY_HEADER.encode(),
 })
 
 ROUTES = {

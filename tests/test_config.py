@@ -113,3 +113,32 @@ def test_serve_exits_with_the_message(tmp_path):
     assert r.returncode == 2
     assert "models.chat.backends[0]: unknown backend 'zzz'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+LIMITS = GOOD.replace("auth: {mode: open}", """auth:
+  mode: keys
+  clients:
+    - {tenant: acme, key_sha256: %s, limits: {requests_per_minute: 5, models: {chat: {tokens_per_minute: 100}}}}
+""" % ("a" * 64))
+
+
+def test_limits_load(tmp_path):
+    text = LIMITS + "limits: {tenants: {acme: {priority: batch, weight: 2, limits: {concurrent_requests: 3, token_budget: {tokens: 1000, period: month}}}}}\n"
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.auth.clients[0].limits.models["chat"].tokens_per_minute == 100
+    assert config.limits.tenants["acme"].limits.token_budget.period == "month"
+
+
+def test_limits_for_an_unknown_tenant_are_refused(tmp_path):
+    msg = error_for(tmp_path, LIMITS + "limits: {tenants: {acmee: {limits: {requests_per_minute: 1}}}}\n")
+    assert "limits.tenants.acmee: no client key has this tenant" in msg
+
+
+def test_limit_override_for_an_unknown_alias_is_named(tmp_path):
+    msg = error_for(tmp_path, LIMITS.replace("models: {chat:", "models: {chatt:"))
+    assert "auth.clients[0].limits.models: unknown model alias 'chatt'" in msg
+
+
+def test_bad_priority_is_named(tmp_path):
+    msg = error_for(tmp_path, LIMITS + "limits: {default_priority: urgent}\n")
+    assert "limits.default_priority" in msg

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
+from app.admission.context import CURRENT as QUEUE_CONTEXT
+from app.admission.wait_queue import Waiter, WaitQueue
 from app.config import BreakerConfig, ModelAlias
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
 from app.record import RouteDecision
@@ -53,12 +54,6 @@ class _Alias:
     turn: int = 0
 
 
-@dataclass(slots=True)
-class _Waiter:
-    names: frozenset[str]
-    future: asyncio.Future[BackendState] = field(repr=False)
-
-
 class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
@@ -97,6 +92,7 @@ class Router:
     def __init__(
         self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float,
         breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
+        queue: WaitQueue | None = None,
     ) -> None:
         breaker = breaker or BreakerConfig()
         latency = latency if latency is not None else {name: LatencyModel() for name in backends}
@@ -108,12 +104,13 @@ class Router:
             alias: _Alias(tuple(self.states[n] for n in spec.backends), make_strategy(spec.strategy))
             for alias, spec in models.items()
         }
-        self._waiters: deque[_Waiter] = deque()
+        # Ordered by priority, then fair share across tenants, then deadline: app/admission/wait_queue.py.
+        self.queue = queue if queue is not None else WaitQueue()
         self._queue_timeout_s = queue_timeout_s
 
     @property
     def queued(self) -> int:
-        return sum(1 for w in self._waiters if not w.future.done())
+        return sum(1 for w in self.queue if not w.future.done())
 
     def candidates(self, alias: str, avoid: frozenset[str] | set[str] = frozenset()) -> list[BackendState]:
         """The backends a call to `alias` may go to now, preferred ones first filtered in."""
@@ -136,7 +133,7 @@ class Router:
         return self._aliases[alias].strategy.name
 
     async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset(), ctx: RouteContext | None = None) -> Lease:
-        """A lease on the alias's chosen backend; waits (FIFO, bounded) when every backend is full.
+        """A lease on the alias's chosen backend; waits in the wait queue (bounded) when every backend is full.
 
         Backends in `avoid` (already failed for this request) and rate-limited ones are passed over
         while others remain; ejected ones always are.
@@ -151,7 +148,7 @@ class Router:
                 headers={"retry-after": str(max(1, math.ceil(wait)))},
             )
         free = [s for s in usable if s.has_slot]
-        if free and not self._waiters:
+        if free and not self.queue:
             entry.turn += 1
             ctx = ctx or RouteContext()
             ctx.now = now
@@ -161,23 +158,35 @@ class Router:
             state.inflight += 1
             state.breaker.on_chosen(now)
             return lease
-        waiter = _Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
-        self._waiters.append(waiter)
+        qc = QUEUE_CONTEXT.get()
+        waiter = Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
+        if qc is not None:
+            waiter.tenant, waiter.level, waiter.weight, waiter.deadline = qc.tenant, qc.priority.level, qc.weight, qc.deadline
+        shed = self.queue.push(waiter)
+        if shed is not None:
+            shed.future.set_exception(_shed_error(alias))
         if free:
             self._hand_off_free()
+        queued_at = time.monotonic()
         try:
             state = await asyncio.wait_for(waiter.future, self._queue_timeout_s)
         except BaseException as exc:
             # A slot handed over in the same instant as a timeout or a client disconnect is given back.
-            if waiter.future.done() and not waiter.future.cancelled():
+            if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
                 self._release(waiter.future.result())
             waiter.future.cancel()
+            self.queue.discard(waiter)
+            if qc is not None and qc.note is not None:
+                qc.note("shed" if isinstance(exc, Overloaded) else "queued", time.monotonic() - queued_at,
+                        {"slipstream.queue.outcome": "shed" if isinstance(exc, Overloaded) else "timeout"})
             if isinstance(exc, TimeoutError):
                 raise Overloaded(
                     f"every backend of model {alias!r} is at its concurrency limit",
                     headers={"retry-after": "1"},
                 ) from None
             raise
+        if qc is not None and qc.note is not None:
+            qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": state.name})
         ctx = ctx or RouteContext()
         ctx.now = time.monotonic()
         # The slot was handed over with this request already counted in flight.
@@ -222,31 +231,26 @@ class Router:
         return all(s.limited_until > now for s in self._aliases[alias].states if s.breaker.available(now))
 
     def _release(self, state: BackendState) -> None:
-        # A freed slot goes straight to the oldest waiter that can use it, so waiting is FIFO.
-        while self._waiters:
-            w = self._waiters[0]
-            if w.future.done():
-                self._waiters.popleft()
-                continue
-            break
-        for w in self._waiters:
-            if not w.future.done() and state.name in w.names:
-                w.future.set_result(state)
-                self._drop_done()
-                return
+        # A freed slot goes straight to the waiter the queue puts first, still counted in flight.
+        w = self.queue.pop_for(state.name)
+        if w is not None:
+            w.future.set_result(state)
+            return
         state.inflight -= 1
 
     def _hand_off_free(self) -> None:
-        for w in list(self._waiters):
-            if w.future.done():
-                continue
-            for name in w.names:
-                s = self.states[name]
-                if s.has_slot:
-                    s.inflight += 1
-                    w.future.set_result(s)
+        for s in self.states.values():
+            while s.has_slot:
+                w = self.queue.pop_for(s.name)
+                if w is None:
                     break
-        self._drop_done()
+                s.inflight += 1
+                w.future.set_result(s)
 
-    def _drop_done(self) -> None:
-        self._waiters = deque(w for w in self._waiters if not w.future.done())
+
+def _shed_error(alias: str) -> Overloaded:
+    """For a waiter pushed out of a full wait queue by a more important request."""
+    return Overloaded(
+        f"every backend of model {alias!r} is busy and the wait queue is full: this request's priority was shed",
+        code="shed", headers={"retry-after": "1", "x-should-retry": "true"},
+    )

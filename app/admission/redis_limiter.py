@@ -1,0 +1,85 @@
+"""The shared limiter: one Lua script call per admission (and one per settlement) on Redis's clock.
+
+Every replica admits against the same counters, so a limit holds however many replicas run. Redis
+errors surface as LimiterDown; what to do then (fail open or closed) is the admission service's call.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from redis.exceptions import RedisError
+
+from app.admission.limits import BUDGET, CONCURRENT, REQUESTS, Check, CheckState, Decision
+from app.cache.redis_store import connect
+
+_SCRIPT = (Path(__file__).parent / "limiter.lua").read_text()
+_CODE = {REQUESTS: "r", "tokens": "t", CONCURRENT: "c", BUDGET: "b"}
+# After this many failures in a row, Redis is not asked for a short while: a blackholed server
+# would otherwise cost every request the whole timeout.
+_TRIPS_AFTER = 3
+_SKIP_S = 0.5
+
+
+class LimiterDown(Exception):
+    """The shared store could not be reached or did not answer in time."""
+
+
+class RedisLimiter:
+    def __init__(self, url: str, prefix: str, timeout_s: float, window_s: float, lease_ttl_s: float) -> None:
+        self._r = connect(url, timeout_s)
+        self._script = self._r.register_script(_SCRIPT)
+        self._prefix = prefix
+        self.window_s = window_s
+        self.lease_ttl_s = lease_ttl_s
+        self._failures = 0
+        self._skip_until = 0.0
+
+    async def admit(self, checks: tuple[Check, ...], request_id: str, tokens: int) -> Decision:
+        reply = await self._call("admit", checks, request_id, tokens)
+        if int(reply[0]) == 0:
+            denied = checks[int(reply[1]) - 1]
+            wait = float(reply[2])
+            never = bool(int(reply[3]))
+            return Decision(False, denied=denied, retry_after_s=None if wait < 0 else wait, never=never)
+        decision = Decision(True, _states(checks, reply))
+        decision.periods = {c.key: _text(reply[3 + 3 * i]) for i, c in enumerate(checks) if c.kind == BUDGET}
+        return decision
+
+    async def settle(self, checks: tuple[Check, ...], request_id: str, reserved: int, used: int,
+                     periods: dict[str, str]) -> None:
+        await self._call("settle", checks, request_id, used - reserved, periods)
+
+    async def peek(self, checks: tuple[Check, ...]) -> list[CheckState]:
+        return _states(checks, await self._call("peek", checks, "", 0))
+
+    async def _call(self, mode: str, checks: tuple[Check, ...], request_id: str, tokens: int,
+                    periods: dict[str, str] | None = None) -> list:
+        now = time.monotonic()
+        if now < self._skip_until:
+            raise LimiterDown("redis skipped after repeated failures")
+        args: list = [mode, request_id, self.window_s, self.lease_ttl_s, tokens]
+        for c in checks:
+            period = (periods or {}).get(c.key, "") if mode == "settle" else c.period
+            args += (_CODE[c.kind], c.limit, period)
+        try:
+            reply = await self._script([self._prefix + c.key for c in checks], args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failures += 1
+            if self._failures >= _TRIPS_AFTER:
+                self._skip_until = now + _SKIP_S
+            raise LimiterDown(f"{type(exc).__name__}: {exc}") from None
+        self._failures = 0
+        return reply
+
+    async def aclose(self) -> None:
+        await self._r.aclose()
+
+
+def _states(checks: tuple[Check, ...], reply: list) -> list[CheckState]:
+    return [CheckState(c, float(reply[1 + 3 * i]), float(reply[2 + 3 * i])) for i, c in enumerate(checks)]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

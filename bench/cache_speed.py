@@ -67,7 +67,7 @@ async def through_gateway(url: str, requests: int) -> dict[str, list[float]]:
 
 
 async def fill_and_lookup(port: int, entries: int, requests: int) -> dict[str, list[float]]:
-    store = RedisStore(connect(f"redis://127.0.0.1:{port}/0", 5.0), PREFIX)
+    store = RedisStore(connect(f"redis://127.0.0.1:{port}/0", 5.0), PREFIX, "bench")
     await store.ensure_index()
     embedder = Embedder(EmbeddingConfig(threads=1))
     await embedder.start()
@@ -83,7 +83,7 @@ async def fill_and_lookup(port: int, entries: int, requests: int) -> dict[str, l
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         pipe = client.pipeline(transaction=False)
         for v in vecs:
-            key = f"{PREFIX}sem:{scope[:16]}:{uuid.uuid4().hex}"
+            key = f"{PREFIX}sem:bench:{scope[:16]}:{uuid.uuid4().hex}"
             pipe.hset(key, mapping={"scope": scope, "vec": v.tobytes(), "query": "filler", "answer": b"{}"})
             pipe.pexpire(key, 3_600_000)
         pipe.execute()

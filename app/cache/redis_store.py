@@ -44,10 +44,13 @@ class RedisStore:
     # Errors that mean "Redis is not there" (as opposed to a bad command): the cache skips it briefly.
     OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
-    def __init__(self, client: redis.Redis, prefix: str, dim: int = DIM) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, model_id: str, dim: int = DIM) -> None:
         self._r = client
         self._prefix = prefix
-        self._index = f"{prefix}sem-idx"
+        # The index and its keys carry the embedding model and quantisation: vectors from another
+        # model (or int8 vs fp32) live in another index and are never compared with these.
+        self._index = f"{prefix}sem-idx:{model_id}"
+        self._sem_prefix = f"{prefix}sem:{model_id}:"
         self._dim = dim
         self._index_ready = False
 
@@ -63,7 +66,7 @@ class RedisStore:
             return
         try:
             await self._r.execute_command(
-                "FT.CREATE", self._index, "ON", "HASH", "PREFIX", "1", self._prefix + "sem:",
+                "FT.CREATE", self._index, "ON", "HASH", "PREFIX", "1", self._sem_prefix,
                 "SCHEMA", "scope", "TAG",
                 "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(self._dim), "DISTANCE_METRIC", "COSINE",
             )
@@ -97,7 +100,7 @@ class RedisStore:
 
     async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None:
         await self.ensure_index()
-        key = f"{self._prefix}sem:{scope[:16]}:{uuid.uuid4().hex}"
+        key = f"{self._sem_prefix}{scope[:16]}:{uuid.uuid4().hex}"
         mapping = {"scope": scope, "vec": vector.astype(np.float32).tobytes(), "query": query, "answer": answer}
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=mapping)

@@ -118,6 +118,8 @@ class Cache:
         t0 = time.perf_counter()
         plan.vector = await self.embedder.embed(q.text)
         plan.embed_s = time.perf_counter() - t0
+        if plan.vector is None:
+            return None  # the embedding was late or failed: a miss, never an error
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
         for n in neighbours:
             if n.similarity < plan.threshold:
@@ -161,7 +163,9 @@ class Cache:
             await self._safe(self.store.set(plan.exact_key, entry, ttl + plan.policy.stale_s))
         if plan.semantic is not None:
             ttl = plan.ttl_s or plan.policy.semantic.ttl_s
-            vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text)
+            vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text, 10.0)
+            if vector is None:
+                return
             entry = CachedAnswer(body, now, now + ttl).to_bytes()
             await self._safe(self.store.add_vector(plan.semantic.scope, vector, plan.semantic.text, entry, ttl))
         self.stats.stores += 1
@@ -227,7 +231,10 @@ def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
     if config.store == "redis":
         from app.cache.redis_store import RedisStore, connect
 
-        store = RedisStore(connect(config.redis_url, config.timeout_ms / 1000), config.key_prefix)
+        from app.cache.embedder import model_id
+
+        client = connect(config.redis_url, config.timeout_ms / 1000)
+        store = RedisStore(client, config.key_prefix, model_id(config.embedding.quantization))
     else:
         from app.cache.store import MemoryStore
 

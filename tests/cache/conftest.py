@@ -15,7 +15,8 @@ CACHE_POLICY = {
 
 def cache_config(fleet, store: str, redis_url: str | None) -> dict:
     config = gateway_config(fleet, 0)
-    config["cache"] = {"store": store, "redis_url": redis_url, "timeout_ms": 200}
+    # Generous embedding timeout: these tests check behaviour on a shared 2-core machine, not speed.
+    config["cache"] = {"store": store, "redis_url": redis_url, "timeout_ms": 200, "embedding": {"timeout_ms": 5000}}
     config["models"]["cached"] = {"backends": ["fast"], "cache": CACHE_POLICY}
     config["models"]["cached-flaky"] = {"backends": ["flaky"], "retry": {"max_attempts": 1}, "cache": CACHE_POLICY}
     config["models"]["exact-only"] = {"backends": ["fast"], "cache": {"exact": {"enabled": True}}}

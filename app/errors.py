@@ -11,6 +11,9 @@ class GatewayError(Exception):
     status = 500
     type = "api_error"
     code: str | None = None
+    # Whether the request itself caused this failure (a backend adapter may know; None: unknown).
+    # Request-caused failures never count against a backend's health.
+    request_caused: bool | None = None
 
     def __init__(
         self,
@@ -102,6 +105,14 @@ class UpstreamUnreachable(GatewayError):
     code = "upstream_unreachable"
 
 
+class UpstreamMisconfigured(GatewayError):
+    """A backend refused the gateway's own credentials (its 401/403): the operator's problem, not the client's."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_misconfigured"
+
+
 class UpstreamTimeout(GatewayError):
     status = 504
     type = "timeout_error"
@@ -142,6 +153,10 @@ class UpstreamStatus(GatewayError):
             exc.code = str(code)
         exc.type = etype if isinstance(etype, str) else _default_type(status)
         return exc
+
+
+# Failures of an upstream attempt that say something about the backend's health.
+UPSTREAM_FAILURES = (UpstreamStatus, UpstreamTimeout, UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured)
 
 
 def _default_type(status: int) -> str:

@@ -7,6 +7,7 @@ bytes, call the pipeline and send its response.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from starlette.responses import Response
@@ -17,6 +18,7 @@ from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
+from app.relay import wait_for_disconnect
 from app.request import Endpoint
 
 log = logging.getLogger("slipstream.server")
@@ -48,7 +50,10 @@ class FastPath:
         try:
             headers = _headers(scope)
             body = await _read_body(receive, self._limit, headers.get("content-length"))
-            response = await pipeline.handle(self.app.state.gateway, endpoint, body, headers, scope["path"])
+            response = await _unless_client_leaves(
+                pipeline.handle(self.app.state.gateway, endpoint, body, headers, scope["path"]), receive)
+            if response is None:
+                return  # the client left before its answer began: the call was cancelled, nothing to send
         except GatewayError as err:
             response = error_response(err)
         except Exception:
@@ -56,6 +61,41 @@ class FastPath:
             log.exception("unhandled error on POST %s", scope["path"])
             response = error_response(GatewayError("internal gateway error", code="internal_error"))
         await response(scope, receive, send)
+
+
+async def _unless_client_leaves(call, receive: Receive) -> Response | None:
+    """Run the pipeline while watching for `http.disconnect`; if the client leaves first, cancel the
+    call (which closes the upstream connection and frees the backend slot) and return None."""
+    task = asyncio.ensure_future(call)
+    watch = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+        _close_unsent(task)
+        raise
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        _close_unsent(task)
+        return None
+    if watch.done():  # gone in the same instant the answer was ready
+        _close_unsent(task)
+        return None
+    watch.cancel()
+    await asyncio.gather(watch, return_exceptions=True)
+    return task.result()
+
+
+def _close_unsent(task: asyncio.Task) -> None:
+    """A response that will never be sent still owns its attempt: close it."""
+    if task.done() and not task.cancelled() and task.exception() is None:
+        close = getattr(task.result(), "on_close", None)
+        if close is not None:
+            task.result().on_close = None
+            close()
 
 
 def error_response(err: GatewayError) -> Response:

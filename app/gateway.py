@@ -21,6 +21,7 @@ from app.telemetry.recorder import Telemetry
 from app.telemetry.scraper import scrape_forever
 from app.telemetry.timing import VllmLoad
 from app.upstream.client import Backend, build_backend
+from app.upstream.transport import HttpTransport, Transport
 
 # Readiness is probed with a plain TCP connect (never a billed call) and cached this long.
 _READY_TTL_S = 2.0
@@ -42,12 +43,14 @@ class Gateway:
     backend_load: dict[str, VllmLoad]
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
+    # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
+    transport: Transport = field(default_factory=HttpTransport)
     _ready_at: float = 0.0
     _reachable: dict[str, bool] = field(default_factory=dict)
     _tasks: list[asyncio.Task] = field(default_factory=list)
 
     @classmethod
-    def start(cls, config: GatewayConfig, span_exporter=None) -> Gateway:
+    def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
@@ -63,7 +66,8 @@ class Gateway:
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled
         }
-        gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {}, timeouts)
+        gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
+                 timeouts, transport or HttpTransport())
         if telemetry.metrics is not None:
             telemetry.metrics.register_live(gw)
         loop = asyncio.get_running_loop()

@@ -20,19 +20,26 @@ async def hedged(
     delay_s: float,
     budget: RetryBudgetTracker,
     record: RequestRecord,
-    close: Callable[[object], Awaitable[None]],
+    close: Callable[[object], None],
 ):
-    """Run `attempt()`; if it has not answered after `delay_s`, also run `attempt(avoid={its backend})`."""
+    """Run `attempt()`; if it has not answered after `delay_s`, also run `attempt(avoid={its backend})`.
+
+    Every attempt that answers but does not win is handed to `close`, on every path (cancellation too).
+    """
     first = asyncio.ensure_future(attempt(frozenset()))
-    done, _ = await asyncio.wait({first}, timeout=delay_s)
-    if done or not budget.try_spend():
-        return await first
-    busy = record.attempt_log[-1].backend if record.attempt_log else ""
-    record.events.append(Event(time.perf_counter(), "hedge", {"slipstream.backend": busy, "slipstream.hedge.after_s": round(delay_s, 4)}))
-    second = asyncio.ensure_future(attempt(frozenset({busy})))
-    pending = {first, second}
-    error: BaseException | None = None
+    tasks = [first]
     try:
+        done, _ = await asyncio.wait({first}, timeout=delay_s)
+        if done or not budget.try_spend():
+            result = await first
+            tasks.remove(first)
+            return result
+        busy = record.attempt_log[-1].backend if record.attempt_log else ""
+        record.events.append(Event(time.perf_counter(), "hedge", {"slipstream.backend": busy, "slipstream.hedge.after_s": round(delay_s, 4)}))
+        second = asyncio.ensure_future(attempt(frozenset({busy})))
+        tasks.append(second)
+        pending = {first, second}
+        error: BaseException | None = None
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             winners = [t for t in done if not t.cancelled() and t.exception() is None]
@@ -40,13 +47,16 @@ async def hedged(
                 if t.cancelled() or t.exception() is not None:
                     error = error or (t.exception() if not t.cancelled() else asyncio.CancelledError())
             if winners:
-                for extra in winners[1:]:  # both answered in the same instant: keep one
-                    await close(extra.result())
-                record.events.append(Event(time.perf_counter(), "hedge.won", {"slipstream.winner": "second" if winners[0] is second else "first"}))
-                return winners[0].result()
+                won = winners[0]
+                record.events.append(Event(time.perf_counter(), "hedge.won", {"slipstream.winner": "second" if won is second else "first"}))
+                tasks.remove(won)  # the caller owns the winner; every other task is closed below
+                return won.result()
         raise error  # both failed: the first failure speaks for them
     finally:
-        for t in pending:
+        for t in tasks:
             t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # A loser that answered (even in the instant it was cancelled) still holds its slot: give it back.
+        for t in tasks:
+            if not t.cancelled() and t.exception() is None:
+                close(t.result())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from functools import partial
@@ -10,7 +11,6 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from app.cache.assemble import StreamAssembler
 from app.cache.entry import Hit
 from app.cache.replay import hit_body, replay_events
 from app.cache.service import CachePlan
@@ -19,13 +19,14 @@ from app.dispatch import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
-from app.relay import SSEResponse, relay_events, replay
+from app.observers import CacheFill, Progress
+from app.relay import SSEResponse, relay_events, replay, safe_headers
 from app.request import Endpoint, ParsedRequest, parse_request
 from app.telemetry import timing as backend_timing
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import MEASURED, Stage
 from app.telemetry.tracing import attempt_stages
-from app.upstream.attempt import JsonReply
+from app.upstream.attempt import JsonReply, redact
 
 _TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
@@ -42,6 +43,12 @@ async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         record.finished = time.perf_counter()
         gw.telemetry.finish(record)
         err.headers.setdefault("x-request-id", record.request_id)
+        raise
+    except asyncio.CancelledError:
+        # The client left before its answer began (app.fastpath cancels the call): nothing to send.
+        record.status, record.outcome, record.error_type = 499, Outcome.CLIENT_GONE, "client_disconnected"
+        record.finished = time.perf_counter()
+        gw.telemetry.finish(record)
         raise
 
 
@@ -64,14 +71,14 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     plan = gw.cache.plan(tenant.name, req, gw.config.models[req.alias].cache, headers)
     if plan.status != "bypass":
         record.cache_start = time.perf_counter()
-        hit = await gw.cache.lookup(plan)
+        hit = await _lookup(gw, plan, deadline)
         record.cache_end, record.embed_s, record.similarity = time.perf_counter(), plan.embed_s, plan.similarity
         record.cache = plan.status
         if hit is not None:
             return _serve_hit(gw, hit, req, plan, record)
     # route -> attempt -> retry -> fallback
     try:
-        dispatched = await dispatch(gw, req, deadline, record)
+        dispatched = await dispatch(gw, req, deadline, record, tenant.models)
     except GatewayError as err:
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None
         if stale is None:
@@ -82,7 +89,24 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     # relay -> record (and the cache write, for complete answers only)
     if isinstance(dispatched.result, JsonReply):
         return _json_response(gw, dispatched, plan, record)
-    return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
+    try:
+        return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
+    except BaseException as exc:
+        dispatched.owner.close(exc)  # the response never came to own the attempt
+        raise
+
+
+async def _lookup(gw: Gateway, plan: CachePlan, deadline: Deadline) -> Hit | None:
+    """The cache lookup (embedding included), bounded by the request's deadline: a lookup that would
+    outlast it is a miss, and the dispatch after it then fails fast on the spent deadline."""
+    if deadline.at is None:
+        return await gw.cache.lookup(plan)
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            return await gw.cache.lookup(plan)
+    except TimeoutError:
+        plan.status = "miss"
+        return None
 
 
 def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan) -> dict[str, str]:
@@ -110,7 +134,7 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
     reply: JsonReply = dispatched.result
     attempt = dispatched.attempt
     record.status = reply.status
-    body = _parse(reply.body) if reply.status == 200 else None
+    body = reply.data
     if body is not None:
         _note_answer(record, body)
         if not attempt.report:
@@ -122,22 +146,24 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
         stages = attempt_stages(record, attempt, gw.models[attempt.backend])
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
-    return Response(reply.body, reply.status, headers, media_type="application/json",
+    return Response(redact(reply.body, reply.backend), reply.status, safe_headers(headers), media_type="application/json",
                     background=BackgroundTask(gw.telemetry.finish, record))
 
 
 def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, record: RequestRecord,
                      summary_wanted: bool) -> Response:
-    stream, lease, attempt = dispatched.result, dispatched.lease, dispatched.attempt
-    collect = StreamAssembler(req.endpoint is Endpoint.CHAT) if plan.store and not dispatched.fallback else None
+    stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     model = gw.models[attempt.backend]
+    observers: list = [Progress(partial(gw.telemetry.learn_progress, attempt, owner.lease.state))]
+    if plan.store and not dispatched.fallback:
+        observers.append(CacheFill(req.endpoint is Endpoint.CHAT, partial(gw.cache.save_later, plan)))
 
-    def finish() -> None:
-        lease.release()
+    def close() -> None:
+        # Runs once, from the response, on every path (app.relay.SSEResponse).
+        if not record.finished:  # the relay never ran: the client was gone before the first byte
+            record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
         broken = record.outcome is Outcome.STREAM_BROKEN
-        gw.router.report(lease.state, UpstreamProtocolError("stream broke") if broken else None)
-        if collect is not None and record.outcome is Outcome.OK and not collect.broken:
-            gw.cache.save_later(plan, collect.result())
+        owner.close(UpstreamProtocolError("stream broke") if broken else None)
         gw.telemetry.finish(record)
 
     def usage_extension() -> dict:
@@ -152,10 +178,11 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         known = [Stage("network", attempt.start, attempt.headers, MEASURED),
                  Stage("queue_prefill", attempt.headers, attempt.first_event, MEASURED)]
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
-    events = relay_events(stream, req.client_wants_usage, record, finish, collect,
+    n = req.body.get("n")
+    events = relay_events(stream, req.client_wants_usage, record, tuple(observers),
                           usage_extension if summary_wanted and req.client_wants_usage else None,
-                          partial(gw.telemetry.learn_progress, attempt, lease.state))
-    return SSEResponse(events, headers)
+                          n if isinstance(n, int) and n > 1 else 1)
+    return SSEResponse(events, headers, close)
 
 
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:
@@ -165,6 +192,7 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
     if "model" in body:
         headers["x-slipstream-model"] = str(body["model"])
+    headers = safe_headers(headers)
     if gw.config.telemetry.server_timing:
         headers["server-timing"] = _server_timing(record, [], time.perf_counter())
     record.finished = time.perf_counter()
@@ -192,14 +220,6 @@ def _cache_s(record: RequestRecord) -> float | None:
 def _gateway_s(record: RequestRecord, now: float, upstream_s: float) -> float:
     """The gateway's own time so far: everything that was neither the cache nor a backend."""
     return max(0.0, now - record.received - (_cache_s(record) or 0.0) - upstream_s)
-
-
-def _parse(body: bytes) -> dict | None:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def _note_answer(record: RequestRecord, body: dict) -> None:

@@ -10,39 +10,44 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.cache.assemble import StreamAssembler
 from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
 from app.record import Outcome, RequestRecord, Usage
 from app.telemetry.timing import from_llamacpp
-from app.upstream.attempt import EventStream
+from app.upstream.attempt import EventStream, redact
 from app.upstream.sse import DONE, event_data
 
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"]+)"')
 _DONE_EVENT = b"data: [DONE]\n\n"
-# Every this many data events, a stream's recent decode speed is reported (an early TPOT sample).
-PROGRESS_EVENTS = 8
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-async def relay_events(
-    stream: EventStream, client_wants_usage: bool, record: RequestRecord, finish: Callable[[], None],
-    collect: StreamAssembler | None = None, usage_extension: Callable[[], dict] | None = None,
-    progress: Callable[[int, float], None] | None = None,
-) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes; always closes the upstream stream and calls `finish` once.
+class Observer(Protocol):
+    """A relay side job (cache assembly, progress, ...): sees each data event, then how the stream ended."""
 
-    `collect`, when given, sees every data chunk as the backend sent it (to cache the finished answer).
-    `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
-    `progress`, when given, is called with (events, now) every PROGRESS_EVENTS data events.
+    def on_event(self, data: bytes) -> None: ...
+
+    def on_end(self, complete: bool) -> None: ...
+
+
+async def relay_events(
+    stream: EventStream, client_wants_usage: bool, record: RequestRecord,
+    observers: tuple[Observer, ...] = (), usage_extension: Callable[[], dict] | None = None, choices: int = 1,
+) -> AsyncIterator[bytes]:
+    """Yield the client's SSE bytes, ending with [DONE] or an error event, never silently.
+
+    Observers see every data chunk as the backend sent it and, once the relay ends, whether the stream
+    was complete. `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
+    `choices` is how many finish reasons make a stream complete when a backend omits [DONE] (n > 1).
+    Closing the upstream is not the relay's job: the attempt's owner does it (app.owner).
     """
     complete = False
-    events = 0
     attempt = record.attempt_log[-1] if record.attempt_log else None
     try:
         async for batch in stream.batches():
@@ -60,16 +65,13 @@ async def relay_events(
                     record.first_token = time.perf_counter()
                     m = _MODEL.search(data)
                     record.response_model = m.group(1).decode() if m else None
-                events += 1
-                if events % PROGRESS_EVENTS == 0 and progress is not None:
-                    progress(events, time.perf_counter())
-                if collect is not None:
-                    collect.feed(data)
+                for o in observers:
+                    o.on_event(data)
                 if b'"timings"' in data and attempt is not None:
                     attempt.report = _llamacpp_report(data) or attempt.report
                 if data.startswith(b'{"error"'):
                     record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
-                    out.append(b"data: " + data + b"\n\n")
+                    out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
                     yield b"".join(out)
                     return
                 if b'"usage"' in data:
@@ -78,7 +80,7 @@ async def relay_events(
                         continue
                 if b'"finish_reason"' in data:
                     record.finish_reasons.extend(m.decode() for m in _FINISH_REASON.findall(data))
-                out.append(b"data: " + data + b"\n\n")
+                out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
             if complete:
                 out.append(_DONE_EVENT)
             if out:
@@ -86,21 +88,25 @@ async def relay_events(
             if complete:
                 break
         if not complete:
-            if not record.finish_reasons:
+            if len(record.finish_reasons) < choices:
                 raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
-            yield _DONE_EVENT  # a backend that closed after its final chunk without [DONE]
+            complete = True
+            yield _DONE_EVENT  # a backend that closed after its final chunks without [DONE]
     except GatewayError as err:
+        complete = False
         record.outcome, record.error_type, record.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
         yield sse_error_event(err)
     except asyncio.CancelledError:
+        complete = False
         record.outcome = Outcome.CLIENT_GONE
         raise
     finally:
         record.finished = time.perf_counter()
         if attempt is not None:
             attempt.end = stream.timing.end or record.finished
-        await stream.aclose()
-        finish()
+        ok = complete and record.outcome is Outcome.OK
+        for o in observers:
+            o.on_end(ok)
 
 
 def _llamacpp_report(data: bytes):
@@ -133,37 +139,95 @@ def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,
 
 
 class SSEResponse(Response):
-    """A streaming response that relays chunks as they come and stops the relay when the client leaves."""
+    """A streaming response that relays chunks as they come and stops the relay when the client leaves.
 
-    def __init__(self, chunks: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+    `on_close` runs exactly once when the response is over, on every path: the relay finished, the
+    client left, the relay never started (the client was gone first), or the server is stopping.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes], headers: dict[str, str],
+                 on_close: Callable[[], None] | None = None) -> None:
         self.status_code = 200
         self.background = None
         self.body_iterator = chunks
-        self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in {**SSE_HEADERS, **headers}.items()]
+        self.on_close = on_close
+        self.raw_headers = [(k.encode("latin-1"), header_value(v)) for k, v in {**SSE_HEADERS, **headers}.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        relay = asyncio.ensure_future(self._relay(send))
-        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        state = _SendState()
         try:
-            await asyncio.wait((relay, watch), return_when=asyncio.FIRST_COMPLETED)
+            relay = asyncio.ensure_future(self._relay(send, state))
+            watch = asyncio.ensure_future(wait_for_disconnect(receive))
+            try:
+                await asyncio.wait((relay, watch), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                watch.cancel()
+                if not relay.done():
+                    # The client is gone (or the server is stopping): cancelling the relay closes the
+                    # upstream connection at once, which frees the backend's slot.
+                    relay.cancel()
+                await asyncio.gather(relay, watch, return_exceptions=True)
+                if state.started and not state.ended and not (watch.done() and not watch.cancelled()):
+                    # Stopped with the client still there (shutdown past its grace period): say so.
+                    await _end_with_error(send, state)
         finally:
-            watch.cancel()
-            if not relay.done():
-                # The client is gone (or the server is stopping): cancelling the relay closes the
-                # upstream connection at once, which frees the backend's slot.
-                relay.cancel()
-            await asyncio.gather(relay, watch, return_exceptions=True)
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            if self.on_close is not None:
+                close, self.on_close = self.on_close, None
+                close()
         if self.background is not None:
             await self.background()
 
-    async def _relay(self, send: Send) -> None:
+    async def _relay(self, send: Send, state: _SendState) -> None:
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            state.started = True
             async for chunk in self.body_iterator:
+                state.tail = chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            state.ended = True
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+class _SendState:
+    __slots__ = ("started", "ended", "tail")
+
+    def __init__(self) -> None:
+        self.started = self.ended = False
+        self.tail = b""
+
+
+async def _end_with_error(send: Send, state: _SendState) -> None:
+    if state.tail.endswith(_DONE_EVENT) or state.tail.startswith(b'data: {"error"'):
+        body = b""
+    else:
+        body = sse_error_event(GatewayError("the gateway stopped this stream before it was complete",
+                                            code="stream_interrupted", status=503))
+    try:
+        async with asyncio.timeout(1.0):
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        state.ended = True
+    except Exception:  # the connection is going away anyway
+        pass
+
+
+def header_value(value: str) -> bytes:
+    """A header value as bytes; text that is not latin-1 (a backend's header, a model's name) is escaped,
+    never allowed to fail the response after its slot was taken."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("ascii", "backslashreplace")
+
+
+def safe_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The headers with every value latin-1 safe (for starlette's Response, which encodes them)."""
+    for k, v in headers.items():
+        if not v.isascii():
+            return {k: header_value(v).decode("latin-1") for k, v in headers.items()}
+    return headers
 
 
 async def replay(events: list[bytes]) -> AsyncIterator[bytes]:
@@ -172,6 +236,6 @@ async def replay(events: list[bytes]) -> AsyncIterator[bytes]:
         yield event
 
 
-async def _wait_for_disconnect(receive: Receive) -> None:
+async def wait_for_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass

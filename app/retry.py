@@ -1,15 +1,23 @@
-"""Retry policy decisions (pure) and the retry budget that keeps an outage from multiplying load."""
+"""Retry policy decisions (pure) and the retry budget that keeps an outage from multiplying load.
+
+`decide` is the one place that says what happens after a failed attempt; app.dispatch only acts on it.
+Tenacity is not used: its stop/wait/retry callbacks split this one decision into three objects that
+each re-derived the error, and the loop that acts on a Decision is a few lines.
+"""
 
 from __future__ import annotations
 
 import re
 import time
 from collections import deque
+from dataclasses import dataclass
+from enum import Enum
 
 from app.config import RetryBudget, RetryPolicy
 from app.errors import (
     GatewayError,
     NoBackendAvailable,
+    UpstreamMisconfigured,
     Overloaded,
     UpstreamProtocolError,
     UpstreamStatus,
@@ -27,13 +35,81 @@ _CONTEXT_LENGTH = re.compile(
 )
 
 
+class Action(Enum):
+    RETRY_SAME = "retry_same"  # another attempt; the failed backend is the only one left
+    RETRY_OTHER = "retry_other"  # another attempt on another backend of the alias
+    FALL_BACK = "fall_back"  # the next model alias (or the context fallback)
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    wait_s: float = 0.0
+    reason: str = ""  # why a fallback happens (the x-slipstream-fallback token)
+    target: str | None = None  # the alias to fall back to, when not simply the chain's next
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Everything `decide` reads besides the error, as plain data (tests feed it tables)."""
+
+    attempts: int  # attempts made on this alias so far
+    policy: RetryPolicy
+    remaining_s: float  # of the request's deadline (inf without one)
+    budget_left: bool  # whether the retry budget allows one more retry
+    other_backend: bool  # whether a backend of the alias not yet failed could take a retry
+    all_limited: bool  # whether every backend of the alias is cooling down after a 429
+    next_alias: str | None  # the fallback chain's next alias the key may use
+    context_fallback: str | None  # the alias's context_fallback, when the key may use it and it is unused
+    jitter: float = 1.0  # a uniform draw in [0, 1) for full-jitter backoff
+
+
+def decide(err: GatewayError, s: Situation) -> Decision:
+    """What to do after `err`: retry here or elsewhere (after a wait), fall back, or give up."""
+    if is_context_length(err):
+        if s.context_fallback is not None:
+            return Decision(Action.FALL_BACK, reason="context_length", target=s.context_fallback)
+        return Decision(Action.GIVE_UP)
+    if s.remaining_s <= 0:
+        return Decision(Action.GIVE_UP)
+    p = s.policy
+    if s.attempts < p.max_attempts and s.budget_left and is_retryable(err, p):
+        wait = s.jitter * min(p.backoff_max_s, p.backoff_base_s * 2 ** (s.attempts - 1))
+        forced = retry_after_s(err) if s.all_limited else None
+        # A Retry-After binds only when no other backend can take the retry; one past the deadline
+        # means no retry at all (the SDK's own retry or the fallback chain may do better).
+        if forced is None or forced < s.remaining_s:
+            wait = min(max(wait, forced or 0.0), s.remaining_s)
+            return Decision(Action.RETRY_OTHER if s.other_backend else Action.RETRY_SAME, wait)
+    if s.next_alias is not None and warrants_fallback(err):
+        return Decision(Action.FALL_BACK, reason=fallback_reason(err), target=s.next_alias)
+    return Decision(Action.GIVE_UP)
+
+
+def is_poison(failures: list[tuple[str, GatewayError]]) -> bool:
+    """Whether a request's backend 5xx were its own fault: a backend adapter said so, or every backend
+    it reached (two at least) answered it with the same status (llama.cpp: 500 for an image sent to a
+    text-only model, 501 for an endpoint it lacks). Such failures must not eject backends for everyone."""
+    if not failures:
+        return False
+    if all(err.request_caused for _, err in failures):
+        return True
+    if any(err.request_caused is False for _, err in failures):
+        return False
+    if all(err.status == 501 for _, err in failures):
+        return True
+    statuses = {err.status for _, err in failures}
+    return len(statuses) == 1 and len({backend for backend, _ in failures}) >= 2
+
+
 def is_retryable(err: GatewayError, policy: RetryPolicy) -> bool:
     """Whether another attempt on the same alias may succeed where this one failed."""
     if isinstance(err, UpstreamStatus):
         return err.status in policy.retry_on_status
     if isinstance(err, UpstreamTimeout):
         return err.code in _RETRYABLE_TIMEOUTS
-    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError))
+    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured))
 
 
 def is_context_length(err: GatewayError) -> bool:
@@ -46,7 +122,8 @@ def warrants_fallback(err: GatewayError) -> bool:
         return err.status == 429 or err.status >= 500
     if isinstance(err, UpstreamTimeout):
         return err.code != "deadline_exceeded"
-    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, Overloaded, NoBackendAvailable))
+    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured, Overloaded,
+                            NoBackendAvailable))
 
 
 def fallback_reason(err: GatewayError) -> str:
@@ -69,11 +146,13 @@ def retry_after_s(err: GatewayError) -> float | None:
 
 def counts_against_backend(err: GatewayError) -> bool:
     """Failures that say the backend is unwell (a 429 only says it is busy; a 4xx is the request's fault)."""
+    if err.request_caused:
+        return False
     if isinstance(err, UpstreamStatus):
-        return err.status >= 500
+        return err.status >= 500 and err.status != 501
     if isinstance(err, UpstreamTimeout):
         return err.code != "deadline_exceeded"  # the client's budget ran out, not the backend's
-    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError))
+    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured))
 
 
 class RetryBudgetTracker:
@@ -87,6 +166,18 @@ class RetryBudgetTracker:
 
     def on_request(self, now: float | None = None) -> None:
         self._requests.append(time.monotonic() if now is None else now)
+
+    def can_spend(self, now: float | None = None) -> bool:
+        """Whether a retry would be allowed now (spends nothing)."""
+        now = time.monotonic() if now is None else now
+        self._trim(now)
+        return len(self._retries) + 1 <= self.config.ratio * len(self._requests) + self.config.min_per_s * self.config.window_s
+
+    def _trim(self, now: float) -> None:
+        horizon = now - self.config.window_s
+        for q in (self._requests, self._retries):
+            while q and q[0] < horizon:
+                q.popleft()
 
     def try_spend(self, now: float | None = None) -> bool:
         """Take one retry from the budget; False (and counted) when it is spent."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.wait_queue import Waiter, WaitQueue
 from app.config import BreakerConfig, ModelAlias
-from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus
+from app.deadline import NO_DEADLINE, Deadline
+from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus, UpstreamTimeout
 from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
@@ -132,8 +133,10 @@ class Router:
     def strategy_name(self, alias: str) -> str:
         return self._aliases[alias].strategy.name
 
-    async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset(), ctx: RouteContext | None = None) -> Lease:
-        """A lease on the alias's chosen backend; waits in the wait queue (bounded) when every backend is full.
+    async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset(), ctx: RouteContext | None = None,
+                      deadline: Deadline = NO_DEADLINE) -> Lease:
+        """A lease on the alias's chosen backend; waits in the wait queue when every backend is full,
+        bounded by the queue timeout and the request's deadline.
 
         Backends in `avoid` (already failed for this request) and rate-limited ones are passed over
         while others remain; ejected ones always are.
@@ -168,8 +171,9 @@ class Router:
         if free:
             self._hand_off_free()
         queued_at = time.monotonic()
+        wait_s = deadline.cap(self._queue_timeout_s)
         try:
-            state = await asyncio.wait_for(waiter.future, self._queue_timeout_s)
+            state = await asyncio.wait_for(waiter.future, wait_s)
         except BaseException as exc:
             # A slot handed over in the same instant as a timeout or a client disconnect is given back.
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
@@ -180,6 +184,11 @@ class Router:
                 qc.note("shed" if isinstance(exc, Overloaded) else "queued", time.monotonic() - queued_at,
                         {"slipstream.queue.outcome": "shed" if isinstance(exc, Overloaded) else "timeout"})
             if isinstance(exc, TimeoutError):
+                if wait_s < self._queue_timeout_s:
+                    raise UpstreamTimeout(
+                        f"the request's deadline passed while waiting for a backend of model {alias!r}",
+                        code="deadline_exceeded",
+                    ) from None
                 raise Overloaded(
                     f"every backend of model {alias!r} is at its concurrency limit",
                     headers={"retry-after": "1"},

@@ -9,15 +9,23 @@ by the request's deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 
 from app.config import Timeouts
 from app.deadline import Deadline
-from app.errors import UpstreamProtocolError, UpstreamStatus, UpstreamTimeout
+from app.errors import (
+    GatewayError,
+    UpstreamMisconfigured,
+    UpstreamProtocolError,
+    UpstreamStatus,
+    UpstreamTimeout,
+)
 from app.telemetry.timing import NO_REPORT, BackendReport, from_tgi_headers
 from app.upstream.client import (
     Backend,
@@ -26,6 +34,8 @@ from app.upstream.client import (
     response_headers,
 )
 from app.upstream.sse import EventSplitter
+
+log = logging.getLogger("slipstream.upstream")
 
 _JSON = "application/json"
 _SSE = "text/event-stream"
@@ -49,6 +59,10 @@ class JsonReply:
     headers: dict[str, str]
     timing: AttemptTiming
     report: BackendReport = NO_REPORT  # from TGI-style timing headers; body reports are parsed later
+    data: dict | None = None  # the body, parsed once (call_json checks that it is a JSON object)
+
+    def close(self) -> None:
+        """Nothing to give back: the body was read whole and the connection returned to the pool."""
 
 
 @dataclass(slots=True)
@@ -95,13 +109,16 @@ class EventStream:
     def _next_wait(self) -> float:
         return max(0.0, min(self._idle_s, self._end - time.monotonic()))
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         # Closing an unfinished response drops its connection, which is what tells the backend to stop;
         # a finished one goes back to the pool.
         if self.timing.end:
             self._response.release()
         else:
             self._response.close()
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline,
@@ -126,10 +143,11 @@ async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts
         raise
     response.release()
     timing.end = time.perf_counter()
-    if response.status >= 400:
-        raise _status_error(response, data, backend)
+    if response.status != 200:
+        raise status_error(response.status, response.headers.get("retry-after"), data, backend)
+    parsed = json_object(data, backend)
     report = from_tgi_headers(response.headers) if "x-inference-time" in response.headers else NO_REPORT
-    return JsonReply(backend, response.status, data, response_headers(response), timing, report)
+    return JsonReply(backend, response.status, data, response_headers(response), timing, report, parsed)
 
 
 async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeouts, deadline: Deadline,
@@ -165,16 +183,16 @@ async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeou
 
 
 async def _first_events(response: aiohttp.ClientResponse, backend: Backend) -> tuple[list[bytes], EventSplitter]:
-    if response.status >= 400:
+    if response.status != 200:
         with map_transport_errors(backend.name):
             data = await response.read()
-        raise _status_error(response, data, backend)
+        raise status_error(response.status, response.headers.get("retry-after"), data, backend)
     if not response.headers.get("content-type", "").startswith(_SSE):
         with map_transport_errors(backend.name):
             data = await response.read()
         # Some servers answer an error with 200 and a JSON body even when asked to stream.
         if b'"error"' in data:
-            raise UpstreamStatus.from_response(502, data, backend.name)
+            raise UpstreamStatus.from_response(502, redact(data, backend), backend.name)
         raise UpstreamProtocolError(f"backend {backend.name} did not answer with an event stream")
     splitter = EventSplitter()
     with map_transport_errors(backend.name):
@@ -191,9 +209,41 @@ def _total_timeout(name: str, deadline_bound: bool) -> UpstreamTimeout:
     return UpstreamTimeout(f"backend {name} timed out", code="upstream_timeout")
 
 
-def _status_error(response: aiohttp.ClientResponse, data: bytes, backend: Backend) -> UpstreamStatus:
-    err = UpstreamStatus.from_response(response.status, data, backend.name)
-    retry_after = response.headers.get("retry-after")
+def status_error(status: int, retry_after: str | None, data: bytes, backend: Backend) -> GatewayError:
+    """The error for any status but 200: the backend's own 4xx/5xx kept, anything else unshaped.
+
+    A backend's 401/403 says the gateway holds a bad key: the client gets a generic 502 (the detail
+    goes to the log only), never the backend's message, which may echo the key.
+    """
+    if status in (401, 403):
+        log.error("backend %s rejected the gateway's credentials (HTTP %d): %s", backend.name, status,
+                  redact(data[:500], backend).decode("utf-8", "replace"))
+        return UpstreamMisconfigured(f"backend {backend.name} is misconfigured at the gateway")
+    if status < 400:
+        # A redirect, 201, 204...: not an answer an OpenAI client can read, and never followed.
+        return UpstreamProtocolError(f"backend {backend.name} answered HTTP {status}, not an OpenAI response")
+    err = UpstreamStatus.from_response(status, redact(data, backend), backend.name)
     if retry_after:
         err.headers["retry-after"] = retry_after
     return err
+
+
+def json_object(data: bytes, backend: Backend) -> dict:
+    """The body of a 200 as a JSON object, or UpstreamProtocolError: nothing unshaped reaches a client."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError(f"backend {backend.name} answered with a body that is not JSON") from None
+    if not isinstance(parsed, dict) or "error" in parsed:
+        if isinstance(parsed, dict):  # an error wearing a 200: some servers do that
+            raise UpstreamStatus.from_response(502, redact(data, backend), backend.name)
+        raise UpstreamProtocolError(f"backend {backend.name} answered with JSON that is not an object")
+    return parsed
+
+
+def redact(data: bytes, backend: Backend) -> bytes:
+    """The bytes with the backend's configured key blanked out (a backend that echoes headers leaks it)."""
+    secret = backend.secret
+    if secret and secret in data:
+        return data.replace(secret, b"[redacted]")
+    return data

@@ -39,6 +39,7 @@ class Backend:
     base: URL
     headers: dict[str, str]
     urls: dict[str, URL]
+    secret: bytes | None = None  # the configured API key, to redact from anything relayed
 
     @property
     def host(self) -> str:
@@ -72,7 +73,8 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
         trust_env=False,
         skip_auto_headers=("user-agent",),
     )
-    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {})
+    secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
+    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {}, secret or None)
 
 
 async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float,

@@ -1,0 +1,46 @@
+"""Relay observers: side jobs that watch a stream go by (app.relay.Observer) and never call back into it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.cache.assemble import StreamAssembler
+
+# Every this many data events, a stream's recent decode speed is reported (an early TPOT sample).
+PROGRESS_EVENTS = 8
+
+
+class CacheFill:
+    """Assembles the streamed answer; hands it to `save` only when the stream ended complete."""
+
+    __slots__ = ("assembler", "_save")
+
+    def __init__(self, chat: bool, save: Callable[[dict], None]) -> None:
+        self.assembler = StreamAssembler(chat)
+        self._save = save
+
+    def on_event(self, data: bytes) -> None:
+        self.assembler.feed(data)
+
+    def on_end(self, complete: bool) -> None:
+        if complete and not self.assembler.broken:
+            self._save(self.assembler.result())
+
+
+class Progress:
+    """Reports (events so far, now) every PROGRESS_EVENTS data events: the latency model's early TPOT."""
+
+    __slots__ = ("events", "_report")
+
+    def __init__(self, report: Callable[[int, float], None]) -> None:
+        self.events = 0
+        self._report = report
+
+    def on_event(self, data: bytes) -> None:
+        self.events += 1
+        if self.events % PROGRESS_EVENTS == 0:
+            self._report(self.events, time.perf_counter())
+
+    def on_end(self, complete: bool) -> None:
+        pass

@@ -1,0 +1,110 @@
+"""One owner per attempt: the slot, the upstream reply and the record are given back once, on every path.
+
+These run over the scripted transport (app.upstream.scripted), so each path is played exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.errors import UpstreamUnreachable
+from app.upstream.scripted import Fail, Hang, Reply, ScriptedTransport, Stream, chunks
+from tests.scripted import CHAT, call, config, in_flight, run
+
+STREAM = {**CHAT, "stream": True}
+
+
+def test_json_answer_frees_its_slot():
+    t = ScriptedTransport(lambda name, n: Reply())
+
+    async def scenario(gw):
+        answer = await call(gw)
+        assert answer.status == 200 and answer.json()["choices"][0]["message"]["content"] == "ok"
+        return in_flight(gw)
+
+    assert run(config(), t, scenario) == {"a": 0, "b": 0}
+
+
+def test_stream_that_never_started_frees_its_slot():
+    """The client is gone before the first byte: the relay generator never runs, the owner still closes."""
+    t = ScriptedTransport(lambda name, n: Stream())
+
+    async def scenario(gw):
+        from app import pipeline
+        from tests.scripted import KEY
+        import orjson
+
+        response = await pipeline.handle(gw, __import__("app.request").request.Endpoint.CHAT, orjson.dumps(STREAM),
+                                         {"authorization": f"Bearer {KEY}"}, "/v1/chat/completions")
+
+        async def send(message):
+            raise OSError("client gone")
+
+        async def receive():
+            await asyncio.sleep(3600)
+
+        await response({"type": "http"}, receive, send)
+        return in_flight(gw), t.open_streams
+
+    assert run(config(), t, scenario) == ({"a": 0, "b": 0}, 0)
+
+
+def test_client_leaving_mid_stream_closes_upstream_and_frees_slot():
+    t = ScriptedTransport(lambda name, n: Stream(events=chunks("x" * 50), gap_s=0.01))
+
+    async def scenario(gw):
+        await call(gw, STREAM, leave_after_s=0.05)
+        return in_flight(gw), t.open_streams
+
+    assert run(config(), t, scenario) == ({"a": 0, "b": 0}, 0)
+
+
+def test_client_leaving_before_json_answer_cancels_upstream_call():
+    t = ScriptedTransport(lambda name, n: Hang())
+
+    async def scenario(gw):
+        answer = await call(gw, leave_after_s=0.05)
+        return answer, in_flight(gw), t.in_flight
+
+    assert run(config(), t, scenario) == (None, {"a": 0, "b": 0}, 0)
+
+
+def test_failed_attempts_free_their_slots():
+    t = ScriptedTransport(lambda name, n: Fail(UpstreamUnreachable(f"backend {name} is unreachable")))
+
+    async def scenario(gw):
+        answer = await call(gw)
+        return answer.status, in_flight(gw)
+
+    status, held = run(config(), t, scenario)
+    assert status == 502 and held == {"a": 0, "b": 0}
+
+
+def test_hedge_loser_frees_its_slot():
+    cfg = config({"chat": {"backends": ["a", "b"], "hedge": {"enabled": True, "min_delay_ms": 20, "budget_ratio": 1.0}}})
+    t = ScriptedTransport(lambda name, n: Stream(delay_s=0.5) if n == 0 else Stream())
+
+    async def scenario(gw):
+        answer = await call(gw, STREAM)
+        await asyncio.sleep(0)
+        return answer.events[-1], in_flight(gw), t.open_streams
+
+    assert run(cfg, t, scenario) == (b"[DONE]", {"a": 0, "b": 0}, 0)
+
+
+def test_hedging_answers_from_the_second_backend_when_the_first_is_late():
+    """Fails when hedging is off: the late first attempt would then be the answer, 0.5 s later."""
+    cfg = config({"chat": {"backends": ["a", "b"], "hedge": {"enabled": True, "min_delay_ms": 30, "budget_ratio": 1.0}}})
+    t = ScriptedTransport(lambda name, n: Reply(delay_s=0.6) if n == 0 else Reply())
+
+    async def scenario(gw):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        # Two output tokens: predicted to take ~0.06 s (the prior), so a hedge leaves after ~0.12 s.
+        answer = await call(gw, {**CHAT, "max_tokens": 2})
+        return answer.status, loop.time() - start, [c.backend for c in t.calls]
+
+    status, took, backends = run(cfg, t, scenario)
+    assert status == 200
+    assert took < 0.4
+    assert len(set(backends)) == 2  # the hedge went to the other backend

@@ -220,12 +220,13 @@ def route_context(req: ParsedRequest) -> RouteContext:
     """What the router needs of a request; the prompt's token count is estimated from its length."""
     body = req.body
     chars = 0
-    for m in body.get("messages") or ():
+    messages = body.get("messages")
+    for m in messages if isinstance(messages, list) else ():
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
             chars += len(content)
         elif isinstance(content, list):
-            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+            chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         chars += len(prompt)

@@ -68,7 +68,24 @@ def parse_request(endpoint: Endpoint, raw: bytes) -> ParsedRequest:
             raise InvalidRequest("'stream_options' is only allowed when 'stream' is true", param="stream_options")
         wants_usage = opts.get("include_usage") is True
     _check_shape(endpoint, body)
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # cheap bound first: deep bodies are rare
+        _check_depth(body)
     return ParsedRequest(endpoint, alias, body, stream, wants_usage)
+
+
+# orjson serialises at most 254 levels; a deeper body parses but could never be sent upstream (nor
+# keyed for the cache), so it is refused here, before any slot is taken.
+MAX_DEPTH = 128
+
+
+def _check_depth(body: dict) -> None:
+    stack = [(body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep", code="invalid_json")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
 def _check_shape(endpoint: Endpoint, body: dict) -> None:
@@ -79,11 +96,50 @@ def _check_shape(endpoint: Endpoint, body: dict) -> None:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise InvalidRequest(f"messages[{i}] must be an object with a string 'role'", param=f"messages[{i}]")
+            _check_content(m.get("content"), f"messages[{i}].content")
     elif endpoint is Endpoint.COMPLETIONS:
         if "prompt" not in body:
             raise InvalidRequest("'prompt' is required", param="prompt")
+        if not _is_prompt(body["prompt"]):
+            raise InvalidRequest("'prompt' must be a string, an array of strings, or an array (of arrays) of token ids",
+                                 param="prompt")
+        if "messages" in body:
+            raise InvalidRequest("'messages' is not a parameter of /v1/completions (use 'prompt')", param="messages")
     elif "input" not in body:
         raise InvalidRequest("'input' is required", param="input")
+    elif not _is_prompt(body["input"]) or body["input"] in ("", []):
+        raise InvalidRequest("'input' must be a non-empty string, an array of strings, or an array (of arrays) of "
+                             "token ids", param="input")
+    n = body.get("n")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise InvalidRequest("'n' must be a positive integer", param="n")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
         raise InvalidRequest("'max_tokens' must be a positive integer", param="max_tokens")
+
+
+def _check_content(content: object, param: str) -> None:
+    """A message's content: a string, null (an assistant turn with tool calls), or an array of parts,
+    each an object with a string `type`, and a string `text` for text parts."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise InvalidRequest(f"'{param}' must be a string or an array of content parts", param=param)
+    for j, part in enumerate(content):
+        where = f"{param}[{j}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise InvalidRequest(f"'{where}' must be an object with a string 'type'", param=where)
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise InvalidRequest(f"'{where}.text' must be a string", param=f"{where}.text")
+
+
+def _is_prompt(value: object) -> bool:
+    if isinstance(value, str):
+        return True
+    if not isinstance(value, list):
+        return False
+    if all(isinstance(v, str) for v in value):
+        return True
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return True
+    return all(isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v) for v in value)

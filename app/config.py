@@ -269,7 +269,8 @@ class TelemetryConfig(Strict):
     tracing: TracingConfig = TracingConfig()
     metrics: bool = True  # GET /metrics, Prometheus text format
     server_timing: bool = True  # a W3C Server-Timing header on every proxied response
-    # vLLM backends: scrape their /metrics (queue depth, running, KV-cache use) this often; 0 = never.
+    # Backends that publish their load (llama.cpp /props + /metrics, vLLM /metrics, TGI /info): ask for
+    # slots, running and waiting requests this often; 0 = never.
     scrape_interval_s: float = Field(5.0, ge=0)
 
 

@@ -183,7 +183,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
             t = result.timing
             a.headers, a.first_event, a.status = t.headers, t.first_event, 200
             if req.stream:
-                gw.telemetry.learn_first_token(a, ctx.prompt_tokens)
+                gw.router.learner.first_token(a, ctx.prompt_tokens)
             else:
                 a.end, a.report = t.end, result.report
                 owner.close()  # the body is read whole: the slot is free for the next request now

@@ -148,6 +148,8 @@ class UpstreamStatus(GatewayError):
             message, etype = err, data.get("error_type")
         elif isinstance(data, dict) and isinstance(data.get("detail"), str):
             message = data["detail"]
+        elif isinstance(data, dict) and isinstance(data.get("message"), str):  # vLLM's ErrorResponse
+            message, etype, param, code = data["message"], data.get("type"), data.get("param"), data.get("code")
         exc = cls(message, param=param if isinstance(param, str) else None, status=status)
         if isinstance(code, (str, int)):
             exc.code = str(code)

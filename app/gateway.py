@@ -18,8 +18,8 @@ from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
 from app.routing.router import Router
 from app.telemetry.recorder import Telemetry
-from app.telemetry.scraper import scrape_forever
-from app.telemetry.timing import VllmLoad
+from app.routing.discovery import discover_forever
+from app.upstream.adapters import ServerLoad
 from app.upstream.client import Backend, build_backend
 from app.upstream.transport import HttpTransport, Transport
 
@@ -38,9 +38,9 @@ class Gateway:
     hedge_budgets: dict[str, RetryBudgetTracker]
     cache: Cache
     telemetry: Telemetry
-    # Per-backend latency models (routing reads them, telemetry feeds them) and scraped vLLM load.
+    # Per-backend latency models (routing learns and reads them) and the load backends publish.
     models: dict[str, LatencyModel]
-    backend_load: dict[str, VllmLoad]
+    backend_load: dict[str, ServerLoad]
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
     # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
@@ -61,7 +61,7 @@ class Gateway:
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
-        telemetry = Telemetry(config.telemetry, models, span_exporter)
+        telemetry = Telemetry(config.telemetry, models, span_exporter, on_finish=router.learner.learn)
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled
@@ -71,9 +71,10 @@ class Gateway:
         if telemetry.metrics is not None:
             telemetry.metrics.register_live(gw)
         loop = asyncio.get_running_loop()
-        vllm = [b for b in backends.values() if b.config.flavor == "vllm"]
-        if vllm and config.telemetry.scrape_interval_s > 0:
-            gw._tasks.append(loop.create_task(scrape_forever(vllm, gw.backend_load, config.telemetry.scrape_interval_s, gw._on_load)))
+        publishing = [b for b in backends.values() if b.adapter.publishes_load]
+        if publishing and config.telemetry.scrape_interval_s > 0:
+            gw._tasks.append(loop.create_task(
+                discover_forever(publishing, config.telemetry.scrape_interval_s, gw._on_load)))
         if config.reliability.health_check.enabled:
             gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
         return gw
@@ -93,8 +94,12 @@ class Gateway:
         data = [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in self.config.models]
         return orjson.dumps({"object": "list", "data": data})
 
-    def _on_load(self, name: str, load: VllmLoad | None) -> None:
-        self.router.states[name].scraped_waiting = load.waiting if load is not None else None
+    def _on_load(self, name: str, load: ServerLoad | None) -> None:
+        if load is None:
+            self.backend_load.pop(name, None)
+        else:
+            self.backend_load[name] = load
+        self.router.learner.server_load(name, load)
 
     def ejected_backends(self) -> list[str]:
         """Backends whose circuit breaker is not closed."""

@@ -22,9 +22,8 @@ from app.record import Outcome, RequestRecord, Usage
 from app.observers import CacheFill, Progress
 from app.relay import SSEResponse, relay_events, replay, safe_headers
 from app.request import Endpoint, ParsedRequest, parse_request
-from app.telemetry import timing as backend_timing
 from app.telemetry.server_timing import server_timing, timing_summary
-from app.telemetry.stages import MEASURED, Stage
+from app.telemetry.stages import Stage, first_byte_stages
 from app.telemetry.tracing import attempt_stages
 from app.upstream.attempt import JsonReply, redact
 
@@ -137,8 +136,8 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
     body = reply.data
     if body is not None:
         _note_answer(record, body)
-        if not attempt.report:
-            attempt.report = backend_timing.from_body(body)
+        # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
+        attempt.report = reply.backend.adapter.report_from_body(body).merged(attempt.report)
         if not dispatched.fallback:
             gw.cache.save_later(plan, body)
     headers = _base_headers(record, dispatched, plan)
@@ -154,7 +153,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                      summary_wanted: bool) -> Response:
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     model = gw.models[attempt.backend]
-    observers: list = [Progress(partial(gw.telemetry.learn_progress, attempt, owner.lease.state))]
+    observers: list = [Progress(partial(gw.router.learner.progress, attempt, owner.lease.state))]
     if plan.store and not dispatched.fallback:
         observers.append(CacheFill(req.endpoint is Endpoint.CHAT, partial(gw.cache.save_later, plan)))
 
@@ -175,8 +174,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing:
         # At the first byte only the wait before the first token is known, not yet how it splits.
-        known = [Stage("network", attempt.start, attempt.headers, MEASURED),
-                 Stage("queue_prefill", attempt.headers, attempt.first_event, MEASURED)]
+        known = first_byte_stages(attempt.start, attempt.headers, attempt.first_event,
+                                  stream.backend.adapter.headers_at_slot, model)
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
     n = req.body.get("n")
     events = relay_events(stream, req.client_wants_usage, record, tuple(observers),

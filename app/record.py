@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from app.routing.predict import Estimate
-from app.telemetry.timing import NO_REPORT, BackendReport
+from app.upstream.adapters import NO_REPORT, BackendReport
 
 
 class Outcome(Enum):
@@ -23,6 +22,16 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     source: str = "reported"  # usage always comes from the backend; the gateway never guesses it
+
+
+@dataclass(slots=True)
+class Estimate:
+    """What the latency model predicts for one request on one backend (seconds; always an estimate)."""
+
+    queue_s: float
+    ttft_s: float
+    e2e_s: float
+    decode_tokens: float  # tokens after the first, as predicted
 
 
 @dataclass(slots=True)

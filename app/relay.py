@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
 from app.record import Outcome, RequestRecord, Usage
-from app.telemetry.timing import from_llamacpp
+from app.upstream.adapters import NO_REPORT, BackendReport
 from app.upstream.attempt import EventStream, redact
 from app.upstream.sse import DONE, event_data
 
@@ -67,8 +67,8 @@ async def relay_events(
                     record.response_model = m.group(1).decode() if m else None
                 for o in observers:
                     o.on_event(data)
-                if b'"timings"' in data and attempt is not None:
-                    attempt.report = _llamacpp_report(data) or attempt.report
+                if attempt is not None and (b'"timings"' in data or b'"cached_tokens"' in data):
+                    attempt.report = _body_report(stream, data).merged(attempt.report)
                 if data.startswith(b'{"error"'):
                     record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
                     out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
@@ -109,11 +109,13 @@ async def relay_events(
             o.on_end(ok)
 
 
-def _llamacpp_report(data: bytes):
+def _body_report(stream: EventStream, data: bytes) -> BackendReport:
+    """The backend's own report in a chunk (llama.cpp's timings, cached tokens), as its adapter reads it."""
     try:
-        return from_llamacpp(orjson.loads(data))
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return NO_REPORT
+    return stream.backend.adapter.report_from_body(obj) if isinstance(obj, dict) else NO_REPORT
 
 
 def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,

@@ -7,7 +7,6 @@ each re-derived the error, and the loop that acts on a Decision is a few lines.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -24,15 +23,10 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from app.upstream.adapters.base import is_context_overflow
 
 # Timeouts that say "this backend did not start answering": another attempt may well succeed.
 _RETRYABLE_TIMEOUTS = frozenset({"connect_timeout", "first_token_timeout"})
-# How vLLM, TGI, llama.cpp and OpenAI word a prompt that does not fit the model's context.
-_CONTEXT_LENGTH = re.compile(
-    r"context length|context_length|context size|context window|maximum context|exceed_context|"
-    r"must be <= \d+|too many tokens|prompt is too long",
-    re.IGNORECASE,
-)
 
 
 class Action(Enum):
@@ -106,14 +100,16 @@ def is_poison(failures: list[tuple[str, GatewayError]]) -> bool:
 def is_retryable(err: GatewayError, policy: RetryPolicy) -> bool:
     """Whether another attempt on the same alias may succeed where this one failed."""
     if isinstance(err, UpstreamStatus):
-        return err.status in policy.retry_on_status
+        return err.status in policy.retry_on_status and not err.request_caused
     if isinstance(err, UpstreamTimeout):
         return err.code in _RETRYABLE_TIMEOUTS
     return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured))
 
 
 def is_context_length(err: GatewayError) -> bool:
-    return isinstance(err, UpstreamStatus) and err.status in (400, 413, 422) and bool(_CONTEXT_LENGTH.search(err.message))
+    """A prompt too long for the model (the adapters name it `context_length_exceeded`)."""
+    return isinstance(err, UpstreamStatus) and (
+        err.code == "context_length_exceeded" or is_context_overflow(err.status, err.message))
 
 
 def warrants_fallback(err: GatewayError) -> bool:

@@ -23,7 +23,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -130,3 +130,68 @@ def _pings(client: redis.Redis) -> bool:
         return client.ping()
     except redis.ConnectionError:
         return False
+
+
+class LlamaServer:
+    """A real llama.cpp `llama-server` (SmolLM2-135M, CPU) on a loopback port, built and started by
+    scripts/llama-server (the build is cached in ~/.cache/slipstream)."""
+
+    def __init__(self, tmp: Path, slots: int = 1, ctx: int = 2048, threads: int = 1, alias: str = "smollm2",
+                 extra: tuple[str, ...] = ()) -> None:
+        self.port = free_port()
+        self.slots, self.ctx, self.alias = slots, ctx, alias
+        self.log_path = tmp / f"llama-{self.port}.log"
+        self.args = [str(ROOT / "scripts" / "llama-server"), "--port", str(self.port), "-c", str(ctx),
+                     "-np", str(slots), "-t", str(threads), "--metrics", "--slots", "--alias", alias, *extra]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root}/v1"
+
+    def start(self, timeout: float = 120.0) -> LlamaServer:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if httpx.get(f"{self.root}/health", timeout=1).status_code == 200:  # 503 while loading
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"llama-server not ready after {timeout}s: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+
+    def busy_slots(self) -> int:
+        """Slots generating now, from the server's own /slots."""
+        slots = httpx.get(f"{self.root}/slots", timeout=5).json()
+        return sum(1 for s in slots if s.get("is_processing", s.get("state", 0) != 0))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def llama_server_paths() -> tuple[str, str]:
+    """Build llama-server if needed (about 7 min on 2 cores, once) and return (binary, model)."""
+    out = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], capture_output=True, text=True,
+                         timeout=3600, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"scripts/llama-server failed: {out.stderr[-4000:]}")
+    binary, model = out.stdout.split()[-2:]
+    return binary, model

@@ -50,6 +50,19 @@ def test_embeddings(client):
     assert r.data[0].embedding != r.data[1].embedding
 
 
+def test_embeddings_in_base64_decode_to_the_float_ones(client):
+    # The Node SDK asks for base64 by default; a backend that ignored it would decode as zeros.
+    floats = client.embeddings.create(model="embed", input="a", encoding_format="float").data[0].embedding
+    b64 = client.embeddings.create(model="embed", input="a", encoding_format="base64").data[0].embedding
+    assert isinstance(b64, str)
+    import base64
+
+    import numpy as np
+
+    assert np.allclose(np.frombuffer(base64.b64decode(b64), dtype="<f4"), floats, atol=1e-6)
+    assert any(floats)
+
+
 def test_models_list_shows_aliases(client):
     ids = {m.id for m in client.models.list()}
     assert ids == {"chat", "slow", "flaky", "hang", "tgi", "embed", "dead"}

@@ -124,6 +124,9 @@ class LatencyModel:
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
+        # Where the slot count came from: the prior, learned from queueing, or published by the server
+        # (then queueing never overrides it).
+        self.slots_source = "prior" if p.slots is not None else "unknown"
         # The most requests seen running here at once with none waiting: what it surely handles.
         self.slots_at_least = 1
         self.tpot_growth = p.tpot_growth
@@ -149,17 +152,27 @@ class LatencyModel:
         if ahead == 0:
             self.queue.add(seconds if queued else 0.0, t)
             return
+        if self.slots_source == "reported":
+            if not queued and expected <= tolerance:
+                self.queue.add(0.0, t)
+            return
         if queued and (self.slots is None or self.slots > ahead):
-            self.slots = ahead
+            self.slots, self.slots_source = ahead, "learned"
         elif not queued:
             self.slots_at_least = max(self.slots_at_least, ahead + 1)
             if self.slots is not None and self.slots <= ahead:
-                self.slots = ahead + 1
+                self.slots, self.slots_source = ahead + 1, "learned"
             if expected <= tolerance:
                 self.queue.add(0.0, t)
 
+    def set_reported_slots(self, slots: int) -> None:
+        """The server published how many requests it runs at once (llama.cpp /props total_slots)."""
+        self.slots, self.slots_source = slots, "reported"
+        self.slots_at_least = max(self.slots_at_least, slots)
+
     def observe_prefill(self, prompt_tokens: int, seconds: float, now: float | None = None) -> None:
-        """A prefill (or a first-token wait with nothing queued) of `seconds` for `prompt_tokens`."""
+        """A prefill (or a first-token wait with nothing queued) of `seconds` for `prompt_tokens`, the
+        tokens the server processed: a prefix it reused from its KV cache is not counted."""
         if prompt_tokens > 0 and seconds > 0:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
@@ -212,6 +225,7 @@ class LatencyModel:
         overhead, per_token = self.prefill.coefficients(t)
         return {
             "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t), "slots": self.slots,
+            "slots_source": self.slots_source,
             "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),

@@ -9,8 +9,9 @@ the work actually ahead of it, not from an average wait per request.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from app.record import Estimate
 
 if TYPE_CHECKING:
     from app.routing.router import BackendState
@@ -45,16 +46,6 @@ class InflightBook:
         if n >= len(self._entries):
             return None
         return heapq.nsmallest(n + 1, (s + w + k * tpot_s for s, w, k in self._entries.values()))[-1]
-
-
-@dataclass(slots=True)
-class Estimate:
-    """What the model predicts for one request on one backend (seconds; always an estimate)."""
-
-    queue_s: float
-    ttft_s: float
-    e2e_s: float
-    decode_tokens: float  # tokens after the first, as predicted
 
 
 def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Estimate:

@@ -16,6 +16,7 @@ from app.record import RouteDecision
 from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
+from app.routing.learning import Learner
 from app.routing.predict import Estimate, InflightBook, estimate
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
@@ -107,6 +108,8 @@ class Router:
         }
         # Ordered by priority, then fair share across tenants, then deadline: app/admission/wait_queue.py.
         self.queue = queue if queue is not None else WaitQueue()
+        # Routing owns what it learns: attempts' outcomes and the load backends publish feed the models.
+        self.learner = Learner(self.states)
         self._queue_timeout_s = queue_timeout_s
 
     @property

@@ -7,9 +7,11 @@ Besides the OpenAI routes it serves /sim/stats (live slot use and counters) and 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 import uuid
 
+import numpy as np
 import orjson
 from aiohttp import web
 from pydantic import ValidationError
@@ -40,6 +42,8 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_get("/health", _health)
     app.router.add_get("/sim/stats", _stats)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/props", _props)
+    app.router.add_get("/slots", _slots)
     app.router.add_put("/sim/faults", _set_faults)
     app.router.add_put("/sim/speed", _set_speed)
     app.router.add_delete("/sim/cache", _clear_cache)
@@ -139,13 +143,16 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
         )
     texts = [generate_tokens(rng, plan.output_tokens) for rng in rngs]
     response = None
-    if body.get("stream"):
-        # Like vLLM, the stream's headers go out at once; the first event waits for queue and prefill.
-        response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
-        await response.prepare(request)
+    # Like vLLM and TGI, a stream's headers go out at once; like llama.cpp's server, only when a slot
+    # takes the request (so the time to headers is network plus queue there).
+    at_slot = engine.config.report == "llamacpp"
+    if body.get("stream") and not at_slot:
+        response = await _open_stream(request)
     await engine.admit()
     try:
         timings.admitted = now()
+        if body.get("stream") and at_slot:
+            response = await _open_stream(request)
         if plan.fault == "hang":
             await asyncio.sleep(_HANG_S)
         keys = block_keys(serialise(body)) if engine.cache.capacity_blocks else []
@@ -181,6 +188,12 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
     elif engine.config.report == "tgi":
         headers = shapes.tgi_headers(timings, p_tokens, plan.output_tokens)
     return _json(data, headers=headers)
+
+
+async def _open_stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+    await response.prepare(request)
+    return response
 
 
 async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request) -> web.StreamResponse:
@@ -251,11 +264,18 @@ async def _embeddings(request: web.Request) -> web.Response:
         inputs = [inputs]
     if not isinstance(inputs, list) or not inputs:
         return _error(400, "'input' must be a string or a non-empty array", "invalid_request_error")
+    encoding = body.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        return _error(400, "'encoding_format' must be 'float' or 'base64'", "invalid_request_error")
     engine.stats.requests += 1
     await engine.network()
     texts = [x if isinstance(x, str) else orjson.dumps(x).decode() for x in inputs]
     dim = engine.config.embedding_dim
-    data = [{"object": "embedding", "index": i, "embedding": embedding(t, dim)} for i, t in enumerate(texts)]
+    vectors = [embedding(t, dim) for t in texts]
+    if encoding == "base64":
+        # As OpenAI and vLLM send it (the Node SDK's default): little-endian float32, base64-encoded.
+        vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors]
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
     tokens = sum(count_tokens(t) for t in texts)
     engine.stats.completed += 1
     return _json({"object": "list", "data": data, "model": engine.config.model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
@@ -284,9 +304,31 @@ async def _clear_cache(request: web.Request) -> web.Response:
     return _json({"cleared": True})
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    """Live load in vLLM's Prometheus names, as a vLLM server's /metrics shows it."""
+async def _props(request: web.Request) -> web.Response:
+    """llama.cpp's /props: how many slots the server runs (llama.cpp-flavoured backends only)."""
     engine = request.app[ENGINE]
+    if engine.config.report != "llamacpp":
+        return _error(404, "File Not Found", "not_found_error")
+    return _json({"total_slots": engine.config.slots, "model_path": f"/models/{engine.config.model}.gguf"})
+
+
+async def _slots(request: web.Request) -> web.Response:
+    """llama.cpp's /slots: one entry per slot, busy or idle."""
+    engine = request.app[ENGINE]
+    if engine.config.report != "llamacpp":
+        return _error(404, "File Not Found", "not_found_error")
+    return web.Response(body=orjson.dumps([{"id": i, "is_processing": i < engine.running}
+                                           for i in range(engine.config.slots)]), content_type="application/json")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    """Live load in the Prometheus names of the server imitated: llama.cpp's, else vLLM's."""
+    engine = request.app[ENGINE]
+    if engine.config.report == "llamacpp":
+        lines = []
+        for name, value in (("llamacpp:requests_processing", engine.running), ("llamacpp:requests_deferred", engine.queued)):
+            lines += [f"# TYPE {name} gauge", f"{name} {value}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
     label = f'{{model_name="{engine.config.model}"}}'
     lines = []
     for name, kind, help_, value in (

@@ -26,7 +26,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from app.config import TracingConfig
 from app.record import AttemptRecord, RequestRecord
 from app.routing.latency_model import LatencyModel
+from app.routing.learning import processed_prompt
 from app.telemetry.stages import Stage, json_stages, stream_stages
+from app.upstream.adapters import adapter_for
 
 log = logging.getLogger("slipstream.tracing")
 
@@ -220,8 +222,10 @@ class Tracing:
 
 def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel) -> list[Stage]:
     """The stage breakdown of a finished, successful attempt."""
-    prompt = record.usage.prompt_tokens if record.usage else record.prompt_tokens_hint
+    # Estimates use the model's units: the body's token estimate, of which the share the server processed.
+    prompt = processed_prompt(record.prompt_tokens_hint, a.report)
     output = record.usage.completion_tokens if record.usage else 0
     if a.stream and a.first_event:
-        return stream_stages(a.start, a.headers or a.start, a.first_event, a.end, a.report, prompt, model)
+        return stream_stages(a.start, a.headers or a.start, a.first_event, a.end, a.report, prompt, model,
+                             adapter_for(a.flavor).headers_at_slot)
     return json_stages(a.start, a.end, a.report, prompt, output, model, a.load)

@@ -23,10 +23,9 @@ from app.errors import (
     GatewayError,
     UpstreamMisconfigured,
     UpstreamProtocolError,
-    UpstreamStatus,
     UpstreamTimeout,
 )
-from app.telemetry.timing import NO_REPORT, BackendReport, from_tgi_headers
+from app.upstream.adapters import NO_REPORT, BackendReport
 from app.upstream.client import (
     Backend,
     map_transport_errors,
@@ -58,7 +57,7 @@ class JsonReply:
     body: bytes
     headers: dict[str, str]
     timing: AttemptTiming
-    report: BackendReport = NO_REPORT  # from TGI-style timing headers; body reports are parsed later
+    report: BackendReport = NO_REPORT  # from the backend's timing headers; body reports are parsed later
     data: dict | None = None  # the body, parsed once (call_json checks that it is a JSON object)
 
     def close(self) -> None:
@@ -146,7 +145,7 @@ async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts
     if response.status != 200:
         raise status_error(response.status, response.headers.get("retry-after"), data, backend)
     parsed = json_object(data, backend)
-    report = from_tgi_headers(response.headers) if "x-inference-time" in response.headers else NO_REPORT
+    report = backend.adapter.report_from_headers(response.headers)
     return JsonReply(backend, response.status, data, response_headers(response), timing, report, parsed)
 
 
@@ -192,7 +191,7 @@ async def _first_events(response: aiohttp.ClientResponse, backend: Backend) -> t
             data = await response.read()
         # Some servers answer an error with 200 and a JSON body even when asked to stream.
         if b'"error"' in data:
-            raise UpstreamStatus.from_response(502, redact(data, backend), backend.name)
+            raise backend.adapter.classify_error(502, redact(data, backend), backend.name)
         raise UpstreamProtocolError(f"backend {backend.name} did not answer with an event stream")
     splitter = EventSplitter()
     with map_transport_errors(backend.name):
@@ -210,7 +209,8 @@ def _total_timeout(name: str, deadline_bound: bool) -> UpstreamTimeout:
 
 
 def status_error(status: int, retry_after: str | None, data: bytes, backend: Backend) -> GatewayError:
-    """The error for any status but 200: the backend's own 4xx/5xx kept, anything else unshaped.
+    """The error for any status but 200: the backend's own 4xx/5xx kept (classified by its adapter:
+    OpenAI code, request-caused or not), anything else unshaped.
 
     A backend's 401/403 says the gateway holds a bad key: the client gets a generic 502 (the detail
     goes to the log only), never the backend's message, which may echo the key.
@@ -222,7 +222,7 @@ def status_error(status: int, retry_after: str | None, data: bytes, backend: Bac
     if status < 400:
         # A redirect, 201, 204...: not an answer an OpenAI client can read, and never followed.
         return UpstreamProtocolError(f"backend {backend.name} answered HTTP {status}, not an OpenAI response")
-    err = UpstreamStatus.from_response(status, redact(data, backend), backend.name)
+    err = backend.adapter.classify_error(status, redact(data, backend), backend.name)
     if retry_after:
         err.headers["retry-after"] = retry_after
     return err
@@ -236,7 +236,7 @@ def json_object(data: bytes, backend: Backend) -> dict:
         raise UpstreamProtocolError(f"backend {backend.name} answered with a body that is not JSON") from None
     if not isinstance(parsed, dict) or "error" in parsed:
         if isinstance(parsed, dict):  # an error wearing a 200: some servers do that
-            raise UpstreamStatus.from_response(502, redact(data, backend), backend.name)
+            raise backend.adapter.classify_error(502, redact(data, backend), backend.name)
         raise UpstreamProtocolError(f"backend {backend.name} answered with JSON that is not an object")
     return parsed
 

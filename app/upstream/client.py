@@ -22,6 +22,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from app.upstream.adapters import Adapter, adapter_for
 
 # Backend headers a client may see; everything else (cookies, server banners, hop-by-hop and
 # body framing) stays on the backend's side of the gateway.
@@ -39,6 +40,7 @@ class Backend:
     base: URL
     headers: dict[str, str]
     urls: dict[str, URL]
+    adapter: Adapter  # what this kind of server does its own way
     secret: bytes | None = None  # the configured API key, to redact from anything relayed
 
     @property
@@ -74,7 +76,8 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
         skip_auto_headers=("user-agent",),
     )
     secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
-    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {}, secret or None)
+    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {}, adapter_for(config.flavor),
+                   secret or None)
 
 
 async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float,

@@ -96,3 +96,47 @@ def test_runtime_faults(sim):
 
 def test_wrong_model_is_404(sim):
     assert chat(sim["llama"], "nope").status_code == 404
+
+
+def test_llamacpp_flavoured_stream_sends_headers_when_a_slot_takes_it(tmp_path):
+    port = free_port()
+    write_yaml(tmp_path / "s.yaml", {"simulator": {"backends": {"l": dict(
+        port=port, model="l", report="llamacpp", slots=1, prefill_tokens_per_s=1e9, tpot_ms=20,
+        output=dict(median=20, sigma=0, max=20))}}})
+    p = Process(["simulate", "--config", str(tmp_path / "s.yaml")], tmp_path / "s.log")
+    p.wait_listening(port)
+    body = {"model": "l", "messages": [{"role": "user", "content": "x"}], "stream": True}
+
+    async def headers_at() -> list[float]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            t0 = time.perf_counter()
+
+            async def one() -> float:
+                async with client.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                    at = time.perf_counter() - t0
+                    await r.aread()
+                    return at
+            return sorted(await asyncio.gather(one(), one()))
+
+    try:
+        first, second = asyncio.run(headers_at())
+        # One slot, 20 tokens of 20 ms: the second request's headers wait for the first to finish.
+        assert first < 0.15 and second > 0.3
+        props = httpx.get(f"http://127.0.0.1:{port}/props").json()
+        assert props["total_slots"] == 1
+        assert "llamacpp:requests_processing 0" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        p.stop()
+
+
+def test_embeddings_in_base64(sim):
+    import base64
+
+    import numpy as np
+
+    url = f"http://127.0.0.1:{sim['batch']}/v1/embeddings"
+    floats = httpx.post(url, json={"model": "b", "input": "hello"}).json()["data"][0]["embedding"]
+    b64 = httpx.post(url, json={"model": "b", "input": "hello", "encoding_format": "base64"}).json()["data"][0]["embedding"]
+    decoded = np.frombuffer(base64.b64decode(b64), dtype="<f4")
+    assert decoded.shape == (len(floats),) and np.allclose(decoded, floats, atol=1e-6)
+    assert httpx.post(url, json={"model": "b", "input": "x", "encoding_format": "bf16"}).status_code == 400

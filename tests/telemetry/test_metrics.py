@@ -93,6 +93,15 @@ def test_server_timing_on_a_stream_says_what_is_known_at_the_first_byte(gateway)
                       json={"model": "chat", "messages": [{"role": "user", "content": "s"}], "max_tokens": 3, "stream": True}) as r:
         t = timings(r.headers["server-timing"])
         r.read()
+    # "chat" is llama.cpp-flavoured: its headers wait for a slot, so the wait before them is network
+    # (estimated) then queue (measured), and from headers to the first event is prefill.
+    assert list(t) == ["network", "queue", "prefill", "gateway"]
+    assert t["network"][1] == "estimated" and t["queue"][1] == "measured"
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", headers=AUTH,
+                      json={"model": "tgi", "messages": [{"role": "user", "content": "s"}], "max_tokens": 3, "stream": True}) as r:
+        t = timings(r.headers["server-timing"])
+        r.read()
+    # TGI sends a stream's headers at once: the wait for the first event is queue and prefill together.
     assert list(t) == ["network", "queue_prefill", "gateway"]
 
 

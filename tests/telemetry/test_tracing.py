@@ -97,9 +97,13 @@ def test_streamed_request_span_tree(gw):
     assert tuple(a["gen_ai.response.finish_reasons"]) == ("length",)
     assert a["gen_ai.request.max_tokens"] == 12
     stages = kids(attempt)
-    # llama.cpp reports prefill (in the last chunk) but no queue time.
-    assert [(s.name, s.attributes["slipstream.timing.source"]) for s in stages] == [
-        ("network", "measured"), ("queue", "estimated"), ("prefill", "reported"), ("decode", "measured")]
+    # llama.cpp reports prefill (in the last chunk) but no queue time; its headers wait for a slot, so
+    # the wait before them is network (estimated from its /health round trip) and queue (measured).
+    # Time its report does not cover between the headers and the first token is shown as such.
+    named = [(s.name, s.attributes["slipstream.timing.source"]) for s in stages]
+    assert [n for n in named if n[0] != "unattributed"] == [
+        ("network", "estimated"), ("queue", "measured"), ("prefill", "reported"), ("decode", "measured")]
+    assert all(src == "measured" for name, src in named if name == "unattributed")
     total = attempt.end_time - attempt.start_time
     assert abs(sum(s.end_time - s.start_time for s in stages) - total) < 1_000_000  # within 1 ms
     assert stages[0].start_time == attempt.start_time

@@ -1,0 +1,139 @@
+"""Routing learns from what happened: each attempt's measured instants and its backend's own report
+feed that backend's latency model, and so do the load figures the backend publishes.
+
+What a measured interval means depends on the server kind, so it is read through the backend's
+adapter: on llama.cpp a stream's response headers wait for a slot, so the time to headers is network
+plus queue, never network alone. Prefill is learned per processed prompt token: a prompt the server
+mostly read from its KV cache teaches the cost of the part it processed, not a faster rate.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from app.record import AttemptRecord, Outcome, RequestRecord
+from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
+from app.upstream.adapters import BackendReport, ServerLoad
+
+if TYPE_CHECKING:
+    from app.routing.router import BackendState
+
+
+class Learner:
+    """Feeds the latency models of the router's backends; the only writer of what routing learns."""
+
+    def __init__(self, states: dict[str, BackendState]) -> None:
+        self.states = states
+
+    def _state(self, name: str) -> BackendState | None:
+        return self.states.get(name)
+
+    # --- what the backend publishes -----------------------------------------------------------
+    def server_load(self, name: str, load: ServerLoad | None) -> None:
+        """The backend's published load: its slots replace learned ones, its waiting count is queue,
+        and a round trip that never waits for a slot is a network sample."""
+        s = self._state(name)
+        if s is None:
+            return
+        s.scraped_waiting = load.waiting if load is not None else None
+        if load is None:
+            return
+        if load.slots:
+            s.model.set_reported_slots(load.slots)
+        if load.rtt_s is not None:
+            s.model.observe_network(load.rtt_s)
+
+    # --- a stream's first event ---------------------------------------------------------------
+    def first_token(self, a: AttemptRecord, prompt_tokens: int) -> None:
+        """A stream's first event arrived: learn its network and queue now, not when its decode ends
+        (which on a slow backend is many seconds later, while the queue builds)."""
+        s = self._state(a.backend)
+        if s is None or not a.first_event:
+            return
+        model, r = s.model, a.report
+        ahead = max(0, a.load - 1)
+        expected_queue = a.predicted.queue_s if a.predicted else 0.0
+        to_headers = max(0.0, (a.headers or a.start) - a.start)
+        if s.backend.adapter.headers_at_slot:
+            # Headers left when a slot took the request: what the wait holds beyond the network is queue.
+            # Prefill is learned at the end, when the server says how much of the prompt it processed.
+            model.observe_queue(max(0.0, to_headers - model.net.get(time.monotonic())), ahead, expected_queue)
+            return
+        model.observe_network(to_headers)
+        if r.queue_s is not None:
+            model.observe_queue(r.queue_s, ahead, expected_queue)
+        else:
+            _learn_wait(model, a.first_event - (a.headers or a.start), r.prefill_s, prompt_tokens, ahead, expected_queue)
+
+    def progress(self, a: AttemptRecord, state: BackendState, events: int, now: float) -> None:
+        """A stream is `events` events into its decode: a TPOT sample over the events since the last
+        one, so a backend that slowed down is seen within a second or two, even mid-answer, rather
+        than when its longest answers end. The batch is the backend's in-flight count now."""
+        s = self._state(a.backend)
+        last_events, last_at = a.progress if a.progress[1] else (1, a.first_event)
+        a.progress = (events, now)
+        if s is not None and last_at and now > last_at and events > last_events:
+            s.model.observe_decode(events - last_events + 1, now - last_at, state.inflight, count_output=False)
+
+    # --- a finished request -------------------------------------------------------------------
+    def learn(self, record: RequestRecord) -> None:
+        """Feed the final attempt's measured and reported figures to its backend's latency model."""
+        if not record.attempt_log or record.outcome is not Outcome.OK:
+            return
+        a = record.attempt_log[-1]
+        s = self._state(a.backend)
+        if s is None or a.error_type or not a.end:
+            return
+        model, r = s.model, a.report
+        # Prefill is learned against the prompt size routing predicts from (estimated from the body's
+        # length before any usage exists), so the fitted line and its use agree on what x means; of
+        # that, only the share the server processed (the rest came from its KV cache).
+        prompt = processed_prompt(record.prompt_tokens_hint, r)
+        output = record.usage.completion_tokens if record.usage else 0
+        model.observe_latency(a.end - a.start)
+        if a.stream and a.first_event:
+            if r.prefill_s is not None:
+                model.observe_prefill(prompt, r.prefill_s)
+            elif s.backend.adapter.headers_at_slot and a.headers:
+                # The queue was before the headers: from headers to the first event was prefill.
+                model.observe_prefill(prompt, a.first_event - a.headers)
+            model.observe_decode(output, a.end - a.first_event, a.load)
+            return
+        ahead = max(0, a.load - 1)
+        expected_queue = a.predicted.queue_s if a.predicted else 0.0
+        if r.queue_s is not None:
+            model.observe_queue(r.queue_s, ahead, expected_queue)
+        if r.prefill_s is not None:
+            model.observe_prefill(prompt, r.prefill_s)
+        if r.decode_s is not None:
+            model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
+        elif output > 1:
+            # A whole answer with no report: what the total leaves after the predicted wait is decode.
+            wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
+            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, measured=False)
+
+
+def processed_prompt(hint: int, report: BackendReport) -> int:
+    """The prompt tokens the server processed, in the units routing predicts with (the body's estimate)."""
+    share = report.processed_share()
+    return hint if share is None else max(1, round(hint * share))
+
+
+def _learn_wait(model: LatencyModel, wait: float, reported_prefill: float | None, prompt: int, ahead: int,
+                expected_queue: float) -> None:
+    """Split a stream's measured wait for its first token (headers left at once) into queue and prefill."""
+    if reported_prefill is not None:
+        model.observe_queue(max(0.0, wait - reported_prefill), ahead, expected_queue)
+        return
+    if ahead == 0:
+        # Nothing else was in flight here: the wait was prefill (and the backend's fixed costs).
+        model.observe_prefill(prompt, wait)
+        return
+    # Queue is what the wait leaves after the modelled prefill; the model's error widens what counts as
+    # no wait at all, and a wait that was not queueing teaches prefill too.
+    prefill = model.prefill_s(prompt)
+    tolerance = QUEUE_NOISE_S + 0.5 * prefill
+    model.observe_queue(max(0.0, wait - prefill), ahead, expected_queue, tolerance)
+    if wait - prefill <= tolerance:
+        model.observe_prefill(prompt, wait)

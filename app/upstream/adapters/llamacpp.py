@@ -1,0 +1,94 @@
+"""llama.cpp's llama-server: headers at slot assignment, `timings` with prompt-cache use, /props /slots /metrics.
+
+Checked against a real llama-server (shared/NOTES.md): a stream's response headers leave when a slot
+takes the request, so the time to headers is network plus queue; `timings.prompt_n` counts only the
+prompt tokens processed and `cache_n` those reused from the KV cache; a request-caused failure can be a
+500 (an image sent to a text-only model) or a 501 (an endpoint started without its flag).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import aiohttp
+from yarl import URL
+
+from app.upstream.adapters.base import Adapter, get, json_or_none
+from app.upstream.adapters.prometheus import gauges
+from app.upstream.adapters.report import NO_REPORT, BackendReport, ServerLoad, integer, ms
+
+# 500s llama-server answers for what the request asked, not for being unwell.
+_REQUEST_CAUSED_500 = ("image input is not supported", "multimodal", "mmproj", "not supported",
+                       "failed to parse", "invalid", "grammar", "tool", "template")
+
+
+class LlamaCppAdapter(Adapter):
+    kind = "llamacpp"
+    publishes_load = True
+    provider = "llama_cpp"
+    headers_at_slot = True
+
+    def report_from_body(self, obj: Mapping) -> BackendReport:
+        return from_llamacpp(obj)
+
+    def request_caused(self, status: int, message: str) -> bool | None:
+        if status == 501:
+            return True  # a feature the server was not started with: the same on every try
+        if status == 500 and any(s in message.lower() for s in _REQUEST_CAUSED_500):
+            return True
+        return super().request_caused(status, message)
+
+    async def discover(self, session: aiohttp.ClientSession, root: URL, headers: Mapping[str, str]) -> ServerLoad | None:
+        # /health is answered by the HTTP thread at once, busy or not: its round trip is the network.
+        started = time.perf_counter()
+        rtt = time.perf_counter() - started if await get(session, root / "health", headers) is not None else None
+        props = json_or_none(await get(session, root / "props", headers))
+        slots = integer(props.get("total_slots")) if isinstance(props, Mapping) else None
+        running = waiting = None
+        metrics = await get(session, root / "metrics", headers)  # served with --metrics
+        if metrics is not None:
+            values = gauges(metrics.decode(errors="replace"))
+            running = values.get("llamacpp:requests_processing")
+            waiting = values.get("llamacpp:requests_deferred")
+        if running is None:
+            per_slot = json_or_none(await get(session, root / "slots", headers))  # served with --slots
+            if isinstance(per_slot, list):
+                running = float(sum(1 for s in per_slot if isinstance(s, Mapping) and _busy(s)))
+                slots = slots or len(per_slot)
+        if slots is None and running is None:
+            return None
+        return ServerLoad(slots, running, waiting, None, "llamacpp /props + /metrics", rtt)
+
+    def reported_model(self, model: object, configured: str) -> str | None:
+        # Without --alias, llama-server reports the GGUF file's path: the configured name says more.
+        if isinstance(model, str) and (model.endswith(".gguf") or "/" in model):
+            return configured
+        return super().reported_model(model, configured)
+
+
+def _busy(slot: Mapping) -> bool:
+    if "is_processing" in slot:
+        return bool(slot["is_processing"])
+    return slot.get("state") not in (None, 0)  # older servers: 0 idle, 1 processing
+
+
+def from_llamacpp(obj: Mapping) -> BackendReport:
+    """llama.cpp's `timings` object, from a response body or a stream's final chunk."""
+    t = obj.get("timings")
+    if not isinstance(t, Mapping):
+        return NO_REPORT
+    processed, cached = integer(t.get("prompt_n")), integer(t.get("cache_n"))
+    usage = obj.get("usage")
+    prompt = integer(usage.get("prompt_tokens")) if isinstance(usage, Mapping) else None
+    if prompt is None and processed is not None:
+        prompt = processed + (cached or 0)
+    return BackendReport(
+        prefill_s=ms(t.get("prompt_ms")),
+        decode_s=ms(t.get("predicted_ms")),
+        prompt_tokens=prompt,
+        output_tokens=integer(t.get("predicted_n")),
+        prompt_processed=processed,
+        prompt_cached=cached,
+        source="llamacpp",
+    )

@@ -1,0 +1,31 @@
+"""vLLM: nothing per request over HTTP beyond usage; its /metrics has running and waiting requests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aiohttp
+from yarl import URL
+
+from app.upstream.adapters.base import Adapter, get
+from app.upstream.adapters.prometheus import gauges
+from app.upstream.adapters.report import ServerLoad
+
+
+class VllmAdapter(Adapter):
+    kind = "vllm"
+    publishes_load = True
+    provider = "vllm"
+
+    async def discover(self, session: aiohttp.ClientSession, root: URL, headers: Mapping[str, str]) -> ServerLoad | None:
+        data = await get(session, root / "metrics", headers)
+        return None if data is None else parse_vllm_metrics(data.decode(errors="replace"))
+
+
+def parse_vllm_metrics(text: str) -> ServerLoad:
+    """vLLM's /metrics: requests running and waiting, and KV-cache use (both names vLLM has used).
+    vLLM does not publish its batch size (max_num_seqs), so slots stay unknown."""
+    values = gauges(text)
+    kv = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
+    return ServerLoad(None, values.get("vllm:num_requests_running"), values.get("vllm:num_requests_waiting"), kv,
+                      "vllm /metrics")

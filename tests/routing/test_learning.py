@@ -1,0 +1,112 @@
+"""Routing learns from attempts: a stream's wait at its first token, its decode speed while it runs,
+whole answers when they end, and what the server publishes. Time to headers means what the server
+kind says it means; prefill is learned per processed (uncached) prompt token."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.config import BackendConfig, BreakerConfig
+from app.record import AttemptRecord, Estimate, RequestRecord, Usage
+from app.routing.health import Breaker
+from app.routing.latency_model import LatencyModel
+from app.routing.learning import Learner
+from app.routing.router import BackendState
+from app.upstream.adapters import BackendReport, ServerLoad, adapter_for
+
+
+class State:
+    inflight = 3
+
+
+class FakeBackend:
+    def __init__(self, flavor: str) -> None:
+        self.name, self.adapter = "b", adapter_for(flavor)
+        self.config = BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor=flavor)
+
+
+def stream_attempt(load: int, wait: float, predicted_queue: float = 0.0, flavor: str = "openai") -> AttemptRecord:
+    a = AttemptRecord(1, "m", "b", flavor, "127.0.0.1", 1, "m", True, start=100.0, load=load,
+                      predicted=Estimate(predicted_queue, 0.01 + predicted_queue, 1.0, 50))
+    a.headers, a.first_event = 100.001, 100.001 + wait
+    return a
+
+
+def telemetry(flavor: str = "openai") -> tuple[Learner, LatencyModel]:
+    model = LatencyModel()
+    state = BackendState(FakeBackend(flavor), 256, Breaker(BreakerConfig()), model)
+    return Learner({"b": state}), model
+
+
+def test_a_first_token_that_waited_behind_others_teaches_the_slot_count_at_once():
+    t, model = telemetry()
+    model.observe_prefill(100, 0.01, now=0)
+    t.first_token(stream_attempt(load=5, wait=0.8), prompt_tokens=100)  # 4 ahead, 0.8 s wait
+    assert model.slots == 4
+
+
+def test_a_first_token_with_nothing_ahead_is_prefill():
+    t, model = telemetry()
+    for _ in range(3):
+        t.first_token(stream_attempt(load=1, wait=0.05), prompt_tokens=500)
+    assert abs(model.prefill_s(500) - 0.05) < 0.01 and model.slots is None  # the prior is 0.1 s
+
+
+def test_decode_speed_is_sampled_while_the_stream_runs():
+    t, model = telemetry()
+    a = stream_attempt(load=1, wait=0.01)
+    t.progress(a, State(), 8, a.first_event + 7 * 0.2)  # 8 events, 7 steps of 200 ms
+    assert model.tpot_base.samples == 1 and model.output_tokens.samples == 0
+    assert model.tpot(1) > 0.15
+    t.progress(a, State(), 16, a.first_event + 7 * 0.2 + 8 * 0.05)  # then 8 steps of 50 ms
+    assert model.tpot_base.samples == 2
+
+
+def test_a_finished_stream_teaches_decode_and_output_length():
+    t, model = telemetry()
+    r = RequestRecord("id", "chat", 0.0, usage=Usage(100, 41))
+    a = stream_attempt(load=1, wait=0.01)
+    a.end = a.first_event + 40 * 0.02
+    r.attempt_log.append(a)
+    t.learn(r)
+    assert abs(model.tpot(1) - 0.02) < 1e-6 and model.output_tokens.value == 41
+
+
+def test_on_llamacpp_the_wait_for_headers_is_queue_not_network():
+    t, model = telemetry("llamacpp")
+    a = stream_attempt(load=1, wait=0.06, flavor="llamacpp")
+    a.headers = a.start + 0.797  # a slot freed after 797 ms
+    a.first_event = a.headers + 0.06
+    t.first_token(a, prompt_tokens=100)
+    assert model.net.get(time.monotonic()) < 0.005
+    assert model.residual_queue() > 0.7
+
+
+def test_published_slots_win_over_queueing():
+    t, model = telemetry("llamacpp")
+    t.server_load("b", ServerLoad(slots=4, running=1, waiting=0, rtt_s=0.0007))
+    assert model.slots == 4 and model.slots_source == "reported"
+    assert model.net.get(time.monotonic()) == pytest.approx(0.0007)
+    a = stream_attempt(load=2, wait=0.01, flavor="llamacpp")
+    a.headers = a.start + 0.5  # a long wait with one ahead: on its own, "1 slot"
+    t.first_token(a, prompt_tokens=100)
+    assert model.slots == 4
+
+
+def test_prefill_is_learned_per_processed_token():
+    t, model = telemetry("llamacpp")
+    for i in range(6):
+        r = RequestRecord("id", "chat", 0.0, usage=Usage(433, 10), prompt_tokens_hint=433)
+        a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
+        a.end = a.first_event + 0.1
+        # The first time all 433 tokens were processed in 2 s; then llama.cpp reused 432 from its cache.
+        processed = 433 if i == 0 else 1
+        a.report = BackendReport(prefill_s=2.0 if i == 0 else 0.02, prompt_tokens=433,
+                                 prompt_processed=processed, prompt_cached=433 - processed)
+        r.attempt_log.append(a)
+        t.learn(r)
+    # A new 409-token prompt is predicted near the cold rate (about 1.9 s; the prior slope still pulls), not
+    # at the cache-inflated one learning against the whole prompt gives (about 0.35 s).
+    assert model.prefill_s(409) > 1.0

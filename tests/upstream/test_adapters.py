@@ -171,10 +171,19 @@ llamacpp:requests_deferred 2
 
 
 async def _serve_llamacpp_discovery() -> tuple[web.AppRunner, int]:
+    async def health(request):
+        return web.json_response({"status": "ok"})
+
+    async def props(request):
+        return web.json_response({"total_slots": 4, "model_path": "m.gguf"})
+
+    async def metrics(request):
+        return web.Response(text=LLAMA_METRICS)
+
     app = web.Application()
-    app.router.add_get("/health", lambda r: web.json_response({"status": "ok"}))
-    app.router.add_get("/props", lambda r: web.json_response({"total_slots": 4, "model_path": "m.gguf"}))
-    app.router.add_get("/metrics", lambda r: web.Response(text=LLAMA_METRICS))
+    app.router.add_get("/health", health)
+    app.router.add_get("/props", props)
+    app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -57,15 +57,21 @@ def first_byte_stages(start: float, headers: float, first: float, headers_at_slo
 def stream_stages(start: float, headers: float, first: float, end: float, report: BackendReport,
                   prompt_tokens: int, model: LatencyModel, headers_at_slot: bool = False) -> list[Stage]:
     """A stream: the wait for headers, queue and prefill until the first event, then decode (measured)."""
-    stages = _to_headers(start, headers, headers_at_slot, model)
     if headers_at_slot:
         p = report.prefill_s
         if p is None:
-            stages.append(Stage("prefill", headers, first, MEASURED))
+            stages = _to_headers(start, headers, True, model) + [Stage("prefill", headers, first, MEASURED)]
         else:
-            # The window also holds what the report does not cover (tokenising, sending the first event).
-            stages += _lay(headers, [("prefill", p, REPORTED), (UNATTRIBUTED, max(0.0, first - headers - p), MEASURED)])
+            # The report is kept whole. When the gateway saw the headers late (both arrived in one read),
+            # the queue ends where the reported prefill must have begun; the window also holds what the
+            # report does not cover (tokenising, sending the first event).
+            stages = _to_headers(start, headers, True, model)
+            net_end = stages[0].end
+            q_end = max(net_end, min(headers, first - p))
+            stages = [stages[0], Stage("queue", net_end, q_end, MEASURED)]
+            stages += _lay(q_end, [("prefill", p, REPORTED), (UNATTRIBUTED, max(0.0, first - q_end - p), MEASURED)])
     else:
+        stages = _to_headers(start, headers, False, model)
         stages += _queue_prefill(headers, first, report, prompt_tokens, model)
     stages.append(Stage("decode", first, end, MEASURED))
     return [s for s in stages if s.name != UNATTRIBUTED or s.duration > _EPS_S]

@@ -80,3 +80,12 @@ def test_first_byte_split_on_llamacpp_shows_queue_not_network():
     st = first_byte_stages(0.0, 0.797, 0.85, True, LatencyModel())
     assert [s.name for s in st] == ["network", "queue", "prefill"]
     assert st[0].duration <= 0.002 and st[1].duration > 0.79
+
+
+def test_headers_seen_late_shorten_the_queue_not_the_reported_prefill():
+    # Headers and first event arrived in one read (a busy gateway): the window is 1 ms, the report 20 ms.
+    st = stream_stages(0.0, 0.500, 0.501, 0.9, BackendReport(prefill_s=0.020), 100, LatencyModel(), headers_at_slot=True)
+    contiguous(st, 0.0, 0.9)
+    by = {s.name: s for s in st}
+    assert by["prefill"].duration == pytest.approx(0.020) and by["prefill"].end == pytest.approx(0.501)
+    assert by["queue"].end == pytest.approx(0.481)

@@ -137,15 +137,26 @@ class ExactCachePolicy(Strict):
     deterministic_only: bool = True
 
 
+class JudgeConfig(Strict):
+    # A model alias of this gateway that answers "yes" or "no" (temperature 0, max_tokens 1).
+    alias: str
+    # The judge's own bound; the request's deadline shortens it. No verdict in time is a miss.
+    timeout_ms: float = Field(500.0, gt=0)
+    verdict_ttl_s: float = Field(3600.0, gt=0)
+    max_verdicts: int = Field(10_000, ge=1)
+
+
 class SemanticCachePolicy(Strict):
     enabled: bool = False
     ttl_s: float = Field(3600.0, gt=0)
-    # Cosine similarity a match needs. Measured by bench/semantic_cache.py on 309 labelled pairs: with
-    # the guard, false hits stay at 0 % from 0.78 up (0.6 % at 0.76); 0.85 keeps a margin, since the
-    # guard's rules were refined on that same set, and still hits about 72 % of paraphrases.
-    threshold: float = Field(0.85, gt=0, le=1)
-    # Reject matches whose numbers, negations, entities, units, identifiers or language differ.
+    # Cosine similarity that makes a cached question a candidate; verifiers then confirm it. Chosen on
+    # the tune split of bench/data/semantic_set.jsonl; README gives the test split's figures.
+    threshold: float = Field(0.75, gt=0, le=1)
+    # Content-word alignment (app/cache/guard.py): every changed word must be a synonym, an
+    # inflection or a typo. Off only for experiments: without it, one-word opposites are served.
     guard: bool = True
+    # An LLM judge (an alias of this gateway) that must also confirm a candidate; off by default.
+    judge: JudgeConfig | None = None
 
 
 class CachePolicy(Strict):
@@ -238,8 +249,15 @@ class CacheConfig(Strict):
     store: Literal["memory", "redis"] = "memory"
     # redis://, rediss://, redis+cluster://host:port, redis+sentinel://host:port[,host:port]/service[/db]
     redis_url: str | None = None
-    # A cache slower than this is skipped (fail open): the request goes on as a miss.
+    # A cache lookup slower than this is skipped (fail open): the request goes on as a miss.
     timeout_ms: float = Field(50.0, gt=0)
+    # Writes run in the background, batched and pipelined; a batch slower than this is retried (3
+    # tries), then counted as lost (slipstream_cache_writes_lost).
+    write_timeout_ms: float = Field(1000.0, gt=0)
+    write_queue_max: int = Field(10_000, ge=1)
+    # The store is skipped for skip_for_s only after this many outage errors in a row, not after one.
+    skip_after_failures: int = Field(3, ge=1)
+    skip_for_s: float = Field(1.0, ge=0)
     key_prefix: str = "slipstream:"
     memory_max_entries: int = Field(100_000, ge=1)
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -348,6 +366,9 @@ class GatewayConfig(Strict):
                     raise ValueError(f"models.{alias}.fallbacks[{i}]: {name!r} is not another model alias")
             if spec.context_fallback is not None and (spec.context_fallback not in self.models or spec.context_fallback == alias):
                 raise ValueError(f"models.{alias}.context_fallback: {spec.context_fallback!r} is not another model alias")
+            judge = spec.cache.semantic.judge
+            if judge is not None and (judge.alias not in self.models or judge.alias == alias):
+                raise ValueError(f"models.{alias}.cache.semantic.judge.alias: {judge.alias!r} is not another model alias")
         for i, client in enumerate(self.auth.clients):
             for name in client.models:
                 if name not in self.models:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.auth import Authenticator
+from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.retry import RetryBudgetTracker
@@ -68,6 +69,7 @@ class Gateway:
         }
         gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
                  timeouts, transport or HttpTransport())
+        cache.ask = gateway_ask(gw)  # an LLM judge asks a model alias of this same gateway
         if telemetry.metrics is not None:
             telemetry.metrics.register_live(gw)
         loop = asyncio.get_running_loop()

@@ -99,10 +99,10 @@ async def _lookup(gw: Gateway, plan: CachePlan, deadline: Deadline) -> Hit | Non
     """The cache lookup (embedding included), bounded by the request's deadline: a lookup that would
     outlast it is a miss, and the dispatch after it then fails fast on the spent deadline."""
     if deadline.at is None:
-        return await gw.cache.lookup(plan)
+        return await gw.cache.lookup(plan, deadline)
     try:
         async with asyncio.timeout(deadline.remaining()):
-            return await gw.cache.lookup(plan)
+            return await gw.cache.lookup(plan, deadline)
     except TimeoutError:
         plan.status = "miss"
         return None
@@ -189,6 +189,8 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if hit.similarity is not None:
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
+    if hit.verifier is not None:
+        headers["x-slipstream-cache-verifier"] = hit.verifier  # which verifiers confirmed this semantic hit
     if "model" in body:
         headers["x-slipstream-model"] = str(body["model"])
     headers = safe_headers(headers)

@@ -38,3 +38,4 @@ class Hit:
     answer: CachedAnswer
     kind: str  # "hit" | "semantic-hit" | "stale"
     similarity: float | None = None
+    verifier: str | None = None  # for a semantic hit: the verifiers that confirmed it

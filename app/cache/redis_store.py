@@ -44,8 +44,10 @@ class RedisStore:
     # Errors that mean "Redis is not there" (as opposed to a bad command): the cache skips it briefly.
     OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
-    def __init__(self, client: redis.Redis, prefix: str, model_id: str, dim: int = DIM) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, model_id: str, dim: int = DIM, write_client=None) -> None:
         self._r = client
+        # Writes run off the request path with a longer timeout than lookups: their own connections.
+        self._w = write_client or client
         self._prefix = prefix
         # The index and its keys carry the embedding model and quantisation: vectors from another
         # model (or int8 vs fp32) live in another index and are never compared with these.
@@ -107,8 +109,26 @@ class RedisStore:
             pipe.pexpire(key, max(1, int(ttl_s * 1000)))
             await pipe.execute()
 
+    async def write_batch(self, ops: list) -> None:
+        """Every op in one pipeline (no MULTI): one round trip for a whole batch of answers."""
+        if any(op.key is None for op in ops):
+            await self.ensure_index()
+        async with self._w.pipeline(transaction=False) as pipe:
+            for op in ops:
+                px = max(1, int(op.ttl_s * 1000))
+                if op.key is not None:
+                    pipe.set(self._prefix + "x:" + op.key, op.value, px=px)
+                else:
+                    key = f"{self._sem_prefix}{op.scope[:16]}:{uuid.uuid4().hex}"
+                    pipe.hset(key, mapping={"scope": op.scope, "vec": op.vector.astype(np.float32).tobytes(),
+                                            "query": op.query, "answer": op.value})
+                    pipe.pexpire(key, px)
+            await pipe.execute()
+
     async def aclose(self) -> None:
         await self._r.aclose()
+        if self._w is not self._r:
+            await self._w.aclose()
 
 
 def _result_fields(reply) -> list[dict[bytes, bytes]]:

@@ -1,8 +1,9 @@
 """The cache stage: decide per request what may be looked up and stored, look up, store.
 
-Fails open: a store that errors or answers slower than `cache.timeout_ms` makes the request a miss
-(or skips the write), counts it, and logs at most one line per interval. No request fails because of
-the cache.
+Fails open: a store that errors or answers slower than `cache.timeout_ms`, an embedding later than
+its timeout or the request's deadline, or a verifier without a verdict makes the request a miss,
+counts it, and logs at most one line per interval. No request fails because of the cache. Writes go
+through a background writer (app/cache/writer.py) and never hold up a response.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache import guard
 from app.cache.embedder import Embedder
 from app.cache.entry import CachedAnswer, Hit
+from app.cache.judge import AskFn, LlmJudge
 from app.cache.keys import SemanticQuery, exact_key, is_deterministic, semantic_query
 from app.cache.store import CacheStore
-from app.config import CacheConfig, CachePolicy
+from app.cache.verify import GuardVerifier, Verifier, verify_all
+from app.cache.writer import StoreWriter, WriteOp, WriterStats
+from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
 from app.request import Endpoint, ParsedRequest
 
@@ -28,8 +31,8 @@ log = logging.getLogger("slipstream.cache")
 TTL_HEADER = "x-slipstream-cache-ttl"
 THRESHOLD_HEADER = "x-slipstream-cache-threshold"
 _LOG_EVERY_S = 10.0
-_SKIP_AFTER_ERROR_S = 1.0
 _NEIGHBOURS = 4
+_GUARD = GuardVerifier()
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class CachePlan:
     stale: CachedAnswer | None = None
     similarity: float | None = None
     embed_s: float = 0.0
+    verifier: str | None = None  # which verifiers confirmed a semantic hit ("guard", "guard+judge")
 
 
 @dataclass(slots=True)
@@ -59,6 +63,8 @@ class CacheStats:
     stores: int = 0
     stale_served: int = 0
     guard_rejections: int = 0
+    judge_rejections: int = 0
+    embed_timeouts: int = 0
     errors: int = 0
 
 
@@ -68,9 +74,25 @@ class Cache:
     store: CacheStore
     embedder: Embedder | None
     stats: CacheStats = field(default_factory=CacheStats)
+    # ask(alias, body, timeout_s): how an LLM judge reaches a model alias; set by the gateway.
+    ask: AskFn | None = None
     _last_log: float = 0.0
     _down_until: float = 0.0
+    _failures_in_a_row: int = 0
     _pending: set = field(default_factory=set)
+    _judges: dict = field(default_factory=dict)
+    _writer: StoreWriter | None = None
+
+    @property
+    def writer_stats(self):
+        return self._writer.stats if self._writer is not None else WriterStats()
+
+    @property
+    def writer(self) -> StoreWriter:
+        if self._writer is None:
+            self._writer = StoreWriter(self.store, self.config.write_timeout_ms / 1000, self.config.write_queue_max,
+                                       on_result=self._note_store_result)
+        return self._writer
 
     def plan(self, tenant: str, req: ParsedRequest, policy: CachePolicy, headers: dict[str, str]) -> CachePlan:
         """Decide eligibility from the policy, the request and its Cache-Control headers."""
@@ -93,8 +115,12 @@ class Cache:
             plan.status = "miss"
         return plan
 
-    async def lookup(self, plan: CachePlan) -> Hit | None:
-        """Exact first, then semantic; None on a miss (or when the store is unwell)."""
+    async def lookup(self, plan: CachePlan, deadline=None) -> Hit | None:
+        """Exact first, then semantic; None on a miss (or when the store is unwell).
+
+        `deadline` (anything with `remaining()` seconds) bounds the embedding and the verifiers: what
+        is not done in time is a miss, so a tight deadline never waits on the cache.
+        """
         if not plan.lookup:
             self.stats.bypassed += 1
             return None
@@ -107,33 +133,55 @@ class Cache:
                 return Hit(answer, "hit")
             plan.stale = answer
         if plan.semantic is not None:
-            hit = await self._semantic_lookup(plan)
+            hit = await self._semantic_lookup(plan, deadline)
             if hit is not None:
                 return hit
         self.stats.misses += 1
         return None
 
-    async def _semantic_lookup(self, plan: CachePlan) -> Hit | None:
+    async def _semantic_lookup(self, plan: CachePlan, deadline) -> Hit | None:
         q = plan.semantic
+        policy = plan.policy.semantic
         t0 = time.perf_counter()
-        plan.vector = await self.embedder.embed(q.text)
+        left = (lambda: deadline.remaining()) if deadline is not None else (lambda: float("inf"))
+        plan.vector = await self.embedder.embed(q.text, min(self.config.embedding.timeout_ms / 1000, left()))
         plan.embed_s = time.perf_counter() - t0
         if plan.vector is None:
+            self.stats.embed_timeouts += 1
             return None  # the embedding was late or failed: a miss, never an error
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
+        verifiers = self._verifiers(policy)
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
-            if plan.policy.semantic.guard and guard.mismatch(q.text, n.query):
-                self.stats.guard_rejections += 1
+            ok, by = await verify_all(verifiers, q.text, n.query, left)
+            if not ok:
+                if by.startswith("guard:"):
+                    self.stats.guard_rejections += 1
+                else:
+                    self.stats.judge_rejections += 1
                 continue
             answer = CachedAnswer.from_bytes(n.answer)
             if answer is None:
                 continue
             self.stats.semantic_hits += 1
-            plan.status, plan.similarity = "semantic-hit", n.similarity
-            return Hit(answer, "semantic-hit", n.similarity)
+            plan.status, plan.similarity, plan.verifier = "semantic-hit", n.similarity, by
+            return Hit(answer, "semantic-hit", n.similarity, by)
         return None
+
+    def _verifiers(self, policy: SemanticCachePolicy) -> list[Verifier]:
+        out: list[Verifier] = [_GUARD] if policy.guard else []
+        if policy.judge is not None:
+            judge = self._judges.get(policy.judge)
+            if judge is None:
+                judge = self._judges[policy.judge] = LlmJudge(policy.judge, self._ask_judge)
+            out.append(judge)
+        return out
+
+    async def _ask_judge(self, alias: str, body: dict, timeout_s: float) -> dict | None:
+        if self.ask is None:
+            return None  # no way to reach a model: fail closed
+        return await self.ask(alias, body, timeout_s)
 
     def serve_stale(self, plan: CachePlan) -> Hit | None:
         """The expired exact entry found at lookup, if the policy lets it stand in for a failed call."""
@@ -160,36 +208,48 @@ class Cache:
         if plan.exact_key is not None:
             ttl = plan.ttl_s or plan.policy.exact.ttl_s
             entry = CachedAnswer(body, now, now + ttl).to_bytes()
-            await self._safe(self.store.set(plan.exact_key, entry, ttl + plan.policy.stale_s))
+            self.writer.submit(WriteOp(entry, ttl + plan.policy.stale_s, key=plan.exact_key))
         if plan.semantic is not None:
             ttl = plan.ttl_s or plan.policy.semantic.ttl_s
+            # The lookup's vector, or (when that embedding was late) one made now, off the request's path.
             vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text, 10.0)
-            if vector is None:
-                return
-            entry = CachedAnswer(body, now, now + ttl).to_bytes()
-            await self._safe(self.store.add_vector(plan.semantic.scope, vector, plan.semantic.text, entry, ttl))
+            if vector is not None:
+                entry = CachedAnswer(body, now, now + ttl).to_bytes()
+                self.writer.submit(WriteOp(entry, ttl, scope=plan.semantic.scope, vector=vector, query=plan.semantic.text))
         self.stats.stores += 1
 
     async def _safe(self, coro):
         if time.monotonic() < self._down_until:
-            coro.close()  # the store failed a moment ago: do not make every request wait to find out again
+            coro.close()  # the store failed repeatedly a moment ago: do not make every request wait
             self.stats.errors += 1
             return None
         try:
             async with asyncio.timeout(self.config.timeout_ms / 1000):
-                return await coro
+                result = await coro
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.stats.errors += 1
-            now = time.monotonic()
-            if isinstance(exc, getattr(self.store, "OUTAGE_ERRORS", (OSError, TimeoutError))):
-                self._down_until = now + _SKIP_AFTER_ERROR_S
-            if now - self._last_log >= _LOG_EVERY_S:
-                self._last_log = now
-                log.warning("cache store unavailable, serving without it (%s: %.200s); %d errors so far",
-                            type(exc).__name__, exc, self.stats.errors)
+            self._note_store_result(False, exc)
             return None
+        self._note_store_result(True, None)
+        return result
+
+    def _note_store_result(self, ok: bool, exc: Exception | None) -> None:
+        """Skip the store for a while only after `skip_after_failures` outages in a row, not after one."""
+        if ok:
+            self._failures_in_a_row = 0
+            return
+        self.stats.errors += 1
+        now = time.monotonic()
+        if isinstance(exc, getattr(self.store, "OUTAGE_ERRORS", (OSError, TimeoutError))):
+            self._failures_in_a_row += 1
+            if self._failures_in_a_row >= self.config.skip_after_failures:
+                self._down_until = now + self.config.skip_for_s
+                self._failures_in_a_row = 0
+        if now - self._last_log >= _LOG_EVERY_S:
+            self._last_log = now
+            log.warning("cache store unavailable, serving without it (%s: %.200s); %d errors so far",
+                        type(exc).__name__, exc, self.stats.errors)
 
     async def start(self) -> None:
         if self.embedder is not None:
@@ -197,6 +257,8 @@ class Cache:
 
     async def aclose(self) -> None:
         await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._writer is not None:
+            await self._writer.aclose()
         if self.embedder is not None:
             await self.embedder.aclose()
         await self.store.aclose()
@@ -234,7 +296,8 @@ def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
         from app.cache.embedder import model_id
 
         client = connect(config.redis_url, config.timeout_ms / 1000)
-        store = RedisStore(client, config.key_prefix, model_id(config.embedding.quantization))
+        writes = connect(config.redis_url, config.write_timeout_ms / 1000)
+        store = RedisStore(client, config.key_prefix, model_id(config.embedding.quantization), write_client=writes)
     else:
         from app.cache.store import MemoryStore
 

@@ -32,6 +32,10 @@ class CacheStore(Protocol):
 
     async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None: ...
 
+    async def write_batch(self, ops: list) -> None:
+        """Store many WriteOps (app/cache/writer.py) in one round trip where the store can."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -77,6 +81,13 @@ class MemoryStore:
         self._vectors += 1
         if self._vectors > self._max:
             self._evict_oldest()
+
+    async def write_batch(self, ops: list) -> None:
+        for op in ops:
+            if op.key is not None:
+                await self.set(op.key, op.value, op.ttl_s)
+            else:
+                await self.add_vector(op.scope, op.vector, op.query, op.value, op.ttl_s)
 
     def _evict_oldest(self) -> None:
         oldest = min((s for s in self._scopes.values() if s.items), key=lambda s: s.items[0][0], default=None)

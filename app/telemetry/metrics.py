@@ -103,4 +103,9 @@ class _LiveCollector:
         stats = gw.cache.stats
         yield CounterMetricFamily("slipstream_cache_errors", "Cache store failures (the cache failed open).", value=stats.errors)
         yield CounterMetricFamily("slipstream_cache_guard_rejections", "Semantic matches rejected by the guard.", value=stats.guard_rejections)
+        yield CounterMetricFamily("slipstream_cache_judge_rejections", "Semantic matches the LLM judge did not confirm.", value=stats.judge_rejections)
+        yield CounterMetricFamily("slipstream_cache_embed_timeouts", "Semantic lookups that were misses because the embedding was late.", value=stats.embed_timeouts)
+        writer = gw.cache.writer_stats
+        yield CounterMetricFamily("slipstream_cache_writes", "Cache entries written to the store.", value=writer.written)
+        yield CounterMetricFamily("slipstream_cache_writes_lost", "Cache entries given up after retries or a full write queue.", value=writer.lost)
         yield CounterMetricFamily("slipstream_retry_budget_denied", "Retries refused by the retry budget.", value=gw.budget.denied)

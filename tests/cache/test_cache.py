@@ -138,8 +138,9 @@ def test_semantic_hit_for_a_paraphrase(cached_gateway):
     topic = uuid.uuid4().hex[:6]
     _, r1 = ask(cached_gateway, f"How do I reset the password of my router model {topic}?")
     settle()
-    h, r2 = ask(cached_gateway, f"How can I reset the password on my router model {topic}?")
+    h, r2 = ask(cached_gateway, f"Please, how can I reset the password of my Router model {topic}?")
     assert h["x-slipstream-cache"] == "semantic-hit"
+    assert h["x-slipstream-cache-verifier"] == "guard"
     assert 0.9 <= float(h["x-slipstream-cache-similarity"]) < 1.0
     assert r2.choices[0].message.content == r1.choices[0].message.content
     # No model read this prompt: only the answer's tokens are counted.

@@ -1,34 +1,65 @@
-"""The guard tells a paraphrase from a near-miss that an embedding scores as nearly identical."""
+"""The guard serves a repeat only when every content word lines up; any other change is a different question."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.cache.guard import mismatch
+from app.cache.guard import is_typo, mismatch
 
 
 @pytest.mark.parametrize("a, b, why", [
-    ("Turn on the kitchen lights", "Turn the kitchen lights off", "polar"),
-    ("How many eggs for 3 people?", "How many eggs for 4 people?", "numbers"),
-    ("How many eggs for three people?", "How many eggs for four people?", "numbers"),
-    ("What is the capital of France?", "What is the capital of Germany?", "entities"),
-    ("Why does my code not compile?", "Why does my code compile?", "negations"),
-    ("I don't want sugar", "I do want sugar", "negations"),
-    ("How do I use os.path.join?", "How do I use os.path.split?", "code"),
-    ("Convert 5 km to miles", "Convert 5 miles to km", "units"),
-    ("Flights from Paris to London", "Flights from London to Paris", "roles"),
-    ("What time is it in Tokyo?", "Quelle heure est-il à Tokyo ?", "language"),
+    ("Turn on the kitchen lights", "Turn off the kitchen lights", "words"),
+    ("Should I avoid salt?", "Should I add salt?", "words"),  # an antonym no list names
+    ("Is it safe to eat?", "Is it unsafe to eat?", "words"),  # negative prefix
+    ("Is this ticket refundable?", "Is this ticket non-refundable?", "words"),
+    ("Is VAT included?", "Is VAT excluded?", "words"),
+    ("Vacation days for full-time staff", "Vacation days for part-time staff", "words"),  # sibling value
+    ("How do I make pancakes?", "How do I make vegan pancakes?", "words"),  # added qualifier
+    ("Is the feature enabled?", "Is the feature disabled?", "words"),  # inflected opposites
+    ("Is the rate increasing?", "Is the rate decreasing?", "words"),
+    ("Is the 9 am train late?", "Is the 9 pm train late?", "number"),
+    ("How many eggs for 3 people?", "How many eggs for 4 people?", "number"),
+    ("How many eggs for three people?", "How many eggs for 4 people?", "number"),
+    ("Why does my code not compile?", "Why does my code compile?", "negation"),
+    ("I don't want sugar", "I do want sugar", "negation"),
+    ("What is the capital of France?", "What is the capital of Germany?", "words"),
+    ("Convert 5 km to miles", "Convert 5 miles to km", "role"),
+    ("Flights from Paris to London", "Flights from London to Paris", "role"),
+    ("Is brown rice healthier than quinoa?", "Is quinoa healthier than brown rice?", "role"),
+    ("Does the dog bite the man?", "Does the man bite the dog?", "order"),
+    ("What time is it in Tokyo?", "Quelle heure est-il à Tokyo ?", "words"),
+    ("Who is the president of France?", "Who was the president of France?", "words"),
+    ("Should I steal the idea?", "Should I steel the idea?", "words"),  # two real words are no typo
 ])
-def test_near_misses_are_caught(a, b, why):
+def test_different_questions_are_caught(a, b, why):
     assert mismatch(a, b) == why
 
 
 @pytest.mark.parametrize("a, b", [
-    ("What is the capital of France?", "Which city is the capital of France?"),
-    ("Explain recursion simply", "Explain recursion in simple terms"),
-    ("What is the best way to cook rice?", "How do I cook rice?"),
-    ("Turn the lights on", "Switch the lights on"),
-    ("How do I convert 5 km to miles?", "Convert 5 km to miles please"),
+    ("How do I reset my Router?", "how do i reset my router?"),  # case only: not a different name
+    ("WHAT IS THE CAPITAL OF FRANCE?", "What is the capital of France?"),
+    ("What is 15 % of 80?", "What is fifteen percent of 80?"),
+    ("Does it cost $50?", "Does it cost 50 dollars?"),
+    ("When did World War 1 end?", "When did the first World War end?"),
+    ("Who was the king in 1850?", "Who was the king in 1850"),  # English "was" is not German
+    ("What was the GDP of Germany in 2020?", "what was the gdp of germany in 2020?"),
+    ("How do I convert a list to a string in Python?", "In Python, how do I convert a list to a string?"),
+    ("How do I cook rice?", "What is the best way to cook rice?"),
+    ("How do I cook rice?", "Can you tell me how I can cook rice? Thanks!"),
+    ("Is the museum open at 9 am?", "Is the museum open at nine a.m.?"),
+    ("What is my favourite colour?", "What is my favorite color?"),
+    ("How do I organise my photos?", "How do I organize my photos?"),
+    ("Is it safe to drive in freezing rain?", "Is it safe to drive in freezng rain?"),  # a typo
+    ("How do I buy a car?", "How do I purchase a car?"),  # a true synonym
+    ("How do I turn on dark mode?", "How do I enable dark mode?"),
+    ("What's the meaning of life?", "What is the meaning of life?"),
 ])
-def test_paraphrases_pass(a, b):
+def test_repeats_pass(a, b):
     assert mismatch(a, b) is None
+
+
+def test_a_typo_is_one_edit_from_a_known_word():
+    assert is_typo("passwrod", "password")
+    assert not is_typo("steal", "steel")  # both real words
+    assert not is_typo("typical", "atypical")  # a negating prefix is never a typo
+    assert not is_typo("pixel8", "pixel9")  # codes and numbers are never typos

@@ -1,0 +1,120 @@
+"""Word lists for the lexical guard, written from general English usage (not from any evaluation set).
+
+Everything here either makes two wordings equal (frames, politeness, spelling, numbers, synonyms,
+function words) or marks words that must never be treated as equal (negation prefixes). Opposites
+need no list: the guard rejects any changed content word that is not shown equal here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Question frames and politeness that carry no content; applied in order to lower-cased text.
+FRAMES: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
+    (r"^(?:hi|hey|hello|dear \w+)\b[,!.:]*\s*", ""),
+    (r"^(?:quick question|question|one question|a question)\s*[:,-]\s*", ""),
+    (r"^(?:i was wondering|i wonder|i(?:'d| would) like to know|i want to know|i need to know)\b[:,]?\s*(?:if|whether)?\s*", ""),
+    (r"^(?:can|could|would|will) you (?:please )?(?:tell|show|explain to) me\b(?:\s+this)?[:,]?\s*", ""),
+    (r"^(?:please )?(?:tell|show) me\b[:,]?\s*", ""),
+    (r"^do you know\b[:,]?\s*", ""),
+    # Thanks only as a sign-off after the question ("..., thanks!"), never "how do I say thank you".
+    (r"(?:^|[?!.,;]\s*)(?:thanks(?: a lot| in advance)?|thank you(?: very much| so much)?|thx|cheers)\s*[.!]*\s*$", ""),
+    (r"\b(?:please|kindly)\b", " "),
+    (r"\bhow (?:do|can|should|could|would|might|does) (?:i|you|we|one)\b", "how to"),
+    (r"\bhow (?:i|you|we|one) (?:can|could|should|would|do|might)\b", "how to"),
+    (r"\bwhat(?:'s| is| are) (?:the )?(?:steps|way|best way|right way|correct way|proper way|process|procedure) (?:to|for)\b", "how to"),
+    (r"\bwhat are the steps to\b", "how to"),
+    (r"\bis there (?:a|any) way to\b", "how to"),
+    (r"\bexplain how to\b", "how to"),
+    (r"\b(?:is it possible to|am i able to|am i allowed to|is it ok(?:ay)? to|is it okay to|may i|could i)\b", "can i"),
+    (r"\bwould it be\b", "is it"),
+    (r"\bis it (?:wise|a good idea|advisable|recommended|better) to\b", "should i"),
+    (r"\bhow frequently\b", "how often"),
+    (r"\b(?:turn|switch) on\b", "enable"),
+    (r"\b(?:turn|switch) off\b", "disable"),
+    (r"\bper cent\b", "percent"),
+    (r"\bhow many times\b", "how often"),
+]]
+
+CONTRACTIONS: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
+    (r"\bcan't\b|\bcannot\b", "can not"), (r"\bwon't\b", "will not"), (r"\bshan't\b", "shall not"),
+    (r"n't\b", " not"), (r"'m\b", " am"), (r"'re\b", " are"), (r"'ve\b", " have"), (r"'ll\b", " will"),
+    (r"'d\b", " would"), (r"\b(what|where|who|how|when|why|that|there|it|here)'s\b", r"\1 is"), (r"'s\b", ""),
+]]
+
+# Words that never change what a question asks, once frames are canonical.
+# Auxiliaries too ("does X cover Y" / "is Y covered"): tense stays, since "was" and "did" are kept.
+IGNORABLE = frozenset("a an the of just really actually basically simply here be do".split())
+
+# Inflection and function-word variants that ask the same thing.
+CANONICAL = {
+    "is": "be", "are": "be", "am": "be", "be": "be", "were": "was", "does": "do", "has": "have", "could": "can",
+    "me": "i", "mine": "my", "us": "we", "our": "we", "thru": "through", "till": "until", "til": "until",
+    "ok": "okay", "which": "what", "versus": "vs", "v": "vs", "whilst": "while", "amongst": "among", "towards": "toward",
+    "everyone": "everybody", "someone": "somebody", "nope": "no", "yep": "yes",
+}
+
+# Groups of interchangeable words (each group is one meaning). Only true synonyms: a group never
+# holds words of different degree or direction.
+SYNONYMS = [
+    "buy purchase", "begin start commence", "fix repair mend", "big large", "fast quick rapid speedy",
+    "help assist", "use utilize utilise", "show display", "photo photograph picture pic", "movie film",
+    "delete remove erase", "need require", "allowed permitted", "enough sufficient", "shut close",
+    "speak talk", "mistake error", "kid child", "kids children", "baby infant", "doctor physician",
+    "sofa couch", "trash garbage rubbish", "vacation holiday", "cellphone mobile smartphone",
+    "reduce decrease lower lessen", "increase raise boost", "choose pick select", "maybe perhaps",
+    "often frequently", "simple easy", "answer reply respond", "automobile car", "intelligent smart",
+    "correct accurate", "modify change alter edit", "create make", "chance possibility", "cost price",
+    "store shop", "near nearby", "jump-start jumpstart", "email e-mail", "website site", "login log-in",
+    "wifi wi-fi", "okay fine", "tv television", "fridge refrigerator", "stomach belly", "guy man",
+    "attorney lawyer", "sick ill", "enable activate", "disable deactivate", "method way", "whole entire",
+    "quickly rapidly", "hurt injure", "end finish", "every each", "locate find",
+    "obtain get", "amount quantity",
+]
+
+# British and other spellings, mapped to one form.
+SPELLING = {
+    "colour": "color", "favour": "favor", "favourite": "favorite", "flavour": "flavor", "behaviour": "behavior",
+    "neighbour": "neighbor", "honour": "honor", "humour": "humor", "labour": "labor", "harbour": "harbor",
+    "centre": "center", "metre": "meter", "metres": "meters", "litre": "liter", "litres": "liters",
+    "kilometre": "kilometer", "kilometres": "kilometers", "millimetre": "millimeter", "centimetre": "centimeter",
+    "theatre": "theater", "fibre": "fiber", "tyre": "tire", "tyres": "tires", "mould": "mold", "grey": "gray",
+    "licence": "license", "defence": "defense", "offence": "offense", "catalogue": "catalog", "dialogue": "dialog",
+    "programme": "program", "cheque": "check", "aluminium": "aluminum", "aeroplane": "airplane", "plough": "plow",
+    "jewellery": "jewelry", "pyjamas": "pajamas", "mum": "mom", "maths": "math", "practise": "practice",
+    "enrol": "enroll", "fulfil": "fulfill", "artefact": "artifact", "sceptical": "skeptical", "judgement": "judgment",
+    "ageing": "aging", "storey": "story", "doughnut": "donut", "cosy": "cozy", "anaesthesia": "anesthesia",
+    "oestrogen": "estrogen", "paediatric": "pediatric", "haemoglobin": "hemoglobin", "manoeuvre": "maneuver",
+}
+# -ise/-ize and doubled-l verbs follow a rule; these -ise words are not spellings of -ize ones.
+ISE_WORDS = frozenset(
+    "advise advertise arise chastise comprise compromise despise devise disguise enterprise excise exercise "
+    "expertise franchise improvise merchandise noise otherwise paradise poise praise premise promise raise "
+    "revise rise supervise surmise surprise televise treatise wise concise precise cruise bruise anise "
+    "mortise porpoise tortoise turquoise vise".split()
+)
+
+NUMBER_WORDS = {
+    w: str(i) for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen".split()
+    )
+} | {"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
+     "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
+     "billion": "1000000000", "dozen": "12", "none": "0", "single": "1", "couple": "2", "pair": "2"}
+ORDINAL_WORDS = {
+    "first": "1", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6", "seventh": "7", "eighth": "8",
+    "ninth": "9", "tenth": "10", "eleventh": "11", "twelfth": "12", "thirteenth": "13", "fourteenth": "14",
+    "fifteenth": "15", "sixteenth": "16", "seventeenth": "17", "eighteenth": "18", "nineteenth": "19",
+    "twentieth": "20", "thirtieth": "30", "hundredth": "100",
+}
+MULTIPLIERS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+
+# Prefixes that turn a word into its opposite: such a pair is never a typo or an inflection.
+NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "non", "non-", "dis", "de", "mis", "anti", "counter", "a")
+
+# Words after which the next content word has a role: "from Paris to Rome" is not "from Rome to Paris".
+ROLE_WORDS = frozenset(
+    "from to into onto than vs before after over under above below per toward between against via "
+    "instead without with".split()
+)

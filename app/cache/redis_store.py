@@ -67,7 +67,8 @@ class RedisStore:
         if self._index_ready:
             return
         try:
-            await self._r.execute_command(
+            # On the writes' connection: its longer timeout suits a one-off command a busy Redis may be slow on.
+            await self._w.execute_command(
                 "FT.CREATE", self._index, "ON", "HASH", "PREFIX", "1", self._sem_prefix,
                 "SCHEMA", "scope", "TAG",
                 "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(self._dim), "DISTANCE_METRIC", "COSINE",

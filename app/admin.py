@@ -102,6 +102,37 @@ async def explain(request: Request) -> Response:
                   "would_use": taken, "chain": aliases})
 
 
+@router.get("/tenants")
+async def tenants(request: Request) -> Response:
+    """Each tenant's limits, current usage (from the shared limiter), priority, and admission counts."""
+    _require_admin(request)
+    gw = request.app.state.gateway
+    adm = gw.admission
+    usage = await adm.usage()
+    queued = gw.router.queue.by_tenant()
+    counts: dict[str, dict[str, int]] = {}
+    for (tenant, klass, result), n in adm.counters.requests.items():
+        counts.setdefault(tenant, {}).setdefault(result, 0)
+        counts[tenant][result] += n
+    names = sorted(adm.counters.tenants | set(adm.config.tenants))
+    out = []
+    for name in names:
+        policy = adm.config.tenants.get(name)
+        out.append({
+            "tenant": name,
+            "priority": adm.priorities.resolve(name, None).klass,
+            "weight": policy.weight if policy else 1.0,
+            "limits": policy.limits.model_dump(exclude_none=True) if policy else {},
+            "usage": usage.get(name, {}),
+            "queued_now": queued.get(name, 0),
+            "counts": counts.get(name, {}),
+        })
+    store = {"store": adm.config.store, "on_redis_error": adm.config.on_redis_error, "errors": dict(adm.counters.errors)}
+    if "error" in usage:
+        store["error"] = usage["error"]
+    return _json({"limiter": store, "window_s": adm.config.window_s, "tenants": out})
+
+
 @router.post("/reload")
 async def reload(request: Request) -> Response:
     """Re-read the config file now (as SIGHUP does); in-flight requests finish on the old config."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from app.admission.limits import key_id
 from app.config import AuthConfig
 from app.errors import PermissionDenied, Unauthorized
 
@@ -14,6 +15,8 @@ class Tenant:
     name: str
     # Aliases this tenant may call; None means every alias.
     models: frozenset[str] | None = None
+    # The client key's id for its own limits (a digest prefix, never the key); None in open mode.
+    key_id: str | None = None
 
     def check_model(self, alias: str) -> None:
         if self.models is not None and alias not in self.models:
@@ -33,7 +36,8 @@ class Authenticator:
         # Lookup by digest: the clear key is never stored, and comparing digests in a dict does not
         # leak the key through timing.
         self._by_digest = {
-            c.key_sha256: Tenant(c.tenant, frozenset(c.models) if c.models else None) for c in config.clients
+            c.key_sha256: Tenant(c.tenant, frozenset(c.models) if c.models else None, key_id(c.key_sha256))
+            for c in config.clients
         }
 
     def authenticate(self, authorization: str | None) -> Tenant:

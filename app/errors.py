@@ -83,6 +83,22 @@ class Overloaded(GatewayError):
     code = "backends_busy"
 
 
+class RateLimited(GatewayError):
+    """A tenant's or key's limit refused the request (app/admission); the headers say when to return."""
+
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+
+class LimiterUnavailable(GatewayError):
+    """The shared limiter cannot be reached and the config says to fail closed."""
+
+    status = 503
+    type = "overloaded_error"
+    code = "rate_limiter_unavailable"
+
+
 class NoBackendAvailable(GatewayError):
     """Every backend of the alias is ejected by its circuit breaker."""
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from app.admission.service import Admission
+from app.admission.wait_queue import WaitQueue
 from app.auth import Authenticator
 from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
@@ -44,6 +46,7 @@ class Gateway:
     backend_load: dict[str, ServerLoad]
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
+    admission: Admission
     # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
     transport: Transport = field(default_factory=HttpTransport)
     _ready_at: float = 0.0
@@ -55,7 +58,8 @@ class Gateway:
         """Build clients, auth and router; call from inside the serving event loop."""
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
-        router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models)
+        router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
+                        WaitQueue(config.limits.queue.max_waiting))
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()
@@ -68,7 +72,7 @@ class Gateway:
             for alias, spec in config.models.items() if spec.hedge.enabled
         }
         gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
-                 timeouts, transport or HttpTransport())
+                 timeouts, Admission.from_config(config), transport or HttpTransport())
         cache.ask = gateway_ask(gw)  # an LLM judge asks a model alias of this same gateway
         if telemetry.metrics is not None:
             telemetry.metrics.register_live(gw)
@@ -86,6 +90,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.cache.aclose()
+        await self.admission.aclose()
         self.telemetry.shutdown()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 

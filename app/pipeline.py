@@ -35,8 +35,10 @@ async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     record = RequestRecord(uuid.uuid4().hex, endpoint.value, time.perf_counter())
     gw.telemetry.start_request(record, path, headers.get("traceparent"))
     try:
-        return await _serve(gw, endpoint, raw_body, headers, record)
+        response = await _serve(gw, endpoint, raw_body, headers, record)
     except GatewayError as err:
+        for name, value in record.response_headers.items():
+            err.headers.setdefault(name, value)
         record.status, record.error_type = err.status, err.code or err.type
         record.outcome = Outcome.CLIENT_ERROR if err.status < 500 else Outcome.UPSTREAM_ERROR
         record.finished = time.perf_counter()
@@ -49,6 +51,9 @@ async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         record.finished = time.perf_counter()
         gw.telemetry.finish(record)
         raise
+    if record.response_headers:
+        response.headers.update(record.response_headers)
+    return response
 
 
 async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str], record: RequestRecord) -> Response:
@@ -62,6 +67,8 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
     tenant.check_model(req.alias)
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
+    # admission: limits, priority (429s here; the reservation is settled when the record ends)
+    await gw.admission.admit(tenant, req, headers, deadline, record)
     if gw.telemetry.tracing.enabled:
         record.params = {k: req.body[k] for k in _TRACED_PARAMS if k in req.body}
         if gw.telemetry.tracing.capture_content:

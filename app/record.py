@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -113,6 +114,10 @@ class RequestRecord:
     output_text: str | None = None
     span: Any = None  # the live SERVER span, when tracing
     usage: Usage | None = None
+    # Headers every answer to this request carries, errors included (the x-ratelimit-* family).
+    response_headers: dict[str, str] = field(default_factory=dict)
+    # Observers of the request's end (admission settles its reservation): run once, by the record stage.
+    on_end: list[Callable[[RequestRecord], None]] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:

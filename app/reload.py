@@ -77,6 +77,7 @@ class Reloader:
                 if same:
                     new.router.states[name].model = model
                     new.models[name] = model
+            new.admission.adopt(old.admission)
             self.state.gateway = new
             self._spawn(_close_when_drained(old))
             log.info("config reloaded from %s: %d backends, %d models", self.path, len(config.backends), len(config.models))

@@ -64,8 +64,8 @@ class LimitsConfig(_Strict):
     # memory: in-process counters (one replica, the embedded default); redis: shared by every replica.
     store: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None
-    # A Redis call slower than this counts as Redis down.
-    timeout_ms: float = Field(50.0, gt=0)
+    # A Redis call slower than this counts as Redis down (connecting may take up to 1 s, once).
+    timeout_ms: float = Field(100.0, gt=0)
     # Redis down: `open` admits (with a rate-limited log line and a metric), `closed` answers 503.
     on_redis_error: Literal["open", "closed"] = "open"
     key_prefix: str = "slipstream:rl:"

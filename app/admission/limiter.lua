@@ -93,25 +93,30 @@ for i = 1, n do
   end
 end
 
+-- The first check that refuses (if any) decides; a refused call changes nothing, and reports states.
+local out = {1}
 if mode == 'admit' then
   for i = 1, n do
     local k, limit, level = kinds[i], limits[i], levels[i]
     local cost = (k == 'r' or k == 'c') and 1 or tokens
+    local deny = nil
     if k == 'c' then
-      if level + 1 > limit then return {0, i, '-1', 0} end
+      if level + 1 > limit then deny = {0, i, '-1', 0} end
     elseif k == 'b' then
       if level + cost > limit then
         local _, pend = period_of(periods[i])
-        return {0, i, tostring(pend - now), cost > limit and 1 or 0}
+        deny = {0, i, tostring(pend - now), cost > limit and 1 or 0}
       end
     elseif cost > level then
-      if cost > limit then return {0, i, '-1', 1} end
-      return {0, i, tostring((cost - level) * window / limit), 0}
+      if cost > limit then deny = {0, i, '-1', 1} else deny = {0, i, tostring((cost - level) * window / limit), 0} end
+    end
+    if deny then
+      out, mode = deny, 'peek'
+      break
     end
   end
 end
 
-local out = {1}
 for i = 1, n do
   local k, key, limit, level = kinds[i], KEYS[i], limits[i], levels[i]
   local remaining, reset, pid = level, 0, ''

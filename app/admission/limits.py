@@ -49,6 +49,11 @@ class Decision:
     periods: dict[str, str] = field(default_factory=dict)
 
 
+def key_id(key_sha256: str) -> str:
+    """How a client key appears in limiter keys, logs and /admin: a prefix of its digest, never the key."""
+    return key_sha256[:12]
+
+
 def compile_checks(tenant: str, tenant_limits: ScopeLimits, key_id: str | None, key_limits: ScopeLimits | None,
                    alias: str) -> tuple[Check, ...]:
     """Every check a call by this tenant (and key) to this alias must pass."""

@@ -23,19 +23,10 @@ class LocalLimiter:
     def admit_now(self, checks: tuple[Check, ...], request_id: str, tokens: int, now: float, wall: float) -> Decision:
         """Admit against every check, or change nothing and name the first that refuses."""
         levels = [self._level(c, now, wall) for c in checks]
-        for c, level in zip(checks, levels):
-            cost = self._cost(c, tokens)
-            if c.kind == CONCURRENT:
-                if level + 1 > c.limit:
-                    return Decision(False, denied=c)
-            elif c.kind == BUDGET:
-                if level + cost > c.limit:
-                    _, end = buckets.period_of(wall, c.period)
-                    return Decision(False, denied=c, retry_after_s=end - wall, never=cost > c.limit)
-            elif cost > level:
-                if cost > c.limit:
-                    return Decision(False, denied=c, never=True)
-                return Decision(False, denied=c, retry_after_s=buckets.wait_for(level, cost, c.limit, self.window_s))
+        refused = self._refusal(checks, levels, tokens, wall)
+        if refused is not None:
+            refused.states = self._states(checks, levels, wall)
+            return refused
         decision = Decision(True)
         for c, level in zip(checks, levels):
             cost = self._cost(c, tokens)
@@ -52,6 +43,22 @@ class LocalLimiter:
                 self._buckets[c.key] = [left, now]
                 decision.states.append(CheckState(c, left, buckets.reset_s(left, c.limit, self.window_s)))
         return decision
+
+    def _refusal(self, checks: tuple[Check, ...], levels: list[float], tokens: int, wall: float) -> Decision | None:
+        for c, level in zip(checks, levels):
+            cost = self._cost(c, tokens)
+            if c.kind == CONCURRENT:
+                if level + 1 > c.limit:
+                    return Decision(False, denied=c)
+            elif c.kind == BUDGET:
+                if level + cost > c.limit:
+                    _, end = buckets.period_of(wall, c.period)
+                    return Decision(False, denied=c, retry_after_s=end - wall, never=cost > c.limit)
+            elif cost > level:
+                if cost > c.limit:
+                    return Decision(False, denied=c, never=True)
+                return Decision(False, denied=c, retry_after_s=buckets.wait_for(level, cost, c.limit, self.window_s))
+        return None
 
     async def settle(self, checks: tuple[Check, ...], request_id: str, reserved: int, used: int,
                      periods: dict[str, str]) -> None:
@@ -75,9 +82,11 @@ class LocalLimiter:
     async def peek(self, checks: tuple[Check, ...]) -> list[CheckState]:
         """Each check's current state, changing nothing."""
         now, wall = time.monotonic(), time.time()
+        return self._states(checks, [self._level(c, now, wall) for c in checks], wall)
+
+    def _states(self, checks: tuple[Check, ...], levels: list[float], wall: float) -> list[CheckState]:
         out = []
-        for c in checks:
-            level = self._level(c, now, wall)
+        for c, level in zip(checks, levels):
             if c.kind == CONCURRENT:
                 out.append(CheckState(c, c.limit - level, 0.0))
             elif c.kind == BUDGET:

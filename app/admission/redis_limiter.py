@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from app.admission.limits import BUDGET, CONCURRENT, REQUESTS, Check, CheckState, Decision
@@ -20,6 +21,11 @@ _CODE = {REQUESTS: "r", "tokens": "t", CONCURRENT: "c", BUDGET: "b"}
 # would otherwise cost every request the whole timeout.
 _TRIPS_AFTER = 3
 _SKIP_S = 0.5
+# Connections are reused, at most this many at once (a call waits for one within its timeout): opening
+# one per concurrent admission under a burst costs more than the admissions themselves.
+_MAX_CONNECTIONS = 32
+# Opening a connection happens once per connection; a loaded box may take longer than one call does.
+_CONNECT_TIMEOUT_S = 1.0
 
 
 class LimiterDown(Exception):
@@ -28,7 +34,7 @@ class LimiterDown(Exception):
 
 class RedisLimiter:
     def __init__(self, url: str, prefix: str, timeout_s: float, window_s: float, lease_ttl_s: float) -> None:
-        self._r = connect(url, timeout_s)
+        self._r = _client(url, timeout_s)
         self._script = self._r.register_script(_SCRIPT)
         self._prefix = prefix
         self.window_s = window_s
@@ -39,11 +45,10 @@ class RedisLimiter:
     async def admit(self, checks: tuple[Check, ...], request_id: str, tokens: int) -> Decision:
         reply = await self._call("admit", checks, request_id, tokens)
         if int(reply[0]) == 0:
-            denied = checks[int(reply[1]) - 1]
             wait = float(reply[2])
-            never = bool(int(reply[3]))
-            return Decision(False, denied=denied, retry_after_s=None if wait < 0 else wait, never=never)
-        decision = Decision(True, _states(checks, reply))
+            return Decision(False, _states(checks, reply, 4), checks[int(reply[1]) - 1],
+                            retry_after_s=None if wait < 0 else wait, never=bool(int(reply[3])))
+        decision = Decision(True, _states(checks, reply, 1))
         decision.periods = {c.key: _text(reply[3 + 3 * i]) for i, c in enumerate(checks) if c.kind == BUDGET}
         return decision
 
@@ -52,7 +57,7 @@ class RedisLimiter:
         await self._call("settle", checks, request_id, used - reserved, periods)
 
     async def peek(self, checks: tuple[Check, ...]) -> list[CheckState]:
-        return _states(checks, await self._call("peek", checks, "", 0))
+        return _states(checks, await self._call("peek", checks, "", 0), 1)
 
     async def _call(self, mode: str, checks: tuple[Check, ...], request_id: str, tokens: int,
                     periods: dict[str, str] | None = None) -> list:
@@ -77,8 +82,17 @@ class RedisLimiter:
         await self._r.aclose()
 
 
-def _states(checks: tuple[Check, ...], reply: list) -> list[CheckState]:
-    return [CheckState(c, float(reply[1 + 3 * i]), float(reply[2 + 3 * i])) for i, c in enumerate(checks)]
+def _client(url: str, timeout_s: float):
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return connect(url, timeout_s)  # cluster and sentinel URLs, as the cache reads them
+    pool = redis.BlockingConnectionPool.from_url(
+        url, max_connections=_MAX_CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
+        socket_connect_timeout=max(timeout_s, _CONNECT_TIMEOUT_S))
+    return redis.Redis(connection_pool=pool)
+
+
+def _states(checks: tuple[Check, ...], reply: list, at: int) -> list[CheckState]:
+    return [CheckState(c, float(reply[at + 3 * i]), float(reply[at + 1 + 3 * i])) for i, c in enumerate(checks)]
 
 
 def _text(value) -> str:

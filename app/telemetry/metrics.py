@@ -109,3 +109,4 @@ class _LiveCollector:
         yield CounterMetricFamily("slipstream_cache_writes", "Cache entries written to the store.", value=writer.written)
         yield CounterMetricFamily("slipstream_cache_writes_lost", "Cache entries given up after retries or a full write queue.", value=writer.lost)
         yield CounterMetricFamily("slipstream_retry_budget_denied", "Retries refused by the retry budget.", value=gw.budget.denied)
+        yield from gw.admission.counters.families(gw.router.queue.by_tenant())

@@ -34,6 +34,12 @@ class Telemetry:
 
     def finish(self, record: RequestRecord) -> None:
         """Called once per request, after its response is complete (or failed)."""
+        hooks, record.on_end = record.on_end, []
+        for hook in hooks:
+            try:
+                hook(record)
+            except Exception:  # an observer's failure must not lose the request's telemetry
+                log.exception("end-of-request hook failed for %s", record.request_id)
         if self._on_finish is not None:
             self._on_finish(record)
         if self.metrics is not None:

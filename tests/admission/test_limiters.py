@@ -142,3 +142,17 @@ def test_redis_unreachable_raises_limiter_down():
     lim = RedisLimiter(f"redis://127.0.0.1:{free_port()}/0", "x:", 0.2, WINDOW, 900)
     with pytest.raises(LimiterDown):
         asyncio.run(lim.admit((Check(REQUESTS, "r", 1, "t"),), "a", 0))
+
+
+def test_a_refusal_reports_every_check_state_for_the_headers(with_limiter):
+    checks = (Check(REQUESTS, "t:a:req", 3, "tenant a"), Check(TOKENS, "t:a:tok", 100, "tenant a"))
+
+    async def go(limiter):
+        await limiter.admit(checks, "a", 90)
+        return await limiter.admit(checks, "b", 50)
+
+    refused = with_limiter(go)
+    assert not refused.admitted and refused.denied.kind == TOKENS
+    req, tok = refused.states
+    assert 1.9 < req.remaining <= 2.01 and 9.9 < tok.remaining < 10.1
+    assert 53 < tok.reset_s < 55  # 90 tokens at 100 per 60 s

@@ -12,7 +12,12 @@ load generator to CPU 1, so the gateway gets one core of this 2-core box.
 
 Variants: bare (no metrics, no Server-Timing, no tracing), default (metrics and Server-Timing, as
 shipped), traced (default plus every request traced and exported over OTLP/HTTP to a local receiver),
-workers2 (default, two uvicorn workers, unpinned: run it with --no-pin beside `default` to compare).
+workers2 (default, two uvicorn workers, unpinned: run it with --no-pin beside `default` to compare),
+limited (default plus requests/tokens/concurrency limits on the in-process limiter, never reached),
+limited-redis (the same limits on a real Redis started here: one Lua call per admission and one per
+settlement). The limiter's cost is `limited-redis` minus `default`, printed per cell:
+
+    python bench/overhead.py --variants default,limited-redis --conc 1,16 --modes json,stream --rounds 5
 """
 
 from __future__ import annotations
@@ -118,6 +123,13 @@ def main() -> int:
     fleet = Fleet.zero_latency(tmp)
     env = dict(kv.split("=", 1) for kv in args.gateway_env)
     variants = args.variants.split(",")
+    redis_proc = None
+    if "limited-redis" in variants:
+        redis_port = free_port()
+        redis_proc = subprocess.Popen(["taskset", "-c", "1"] * bool(pin) + [str(Path(__file__).resolve().parent.parent / "scripts" / "redis-server"),
+                                       "--port", str(redis_port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        time.sleep(1.0)
+        LIMITS["limited-redis"]["limits"]["redis_url"] = f"redis://127.0.0.1:{redis_port}/0"
     receiver = None
     if "traced" in variants:
         port = free_port()
@@ -125,7 +137,7 @@ def main() -> int:
         env_traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
     gateways = {}
     for v in variants:
-        gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v]},
+        gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v], **LIMITS.get(v, {})},
                                     profile=tmp / f"profile-{v}.txt" if args.profile else None,
                                     env=env_traced if v == "traced" else env, workers=2 if v == "workers2" else 1)
     targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model)}
@@ -151,6 +163,8 @@ def main() -> int:
         fleet.stop()
         if receiver is not None:
             receiver.terminate()
+        if redis_proc is not None:
+            redis_proc.terminate()
     print_table(rows, args, variants)
     if args.profile:
         print(f"\nprofiles: {tmp}/profile-*.txt")
@@ -162,6 +176,14 @@ TELEMETRY = {
     "default": {},
     "traced": {"tracing": {"enabled": True, "sample_ratio": 1.0}},
     "workers2": {},
+    "limited": {},
+    "limited-redis": {},
+}
+# Limits on the open tenant that every call passes through but none reaches: the cost of checking.
+_NEVER_REACHED = {"requests_per_minute": 10**9, "tokens_per_minute": 10**12, "concurrent_requests": 10**6}
+LIMITS = {
+    "limited": {"limits": {"tenants": {"local": {"limits": _NEVER_REACHED}}}},
+    "limited-redis": {"limits": {"store": "redis", "key_prefix": "bench:", "tenants": {"local": {"limits": _NEVER_REACHED}}}},
 }
 
 
@@ -186,6 +208,19 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
         errs = sum(r.errors for r in d + g)
         print(f"| {variant} | {mode} | {c} | {med(d, p(50)):.2f} / {med(d, p(99)):.2f} | {med(g, p(50)):.2f} / {med(g, p(99)):.2f} | "
               f"{a50:.2f} / {a99:.2f} | {drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
+    limited = [v for v in variants if v.startswith("limited")]
+    if "default" in variants and limited:
+        print("\nWhat the limiter adds over `default`, same run (per-round differences, then the median):")
+        print("| variant | mode | c | added p50 / p99 ms | RPS ratio |")
+        print("|---|---|---|---|---|")
+        for variant in limited:
+            for mode in args.modes.split(","):
+                for c in map(int, args.conc.split(",")):
+                    base, g = rows[(mode, c, "default")], rows[(mode, c, variant)]
+                    a50 = statistics.median(p(50)(x) - p(50)(y) for x, y in zip(g, base))
+                    a99 = statistics.median(p(99)(x) - p(99)(y) for x, y in zip(g, base))
+                    ratio = med(g, lambda r: r.rps) / med(base, lambda r: r.rps)
+                    print(f"| {variant} | {mode} | {c} | {a50:.3f} / {a99:.3f} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Rates are token buckets: a bucket holds at most `limit` and refills `limit` per window, continuously,
 so there is no window edge to burst across. Reserving takes the estimate out at once; reconciling
 puts back what was not used, or takes the overrun (the bucket may go negative: a debt the next
-requests wait out).
+requests wait out). A bucket is stored as what was taken from it (`used`, draining at the refill
+rate) rather than what is left, so a reload that changes the limit keeps what was used.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from datetime import datetime, timezone
 DAY_S = 86400
 
 
-def refill(level: float, at: float, now: float, limit: float, window_s: float) -> float:
-    """A bucket's level now, from its level at `at`."""
-    return min(limit, level + max(0.0, now - at) * limit / window_s)
+def level(used: float, at: float, now: float, limit: float, window_s: float) -> float:
+    """What a bucket holds now, from what had been taken from it at `at`."""
+    return limit - max(0.0, used - max(0.0, now - at) * limit / window_s)
 
 
 def wait_for(level: float, cost: float, limit: float, window_s: float) -> float:

@@ -41,15 +41,17 @@ local function period_of(p)  -- id, end (Unix seconds)
   return 'm' .. (y * 100 + m), days_from_civil(ny, nm) * 86400
 end
 
+-- A bucket is stored as what was taken from it (u), draining at the refill rate, so that a new limit
+-- keeps what was used; its level is limit - u.
 local function bucket(key, limit)
-  local v = redis.call('HMGET', key, 'v', 't')
-  local level, at = tonumber(v[1]), tonumber(v[2])
-  if level == nil then return limit end
-  return math.min(limit, level + math.max(0, now - at) * limit / window)
+  local v = redis.call('HMGET', key, 'u', 't')
+  local used, at = tonumber(v[1]), tonumber(v[2])
+  if used == nil then return limit end
+  return limit - math.max(0, used - math.max(0, now - at) * limit / window)
 end
 
 local function put_bucket(key, level, limit)
-  redis.call('HSET', key, 'v', tostring(level), 't', tostring(now))
+  redis.call('HSET', key, 'u', tostring(math.max(0, limit - level)), 't', tostring(now))
   -- Expire when full again: a missing bucket reads as full.
   redis.call('PEXPIRE', key, math.ceil((limit - level) * window / limit * 1000) + 1000)
 end

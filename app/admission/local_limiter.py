@@ -13,7 +13,7 @@ class LocalLimiter:
     def __init__(self, window_s: float, lease_ttl_s: float) -> None:
         self.window_s = window_s
         self.lease_ttl_s = lease_ttl_s
-        self._buckets: dict[str, list[float]] = {}  # key -> [level, at (monotonic)]
+        self._buckets: dict[str, list[float]] = {}  # key -> [used, at (monotonic)]
         self._leases: dict[str, dict[str, float]] = {}  # key -> request id -> expiry (monotonic)
         self._budgets: dict[str, tuple[str, float]] = {}  # key -> (period id, tokens used)
 
@@ -40,7 +40,7 @@ class LocalLimiter:
                 decision.states.append(CheckState(c, c.limit - level - cost, end - wall))
             else:
                 left = level - cost
-                self._buckets[c.key] = [left, now]
+                self._buckets[c.key] = [c.limit - left, now]
                 decision.states.append(CheckState(c, left, buckets.reset_s(left, c.limit, self.window_s)))
         return decision
 
@@ -73,7 +73,7 @@ class LocalLimiter:
                 self._leases.get(c.key, {}).pop(request_id, None)
             elif c.kind == TOKENS and delta:
                 level = self._level(c, now, 0.0)
-                self._buckets[c.key] = [min(c.limit, level - delta), now]
+                self._buckets[c.key] = [max(0.0, c.limit - level + delta), now]
             elif c.kind == BUDGET and delta:
                 period, spent = self._budgets.get(c.key, ("", 0.0))
                 if period == periods.get(c.key):  # the period has not turned since admission
@@ -99,7 +99,7 @@ class LocalLimiter:
         """Buckets: tokens left. Concurrency: slots in use. Budget: tokens spent this period."""
         if c.kind in (REQUESTS, TOKENS):
             state = self._buckets.get(c.key)
-            return c.limit if state is None else buckets.refill(state[0], state[1], now, c.limit, self.window_s)
+            return c.limit if state is None else buckets.level(state[0], state[1], now, c.limit, self.window_s)
         if c.kind == CONCURRENT:
             leases = self._leases.get(c.key)
             if not leases:

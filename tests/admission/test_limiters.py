@@ -156,3 +156,14 @@ def test_a_refusal_reports_every_check_state_for_the_headers(with_limiter):
     req, tok = refused.states
     assert 1.9 < req.remaining <= 2.01 and 9.9 < tok.remaining < 10.1
     assert 53 < tok.reset_s < 55  # 90 tokens at 100 per 60 s
+
+
+def test_a_new_limit_keeps_what_was_used(with_limiter):
+    old, new = (Check(REQUESTS, "t:a:req", 30, "tenant a"),), (Check(REQUESTS, "t:a:req", 6, "tenant a"),)
+
+    async def go(limiter):
+        for _ in range(5):
+            assert (await limiter.admit(old, rid(), 0)).admitted
+        return [(await limiter.admit(new, rid(), 0)).admitted for _ in range(2)]
+
+    assert with_limiter(go) == [True, False]

@@ -242,3 +242,25 @@ def test_redis_killed_mid_run_follows_the_policy(fleet, own_redis, tmp_path):
     finally:
         fail_open.process.stop()
         fail_closed.process.stop()
+
+
+def test_hot_reload_applies_new_limits_and_keeps_the_counts(fleet, tmp_path):
+    from tests.support import write_yaml
+
+    config = limits_config(fleet, 0, None, "rl-reload:")  # the in-process limiter (no Redis)
+    gw = start_gateway(tmp_path, fleet, config)
+    try:
+        headers = {"authorization": f"Bearer {key('burst')}"}
+
+        def post():
+            return httpx.post(f"{gw.url}/v1/chat/completions", json=chat(), headers=headers, timeout=10)
+
+        assert all(post().status_code == 200 for _ in range(5))
+        config["limits"]["tenants"]["burst"] = {"limits": {"requests_per_minute": 6}}
+        write_yaml(tmp_path / "gateway.yaml", config)
+        r = httpx.post(f"{gw.url}/admin/reload", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+        assert r.json()["reloaded"] is True
+        # 5 of the 6 were used before the reload: one more fits.
+        assert [post().status_code for _ in range(2)] == [200, 429]
+    finally:
+        gw.process.stop()

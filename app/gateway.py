@@ -59,7 +59,7 @@ class Gateway:
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
-                        WaitQueue(config.limits.queue.max_waiting))
+                        WaitQueue(config.limits.queue.max_waiting, config.limits.queue.fair))
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()

@@ -58,6 +58,9 @@ class TenantPolicy(_Strict):
 class QueuePolicy(_Strict):
     # Requests waiting for a backend slot (all aliases) before the least important one is shed.
     max_waiting: int = Field(1024, ge=1)
+    # Weighted fair queuing across tenants within a priority level; off = first come, first served
+    # (then deadline) within a level (bench/priority.py compares the two).
+    fair: bool = True
 
 
 class LimitsConfig(_Strict):

@@ -36,8 +36,9 @@ class Waiter:
 
 
 class WaitQueue:
-    def __init__(self, max_waiting: int = 1024) -> None:
+    def __init__(self, max_waiting: int = 1024, fair: bool = True) -> None:
         self.max_waiting = max_waiting
+        self.fair = fair
         self._waiting: list[Waiter] = []
         self._seq = itertools.count()
         # Per level: each tenant's service so far in virtual time (slots granted / weight), and the
@@ -79,7 +80,7 @@ class WaitQueue:
         for w in self._waiting:
             if backend not in w.names or w.future.done():
                 continue
-            key = (w.level, self._start(w), w.deadline, w.seq)
+            key = (w.level, self._start(w) if self.fair else 0.0, w.deadline, w.seq)
             if best_key is None or key < best_key:
                 best, best_key = w, key
         if best is None:

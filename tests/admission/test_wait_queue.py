@@ -133,3 +133,12 @@ def test_router_sheds_a_batch_waiter_with_503_when_the_queue_is_full():
     err, notes, inflight = asyncio.run(main())
     assert err.code == "shed" and err.status == 503 and err.headers["retry-after"] == "1"
     assert notes == ["shed", "queued"] and inflight == 0
+
+
+def test_without_fair_queuing_a_level_is_first_come_first_served():
+    q = WaitQueue(fair=False)
+    burst = [waiter("a") for _ in range(5)]
+    late = waiter("b")
+    for w in (*burst, late):
+        q.push(w)
+    assert drain(q) == [*burst, late]

@@ -1,0 +1,116 @@
+"""Admission in process: limits by tenant and key, waiting instead of a 429, settling, span events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.admission.service import Admission
+from app.auth import Tenant
+from app.config import GatewayConfig
+from app.deadline import NO_DEADLINE, Deadline
+from app.errors import RateLimited
+from app.record import RequestRecord, Usage
+from app.request import Endpoint, parse_request
+
+BODY = b'{"model": "chat", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 10}'
+
+
+def admission(**limits) -> Admission:
+    config = GatewayConfig.model_validate({
+        "auth": {"mode": "open", "open_tenant": "t"},
+        "backends": {"a": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}},
+        "models": {"chat": {"backends": ["a"]}},
+        "limits": limits,
+    })
+    return Admission.from_config(config)
+
+
+def record() -> RequestRecord:
+    return RequestRecord(f"r{time.perf_counter_ns()}", "chat/completions", time.perf_counter())
+
+
+async def admit(adm: Admission, rec: RequestRecord | None = None, deadline: Deadline = NO_DEADLINE, headers=None):
+    rec = rec or record()
+    await adm.admit(Tenant("t"), parse_request(Endpoint.CHAT, BODY), headers or {}, deadline, rec)
+    return rec
+
+
+def test_over_the_limit_a_call_waits_for_its_turn_when_configured():
+    # 2 a second: the third call waits ~0.5 s for the bucket, then goes.
+    adm = admission(window_s=1, max_wait_s=2, tenants={"t": {"limits": {"requests_per_minute": 2}}})
+
+    async def go():
+        await admit(adm)
+        await admit(adm)
+        started = time.monotonic()
+        rec = await admit(adm)
+        return time.monotonic() - started, rec
+
+    waited, rec = asyncio.run(go())
+    assert 0.4 < waited < 1.0
+    assert any(e.name == "ratelimit.wait" for e in rec.events)
+
+
+def test_a_wait_longer_than_the_deadline_is_a_429_at_once():
+    adm = admission(window_s=10, max_wait_s=30, tenants={"t": {"limits": {"requests_per_minute": 1}}})
+
+    async def go():
+        await admit(adm)
+        rec = record()
+        started = time.monotonic()
+        with pytest.raises(RateLimited):
+            await admit(adm, rec, Deadline(time.monotonic() + 0.2))
+        return time.monotonic() - started, rec
+
+    took, rec = asyncio.run(go())
+    assert took < 0.1
+    limited = [e for e in rec.events if e.name == "ratelimit.limited"]
+    assert limited and limited[0].attributes["slipstream.ratelimit.limit"] == "requests"
+
+
+def test_the_end_of_a_call_settles_its_reservation_with_the_usage():
+    adm = admission(tenants={"t": {"limits": {"tokens_per_minute": 1000, "concurrent_requests": 1}}})
+
+    async def go():
+        rec = await admit(adm)
+        assert rec.response_headers["x-ratelimit-remaining-tokens"] == str(1000 - 2 - 10)
+        rec.backend, rec.usage = "a", Usage(5, 3)
+        for hook in rec.on_end:
+            hook(rec)
+        await asyncio.sleep(0.01)
+        return await adm.usage()
+
+    usage = asyncio.run(go())["t"]["tenant t"]
+    assert usage["tokens"]["remaining"] == 1000 - 8
+    assert usage["concurrent_requests"]["in_use"] == 0
+
+
+def test_a_failed_call_gives_its_tokens_back():
+    adm = admission(tenants={"t": {"limits": {"tokens_per_minute": 1000}}})
+
+    async def go():
+        rec = await admit(adm)
+        rec.status = 503  # no backend answered
+        for hook in rec.on_end:
+            hook(rec)
+        await asyncio.sleep(0.01)
+        return await adm.usage()
+
+    assert asyncio.run(go())["t"]["tenant t"]["tokens"]["remaining"] == 1000
+
+
+def test_priority_header_and_tenant_default_reach_the_queue_context():
+    from app.admission.context import CURRENT
+
+    adm = admission(tenants={"t": {"priority": "batch", "weight": 3}})
+
+    async def go(headers):
+        await admit(adm, headers=headers)
+        return CURRENT.get()
+
+    qc = asyncio.run(go({}))
+    assert qc.priority.klass == "batch" and qc.weight == 3 and qc.tenant == "t"
+    assert asyncio.run(go({"x-slipstream-priority": "0"})).priority.level == 0

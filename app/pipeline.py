@@ -12,7 +12,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.cache.entry import Hit
-from app.cache.replay import hit_body, replay_events
+from app.cache.replay import SERVED_BY, hit_body, replay_events, served_by
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch import Dispatched, dispatch
@@ -20,7 +20,7 @@ from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
 from app.observers import CacheFill, Progress
-from app.relay import SSEResponse, relay_events, replay, safe_headers
+from app.relay import MODEL_FIELD, SSEResponse, relay_events, replay, safe_headers
 from app.request import Endpoint, ParsedRequest, parse_request
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import Stage, first_byte_stages
@@ -120,7 +120,7 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
     out = {
         "x-request-id": record.request_id,
         "x-slipstream-backend": backend.name,
-        "x-slipstream-model": backend.config.model,
+        "x-slipstream-model": backend.config.model,  # the backend's model; the body names the alias
         "x-slipstream-cache": plan.status,
         **dispatched.result.headers,
     }
@@ -141,18 +141,20 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
     attempt = dispatched.attempt
     record.status = reply.status
     body = reply.data
+    payload = reply.body
     if body is not None:
-        _note_answer(record, body)
+        _note_answer(record, body, reply.backend)
         # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
         attempt.report = reply.backend.adapter.report_from_body(body).merged(attempt.report)
+        payload = _name_alias(payload, body, record.alias)
         if not dispatched.fallback:
-            gw.cache.save_later(plan, body)
+            gw.cache.save_later(plan, {**body, SERVED_BY: reply.backend.config.model})
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing and body is not None:
         stages = attempt_stages(record, attempt, gw.models[attempt.backend])
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
-    return Response(redact(reply.body, reply.backend), reply.status, safe_headers(headers), media_type="application/json",
+    return Response(redact(payload, reply.backend), reply.status, safe_headers(headers), media_type="application/json",
                     background=BackgroundTask(gw.telemetry.finish, record))
 
 
@@ -162,7 +164,9 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     model = gw.models[attempt.backend]
     observers: list = [Progress(partial(gw.router.learner.progress, attempt, owner.lease.state))]
     if plan.store and not dispatched.fallback:
-        observers.append(CacheFill(req.endpoint is Endpoint.CHAT, partial(gw.cache.save_later, plan)))
+        served = stream.backend.config.model
+        observers.append(CacheFill(req.endpoint is Endpoint.CHAT,
+                                   lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
 
     def close() -> None:
         # Runs once, from the response, on every path (app.relay.SSEResponse).
@@ -187,7 +191,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     n = req.body.get("n")
     events = relay_events(stream, req.client_wants_usage, record, tuple(observers),
                           usage_extension if summary_wanted and req.client_wants_usage else None,
-                          n if isinstance(n, int) and n > 1 else 1)
+                          n if isinstance(n, int) and n > 1 else 1, req.alias)
     return SSEResponse(events, headers, close)
 
 
@@ -198,8 +202,9 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
     if hit.verifier is not None:
         headers["x-slipstream-cache-verifier"] = hit.verifier  # which verifiers confirmed this semantic hit
-    if "model" in body:
-        headers["x-slipstream-model"] = str(body["model"])
+    model = served_by(hit)
+    if model is not None:
+        headers["x-slipstream-model"] = model
     headers = safe_headers(headers)
     if gw.config.telemetry.server_timing:
         headers["server-timing"] = _server_timing(record, [], time.perf_counter())
@@ -230,12 +235,23 @@ def _gateway_s(record: RequestRecord, now: float, upstream_s: float) -> float:
     return max(0.0, now - record.received - (_cache_s(record) or 0.0) - upstream_s)
 
 
-def _note_answer(record: RequestRecord, body: dict) -> None:
+def _note_answer(record: RequestRecord, body: dict, backend) -> None:
     usage = body.get("usage")
     if isinstance(usage, dict):
         record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    model = body.get("model")
-    record.response_model = model if isinstance(model, str) else None
+    record.response_model = backend.adapter.reported_model(body.get("model"), backend.config.model)
     for choice in body.get("choices") or ():
         if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
             record.finish_reasons.append(choice["finish_reason"])
+
+
+def _name_alias(payload: bytes, body: dict, alias: str) -> bytes:
+    """The answer with `model` naming the alias the client asked for (as a cache hit does), not whatever
+    the backend calls it (llama.cpp: its GGUF path without --alias)."""
+    model = body.get("model")
+    if not isinstance(model, str) or model == alias:
+        return payload
+    body["model"] = alias
+    m = MODEL_FIELD.search(payload)
+    # Quotes inside JSON strings are escaped, so the first unescaped "model": "..." is the field itself.
+    return payload.replace(m.group(0), b'"model":' + orjson.dumps(alias), 1) if m else orjson.dumps(body)

@@ -23,7 +23,8 @@ from app.upstream.attempt import EventStream, redact
 from app.upstream.sse import DONE, event_data
 
 _FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
-_MODEL = re.compile(rb'"model"\s*:\s*"([^"]+)"')
+_MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
+MODEL_FIELD = _MODEL
 _DONE_EVENT = b"data: [DONE]\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -39,6 +40,7 @@ class Observer(Protocol):
 async def relay_events(
     stream: EventStream, client_wants_usage: bool, record: RequestRecord,
     observers: tuple[Observer, ...] = (), usage_extension: Callable[[], dict] | None = None, choices: int = 1,
+    alias: str | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes, ending with [DONE] or an error event, never silently.
 
@@ -46,9 +48,14 @@ async def relay_events(
     was complete. `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
     `choices` is how many finish reasons make a stream complete when a backend omits [DONE] (n > 1).
     Closing the upstream is not the relay's job: the attempt's owner does it (app.owner).
+    `alias`, when given, replaces the backend's model name in every chunk (the name the client asked for).
     """
     complete = False
     attempt = record.attempt_log[-1] if record.attempt_log else None
+    rename: tuple[bytes, bytes] | None = None
+    # A client that did not ask for usage still gets llama.cpp's `timings`, which ride on the usage chunk
+    # it must not see: the finishing chunk is held back until that chunk (or anything else) follows.
+    held: bytes | None = None
     try:
         async for batch in stream.batches():
             # Events that arrived in one read leave in one write: as soon as they exist, no later.
@@ -65,6 +72,10 @@ async def relay_events(
                     record.first_token = time.perf_counter()
                     m = _MODEL.search(data)
                     record.response_model = m.group(1).decode() if m else None
+                    if m and alias is not None and record.response_model != alias:
+                        rename = (m.group(0), b'"model":' + orjson.dumps(alias))
+                if rename is not None:
+                    data = data.replace(*rename)
                 for o in observers:
                     o.on_event(data)
                 if attempt is not None and (b'"timings"' in data or b'"cached_tokens"' in data):
@@ -75,12 +86,26 @@ async def relay_events(
                     yield b"".join(out)
                     return
                 if b'"usage"' in data:
+                    hidden = data
                     data = _take_usage(data, client_wants_usage, record, usage_extension)
                     if data is None:
+                        if held is not None:
+                            out.append(_event(_with_timings(held, hidden), stream))
+                            held = None
                         continue
+                if held is not None:
+                    out.append(_event(held, stream))
+                    held = None
                 if b'"finish_reason"' in data:
-                    record.finish_reasons.extend(m.decode() for m in _FINISH_REASON.findall(data))
-                out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
+                    reasons = _FINISH_REASON.findall(data)
+                    record.finish_reasons.extend(m.decode() for m in reasons)
+                    if reasons and not client_wants_usage and b'"timings"' not in data:
+                        held = data  # until the next event: llama.cpp sends the usage chunk right after
+                        continue
+                out.append(_event(data, stream))
+            if held is not None and complete:
+                out.append(_event(held, stream))
+                held = None
             if complete:
                 out.append(_DONE_EVENT)
             if out:
@@ -91,7 +116,7 @@ async def relay_events(
             if len(record.finish_reasons) < choices:
                 raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
             complete = True
-            yield _DONE_EVENT  # a backend that closed after its final chunks without [DONE]
+            yield (_event(held, stream) if held is not None else b"") + _DONE_EVENT  # a backend that closed after its final chunks without [DONE]
     except GatewayError as err:
         complete = False
         record.outcome, record.error_type, record.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
@@ -107,6 +132,25 @@ async def relay_events(
         ok = complete and record.outcome is Outcome.OK
         for o in observers:
             o.on_end(ok)
+
+
+def _event(data: bytes, stream: EventStream) -> bytes:
+    return b"data: " + redact(data, stream.backend) + b"\n\n"
+
+
+def _with_timings(chunk: bytes, usage_chunk: bytes) -> bytes:
+    """The finishing chunk with the backend's `timings` from the usage chunk the client does not see."""
+    if b'"timings"' not in usage_chunk:
+        return chunk
+    try:
+        timings = orjson.loads(usage_chunk).get("timings")
+        obj = orjson.loads(chunk)
+    except (orjson.JSONDecodeError, AttributeError):
+        return chunk
+    if not isinstance(obj, dict) or timings is None:
+        return chunk
+    obj["timings"] = timings
+    return orjson.dumps(obj)
 
 
 def _body_report(stream: EventStream, data: bytes) -> BackendReport:

@@ -96,3 +96,15 @@ def test_fifty_concurrent_streams_complete_in_order(gateway):
     assert len(results) == 50
     for got, want in results:
         assert got == want
+
+
+def test_llamacpp_timings_survive_a_hidden_usage_chunk(client):
+    # The gateway asks for usage upstream; llama.cpp then puts its timings on the usage chunk, which a
+    # client that did not ask for usage must not see: the timings move to the finishing chunk.
+    chunks = list(client.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "t"}], max_tokens=4, stream=True,
+        extra_body={"ignore_eos": True}))
+    assert all(c.choices for c in chunks) and not any(c.usage for c in chunks)
+    final = chunks[-1]
+    assert final.choices[0].finish_reason == "length" and final.model_extra["timings"]["predicted_n"] == 4
+    assert {c.model for c in chunks} == {"chat"}

@@ -10,6 +10,15 @@ import orjson
 
 from app.cache.entry import Hit
 
+# Where a cached body keeps the backend model that answered it (never sent: hit_body takes it out).
+SERVED_BY = "_slipstream_served_by"
+
+
+def served_by(hit: Hit) -> str | None:
+    """The backend model that produced a cached answer (x-slipstream-model on a hit, as on the miss)."""
+    value = hit.answer.body.get(SERVED_BY)
+    return value if isinstance(value, str) else None
+
 
 def hit_body(hit: Hit) -> dict:
     """The response body for this hit, with honest usage and a fresh id.
@@ -19,6 +28,10 @@ def hit_body(hit: Hit) -> dict:
     is not known without a tokenizer, so it is not guessed.
     """
     body = copy.deepcopy(hit.answer.body)
+    # The backend's timing report (llama.cpp `timings`) described the call that filled the cache, not this
+    # answer; the model that served it is said in a header (SERVED_BY).
+    body.pop("timings", None)
+    body.pop(SERVED_BY, None)
     body["id"] = f"{'chatcmpl' if body.get('object') == 'chat.completion' else 'cmpl'}-cache-{uuid.uuid4().hex[:24]}"
     body["created"] = int(time.time())
     usage = body.get("usage")

@@ -136,8 +136,10 @@ class LatencyModel:
         self.observed_latency = 0.0
 
     # --- observations -------------------------------------------------------------------------
-    def observe_network(self, seconds: float, now: float | None = None) -> None:
-        self.net.add(max(0.0, seconds), _now(now), peak=True)
+    def observe_network(self, seconds: float, now: float | None = None, peak: bool = True) -> None:
+        """A network sample; a probe's round trip (not a request's) is averaged, never taken as a peak:
+        one probe that waited on a busy event loop says nothing of the next request's network."""
+        self.net.add(max(0.0, seconds), _now(now), peak=peak)
 
     def observe_queue(self, seconds: float, ahead: int = 0, expected: float = 0.0, tolerance: float = QUEUE_NOISE_S,
                       now: float | None = None) -> None:

@@ -42,7 +42,7 @@ class Learner:
         if load.slots:
             s.model.set_reported_slots(load.slots)
         if load.rtt_s is not None:
-            s.model.observe_network(load.rtt_s)
+            s.model.observe_network(load.rtt_s, peak=False)
 
     # --- a stream's first event ---------------------------------------------------------------
     def first_token(self, a: AttemptRecord, prompt_tokens: int) -> None:

@@ -218,16 +218,23 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
         for i in range(n_choices):
             await send(shapes.chunk(kind, rid, created, model, i, texts[i][step], None))
     timings.finished = now()
+    opts = body.get("stream_options")
+    with_usage = isinstance(opts, dict) and opts.get("include_usage")
+    report = None
+    if engine.config.report == "llamacpp":
+        report = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
     for i in range(n_choices):
         final = shapes.chunk(kind, rid, created, model, i, None, plan.finish_reason)
-        if engine.config.report == "llamacpp" and i == n_choices - 1:
-            final["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
+        if report is not None and i == n_choices - 1 and not with_usage:
+            final["timings"] = report
         await send(final)
     _cache_answer(engine, body, texts)
-    opts = body.get("stream_options")
-    if isinstance(opts, dict) and opts.get("include_usage"):
+    if with_usage:
         usage = _usage(engine, p_tokens, plan.output_tokens * n_choices, timings)
-        await send(shapes.usage_chunk(kind, rid, created, model, usage))
+        chunk = shapes.usage_chunk(kind, rid, created, model, usage)
+        if report is not None:
+            chunk["timings"] = report  # as llama-server does: with include_usage, timings ride on this chunk
+        await send(chunk)
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     engine.stats.completed += 1

@@ -55,6 +55,10 @@ def test_exact_hit_serves_the_same_answer_without_a_backend_call(cached_gateway,
     # Honest usage: same prompt and answer, and the prompt is reported as served from cache.
     assert r2.usage.completion_tokens == r1.usage.completion_tokens
     assert r2.usage.prompt_tokens_details.cached_tokens == r1.usage.prompt_tokens
+    # The same names on a hit as on the miss; the filling call's llama.cpp timings are not this answer's.
+    assert r1.model == r2.model == "cached"
+    assert h1["x-slipstream-model"] == h2["x-slipstream-model"] == "m-fast"
+    assert "timings" in r1.model_extra and "timings" not in r2.model_extra
 
 
 def test_hit_replayed_as_a_stream_honours_include_usage(cached_gateway):

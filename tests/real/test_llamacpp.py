@@ -1,0 +1,152 @@
+"""Slipstream in front of real llama.cpp servers: what the simulator cannot prove.
+
+Each check here failed, or could not be seen, before the backend adapters and the latency model knew
+how llama-server behaves (issue 14): headers at slot assignment, prompt-cache reporting, published
+slots, cancellation only when a stream's connection closes, its own error shapes.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.real.conftest import A_SLOTS, B_SLOTS, KEY
+from tests.support import wait_until
+
+AUTH = {"authorization": f"Bearer {KEY}", "cache-control": "no-cache, no-store"}
+HI = [{"role": "user", "content": "Say hello in five words."}]
+
+
+def server_timing(header: str) -> dict[str, tuple[float, str | None]]:
+    out = {}
+    for part in header.split(","):
+        m = re.match(r'\s*(\w+);dur=([\d.]+)(?:;desc="(\w+)")?', part)
+        out[m.group(1)] = (float(m.group(2)), m.group(3))
+    return out
+
+
+def backend_figures(real, name: str) -> dict:
+    data = httpx.get(f"{real.url}/admin/backends", headers=real.admin, timeout=5).json()
+    return next(b for b in data["backends"] if b["name"] == name)
+
+
+def test_chat_stream_and_usage(real):
+    c = real.client()
+    r = c.chat.completions.create(model="a", messages=HI, max_tokens=12, temperature=0.7)
+    assert r.choices[0].message.content and r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 12
+    assert r.model == "a"  # the alias asked for, never llama.cpp's GGUF path
+    chunks = list(c.chat.completions.create(model="a", messages=HI, max_tokens=12, temperature=0.7, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert chunks[-1].choices == [] and 0 < chunks[-1].usage.completion_tokens <= 12
+    assert {ch.model for ch in chunks} == {"a"}
+
+
+def test_stream_without_include_usage_keeps_llamacpp_timings(real):
+    with httpx.stream("POST", f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                      json={"model": "a", "messages": HI, "max_tokens": 8, "stream": True}) as r:
+        events = [line for line in r.iter_lines() if line.startswith("data: {")]
+    assert any('"timings"' in e for e in events)
+    assert not any('"usage"' in e for e in events)  # the usage the gateway asked for stays hidden
+
+
+def test_server_timing_shows_llamacpps_own_timings(real):
+    r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                   json={"model": "a", "messages": HI, "max_tokens": 24, "temperature": 0.7})
+    assert r.status_code == 200, r.text
+    timings = r.json()["timings"]
+    t = server_timing(r.headers["server-timing"])
+    assert t["prefill"][1] == t["decode"][1] == "reported"
+    assert t["prefill"][0] == pytest.approx(timings["prompt_ms"], rel=0.02, abs=0.02)
+    assert t["decode"][0] == pytest.approx(timings["predicted_ms"], rel=0.02, abs=0.02)
+    assert t["network"][0] < 5
+
+
+def test_slots_come_from_the_server(real):
+    assert wait_until(lambda: backend_figures(real, "a")["latency_model"]["slots"] == A_SLOTS, timeout=10)
+    assert wait_until(lambda: backend_figures(real, "b")["latency_model"]["slots"] == B_SLOTS, timeout=10)
+    # Six concurrent streams on A (4 slots) queue two of them; the published count still stands.
+    c = real.client()
+    threads = [threading.Thread(target=lambda: list(c.chat.completions.create(
+        model="a", messages=HI, max_tokens=16, stream=True))) for _ in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    a = backend_figures(real, "a")["latency_model"]
+    assert (a["slots"], a["slots_source"]) == (A_SLOTS, "reported")
+
+
+def test_a_queued_request_shows_queue_not_network(real):
+    assert wait_until(lambda: backend_figures(real, "b")["latency_model"]["slots"] == B_SLOTS, timeout=10)
+    started = threading.Event()
+
+    def long_stream():
+        with httpx.stream("POST", f"{real.url}/v1/chat/completions", headers=AUTH, timeout=60,
+                          json={"model": "b", "messages": HI, "max_tokens": 96, "stream": True,
+                                "ignore_eos": True}) as r:
+            started.set()
+            r.read()
+
+    first = threading.Thread(target=long_stream)
+    first.start()
+    assert started.wait(30)
+    with httpx.stream("POST", f"{real.url}/v1/chat/completions", headers=AUTH, timeout=60,
+                      json={"model": "b", "messages": HI, "max_tokens": 4, "stream": True}) as r:
+        t = server_timing(r.headers["server-timing"])
+        r.read()
+    first.join(60)
+    # B has one slot: the second request waited for the first before llama-server sent its headers.
+    assert t["network"][0] < 5, t
+    assert t["queue"][0] > 150 and t["queue"][1] == "measured", t
+    assert backend_figures(real, "b")["latency_model"]["net_s"] < 0.005
+
+
+def test_a_client_disconnect_frees_the_slot(real):
+    with httpx.stream("POST", f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                      json={"model": "b", "messages": HI, "max_tokens": 2000, "stream": True,
+                            "ignore_eos": True}) as r:
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        assert real.b.busy_slots() == 1
+    gone = time.monotonic()
+    assert wait_until(lambda: real.b.busy_slots() == 0, timeout=3.0)
+    assert time.monotonic() - gone < 3.0
+
+
+def test_context_overflow_falls_back_or_says_context_length_exceeded(real):
+    # About 400 tokens: more than one of A's slots holds (256), well within B's 2048.
+    medium = [{"role": "user", "content": "the cat sat " * 130 + "Where did it sit?"}]
+    r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=60,
+                   json={"model": "a", "messages": medium, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-slipstream-fallback"] == "b; reason=context_length"
+    huge = [{"role": "user", "content": "the cat sat " * 900}]
+    r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=60,
+                   json={"model": "b", "messages": huge, "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and err["type"] == "invalid_request_error"
+
+
+def test_a_poison_request_does_not_eject_the_backend(real):
+    # SmolLM2 is text-only: llama-server answers an image with a 500 every time, on any backend.
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAf"
+                                                       "FcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="}}
+    poison = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+    statuses = set()
+    for _ in range(6):  # twice the breaker's consecutive-failure limit
+        r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                       json={"model": "b", "messages": poison, "max_tokens": 4})
+        statuses.add(r.status_code)
+        assert r.json()["error"]["message"]
+    assert statuses and all(400 <= s < 600 for s in statuses)
+    assert backend_figures(real, "b")["breaker"]["state"] == "closed"
+    r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                   json={"model": "b", "messages": HI, "max_tokens": 4})
+    assert r.status_code == 200, r.text

@@ -29,6 +29,17 @@ def _require_admin(request: Request) -> None:
         raise Unauthorized("an admin key is required")
 
 
+def require_ops_key(request: Request) -> None:
+    """/metrics and /readyz: open unless auth.ops_keys is set; then a bearer ops key (or an admin key)."""
+    auth = request.app.state.gateway.config.auth
+    if not auth.ops_keys:
+        return
+    scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
+    digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
+    if not any(hmac.compare_digest(digest, k) for k in (*auth.ops_keys, *auth.admin_keys)):
+        raise Unauthorized("an ops key is required for this endpoint")
+
+
 def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status, media_type="application/json")
 

@@ -64,6 +64,9 @@ class AuthConfig(Strict):
     clients: tuple[ClientKey, ...] = ()
     # SHA-256 digests of the keys that may call /admin/*; none configured means the admin API is off.
     admin_keys: tuple[str, ...] = ()
+    # SHA-256 digests of keys for /metrics and /readyz; none configured leaves them open (for a
+    # private scrape network). Admin keys are accepted there too.
+    ops_keys: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _keys_needed(self) -> AuthConfig:
@@ -75,6 +78,9 @@ class AuthConfig(Strict):
         for d in self.admin_keys:
             if not _SHA256_HEX.match(d):
                 raise ValueError("admin_keys entries must be 64 lowercase hex characters (sha256 of the key)")
+        for d in self.ops_keys:
+            if not _SHA256_HEX.match(d):
+                raise ValueError("ops_keys entries must be 64 lowercase hex characters (sha256 of the key)")
         return self
 
 

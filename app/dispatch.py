@@ -111,11 +111,16 @@ def _may(allowed: frozenset[str] | None, alias: str, models) -> bool:
 
 
 def _settle(gw, held: list[tuple[AttemptOwner, GatewayError]], record: RequestRecord) -> None:
-    """Report held 5xx failures to backend health, unless the request itself caused them (app.retry.is_poison)."""
+    """Report held 5xx failures to backend health, unless the request itself caused them (app.retry.is_poison,
+    or the same error was found to be a request's own before)."""
     if is_poison([(o.attempt.backend, e) for o, e in held]):
+        for _, err in held:
+            gw.poison.learn(err)
         record.events.append(Event(time.perf_counter(), "poison", {"slipstream.status": held[0][1].status}))
         return
     for owner, err in held:
+        if gw.poison.known(err):
+            continue
         changed = gw.router.report(owner.lease.state, err)
         if changed is not None:
             record.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.attempt.backend}))
@@ -213,7 +218,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
 def _blame_later(err: GatewayError) -> bool:
     """A backend 5xx of unknown cause: whether it counts against the backend is known only once the
     request's other attempts have answered (the same 5xx everywhere is the request's fault)."""
-    return isinstance(err, UpstreamStatus) and err.status >= 500 and err.request_caused is None
+    return isinstance(err, UpstreamStatus) and err.status in (500, 501) and err.request_caused is None
 
 
 def route_context(req: ParsedRequest) -> RouteContext:

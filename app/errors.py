@@ -39,6 +39,14 @@ class GatewayError(Exception):
     def json(self) -> bytes:
         return orjson.dumps(self.body())
 
+    @property
+    def should_retry(self) -> bool:
+        """Whether the client's own retry may help (the openai SDK reads it as `x-should-retry`):
+        a busy or briefly broken upstream, not the request, a spent deadline or a misconfiguration."""
+        if self.code in _NEVER_RETRY:
+            return False
+        return self.status in (429, 502, 503)
+
 
 class InvalidRequest(GatewayError):
     status = 400
@@ -167,11 +175,14 @@ class UpstreamStatus(GatewayError):
         elif isinstance(data, dict) and isinstance(data.get("message"), str):  # vLLM's ErrorResponse
             message, etype, param, code = data["message"], data.get("type"), data.get("param"), data.get("code")
         exc = cls(message, param=param if isinstance(param, str) else None, status=status)
-        if isinstance(code, (str, int)):
-            exc.code = str(code)
+        if isinstance(code, str) and code and not code.isdigit():  # a bare status number is no code
+            exc.code = code[:64]
         exc.type = etype if isinstance(etype, str) else _default_type(status)
         return exc
 
+
+# Errors a client retry cannot fix: its time is spent, or the gateway itself is misconfigured.
+_NEVER_RETRY = frozenset({"deadline_exceeded", "upstream_misconfigured", "internal_error", "upstream_timeout"})
 
 # Failures of an upstream attempt that say something about the backend's health.
 UPSTREAM_FAILURES = (UpstreamStatus, UpstreamTimeout, UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured)

@@ -99,7 +99,15 @@ def _close_unsent(task: asyncio.Task) -> None:
 
 
 def error_response(err: GatewayError) -> Response:
-    return Response(err.json(), err.status, headers=err.headers, media_type="application/json")
+    """The error as OpenAI's JSON, with the SDK's retry hints: `x-should-retry`, and a Retry-After
+    whenever a retry is invited."""
+    headers = err.headers
+    if "x-should-retry" not in headers:
+        retry = err.should_retry
+        headers["x-should-retry"] = "true" if retry else "false"
+        if retry and "retry-after" not in headers:
+            headers["retry-after"] = "1"
+    return Response(err.json(), err.status, headers=headers, media_type="application/json")
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -15,7 +15,7 @@ from app.auth import Authenticator
 from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
-from app.retry import RetryBudgetTracker
+from app.retry import PoisonBook, RetryBudgetTracker
 from app.routing.active_health import run_health_checks
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
@@ -49,9 +49,12 @@ class Gateway:
     admission: Admission
     # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
     transport: Transport = field(default_factory=HttpTransport)
+    # 5xx signatures found to be caused by requests, not backends (app.retry.is_poison).
+    poison: PoisonBook = field(default_factory=PoisonBook)
     _ready_at: float = 0.0
     _reachable: dict[str, bool] = field(default_factory=dict)
     _tasks: list[asyncio.Task] = field(default_factory=list)
+    _models_bodies: dict[frozenset[str] | None, bytes] = field(default_factory=dict)
 
     @classmethod
     def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None) -> Gateway:
@@ -97,9 +100,17 @@ class Gateway:
     @functools.cached_property
     def models_body(self) -> bytes:
         """The /v1/models answer: the configured aliases."""
-        created = int(time.time())
-        data = [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in self.config.models]
-        return orjson.dumps({"object": "list", "data": data})
+        return self.models_body_for(None)
+
+    def models_body_for(self, allowed: frozenset[str] | None) -> bytes:
+        """The /v1/models answer for a key: only the aliases it may use (one body per model list in config)."""
+        body = self._models_bodies.get(allowed)
+        if body is None:
+            created = int(time.time())
+            data = [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"}
+                    for a in self.config.models if allowed is None or a in allowed]
+            body = self._models_bodies[allowed] = orjson.dumps({"object": "list", "data": data})
+        return body
 
     def _on_load(self, name: str, load: ServerLoad | None) -> None:
         if load is None:

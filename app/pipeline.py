@@ -62,9 +62,11 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     record.tenant = tenant.name
     # parse
     req = parse_request(endpoint, raw_body)
-    record.alias, record.stream = req.alias, req.stream
+    record.stream = req.stream
     if req.alias not in gw.config.models:
+        # Not recorded: metric labels come only from configured aliases.
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
+    record.alias = req.alias
     tenant.check_model(req.alias)
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
     # admission: limits, priority (429s here; the reservation is settled when the record ends)
@@ -88,6 +90,8 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     except GatewayError as err:
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None
         if stale is None:
+            if deadline.expired:
+                err.headers["x-should-retry"] = "false"  # a retry has no time left either
             raise
         record.cache = plan.status
         return _serve_hit(gw, stale, req, plan, record)

@@ -94,7 +94,34 @@ def is_poison(failures: list[tuple[str, GatewayError]]) -> bool:
     if all(err.status == 501 for _, err in failures):
         return True
     statuses = {err.status for _, err in failures}
-    return len(statuses) == 1 and len({backend for backend, _ in failures}) >= 2
+    # 502-504 say "unavailable" whoever asks: only a 500 can be the request's own fault.
+    return statuses == {500} and len({backend for backend, _ in failures}) >= 2
+
+
+class PoisonBook:
+    """Signatures (status + message) of 5xx that requests were found to cause, so the same error on a
+    later request counts as the request's too, even when no second backend was tried (no retry budget
+    left, one backend). Bounded; a signature is forgotten after `ttl_s`."""
+
+    def __init__(self, max_entries: int = 256, ttl_s: float = 600.0) -> None:
+        self._seen: dict[tuple[int, str], float] = {}
+        self._max, self._ttl = max_entries, ttl_s
+
+    @staticmethod
+    def _key(err: GatewayError) -> tuple[int, str]:
+        return err.status, _DIGITS.sub("#", err.message[:200])
+
+    def learn(self, err: GatewayError, now: float | None = None) -> None:
+        if len(self._seen) >= self._max:
+            self._seen.pop(next(iter(self._seen)))
+        self._seen[self._key(err)] = (time.monotonic() if now is None else now) + self._ttl
+
+    def known(self, err: GatewayError, now: float | None = None) -> bool:
+        until = self._seen.get(self._key(err))
+        return until is not None and until > (time.monotonic() if now is None else now)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def is_retryable(err: GatewayError, policy: RetryPolicy) -> bool:

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app import admin
+from app.admin import require_ops_key
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, NotFound
 from app.fastpath import FastPath, error_response
@@ -60,8 +61,8 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         gateway = request.app.state.gateway
-        gateway.auth.authenticate(request.headers.get("authorization"))
-        return Response(gateway.models_body, media_type=_JSON)
+        tenant = gateway.auth.authenticate(request.headers.get("authorization"))
+        return Response(gateway.models_body_for(tenant.models), media_type=_JSON)
 
     app.include_router(admin.router)
 
@@ -69,6 +70,7 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
 
         @app.get("/metrics")
         async def metrics(request: Request) -> Response:
+            require_ops_key(request)
             body = request.app.state.gateway.telemetry.metrics.render()
             return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -78,6 +80,7 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
+        require_ops_key(request)
         gateway = request.app.state.gateway
         reachable = await gateway.reachable_backends()
         ejected = gateway.ejected_backends()

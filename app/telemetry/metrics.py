@@ -47,6 +47,8 @@ class Metrics:
                              ["gen_ai_request_model", "result"], registry=r)
 
     def observe(self, record: RequestRecord, operation: str) -> None:
+        # Every label below comes from config (alias, backend) or a fixed set: a client or a backend
+        # can never add a series (record.alias is set only for configured aliases).
         """Fold one finished request into the histograms and counters."""
         backend = record.backend or "none"
         base = (operation, record.alias or "unknown", backend)
@@ -63,7 +65,11 @@ class Metrics:
             if record.stream and record.first_token and n > 1 and record.outcome is Outcome.OK:
                 self.tpot.labels(*base).observe((record.finished - record.first_token) / (n - 1))
         for a in record.attempt_log:
-            self.attempts.labels(a.backend, a.error_type or "ok").inc()
+            # A backend's own error codes are its text, not ours: they would grow labels without bound.
+            result = a.error_type or "ok"
+            if result not in _ATTEMPT_RESULTS:
+                result = f"status_{a.status}" if 100 <= a.status <= 599 else "other"
+            self.attempts.labels(a.backend, result).inc()
         if record.retries:
             self.retries.labels(record.alias).inc(record.retries)
         if record.fallback:
@@ -110,3 +116,11 @@ class _LiveCollector:
         yield CounterMetricFamily("slipstream_cache_writes_lost", "Cache entries given up after retries or a full write queue.", value=writer.lost)
         yield CounterMetricFamily("slipstream_retry_budget_denied", "Retries refused by the retry budget.", value=gw.budget.denied)
         yield from gw.admission.counters.families(gw.router.queue.by_tenant())
+
+
+# Attempt results named by the gateway itself; anything else is labelled by its HTTP status.
+_ATTEMPT_RESULTS = frozenset({
+    "ok", "cancelled", "connect_timeout", "first_token_timeout", "stream_idle_timeout", "upstream_timeout",
+    "deadline_exceeded", "upstream_unreachable", "upstream_bad_response", "upstream_misconfigured",
+    "context_length_exceeded", "rate_limit_error", "upstream_error", "invalid_request_error",
+})

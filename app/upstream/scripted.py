@@ -104,8 +104,8 @@ class ScriptedTransport:
         self.max_in_flight = 0
 
     async def send(self, backend: Backend, call: UpstreamCall) -> JsonReply | ScriptedStream:
+        self.calls.append(Call(backend.name, orjson.loads(call.body), call.stream))  # before the pick: it may look
         step = self._pick(backend.name, next(self._count))
-        self.calls.append(Call(backend.name, orjson.loads(call.body), call.stream))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app import intake
     from app.server import create_app
 
     config = load_config(args.config)
@@ -102,7 +103,10 @@ def _serve(args: argparse.Namespace) -> int:
             host=host,
             port=port,
             loop="uvloop" if _has("uvloop") else "asyncio",
-            http="httptools" if _has("httptools") else "h11",
+            # Bounded intake (app/intake.py) on httptools; h11 bounds the header size itself.
+            http=intake.configure(config.server) if _has("httptools") else "h11",
+            h11_max_incomplete_event_size=config.server.max_header_bytes,
+            timeout_keep_alive=config.server.keep_alive_s,
             log_level=config.server.log_level,
             access_log=config.server.access_log,
             backlog=2048,

@@ -39,6 +39,15 @@ class ServerConfig(Strict):
     access_log: bool = False
     # On SIGTERM: stop accepting, let in-flight calls (streams too) finish for up to this long, then close.
     shutdown_grace_s: float = Field(30.0, ge=0)
+    # Intake limits (app/intake.py): a client may take this long to send its headers, then its body.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    # Idle keep-alive connections kept open (the oldest is closed beyond this) and how long each may idle.
+    max_idle_connections: int = Field(256, ge=0)
+    keep_alive_s: float = Field(5.0, gt=0)
+    # All client connections; unset: half the process's file-descriptor limit.
+    max_connections: int | None = Field(None, ge=1)
 
 
 class ClientKey(Strict):

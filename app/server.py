@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app import admin
+from app import admin, intake
 from app.admin import require_ops_key
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, NotFound
@@ -28,7 +28,9 @@ _JSON = "application/json"
 def app_from_environment() -> FastPath:
     """The app for a uvicorn worker process: config from $SLIPSTREAM_CONFIG (set by `serve --workers`)."""
     path = os.environ["SLIPSTREAM_CONFIG"]
-    return create_app(load_config(path), config_path=path)
+    config = load_config(path)
+    intake.configure(config.server)  # this worker's connection limits
+    return create_app(config, config_path=path)
 
 
 def create_app(config: GatewayConfig, span_exporter=None, config_path: str | None = None) -> FastPath:

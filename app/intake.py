@@ -1,0 +1,178 @@
+"""Bounded HTTP intake: uvicorn's httptools protocol with the limits a shared gateway needs.
+
+uvicorn bounds neither how long a client may take to send its headers or body (slowloris), nor
+their size (httptools buffers an unterminated header whole), nor how many idle keep-alive
+connections it holds (each costs a file descriptor). This subclass adds, per connection:
+- a header read timeout from the connection's (or request's) first byte, and a body read timeout;
+- a maximum header size (431 when exceeded);
+- a cap on idle keep-alive connections (the oldest idle one is closed) and on all connections
+  (derived from the process's file limit unless set), so new clients always get a descriptor.
+Malformed HTTP gets OpenAI's error shape, on a connection that is then closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from dataclasses import dataclass
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("slipstream.intake")
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeLimits:
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_header_bytes: int = 64 * 1024
+    max_idle_connections: int = 256
+    max_connections: int | None = None  # None: half the process's file-descriptor limit
+
+    def connection_cap(self) -> int:
+        if self.max_connections is not None:
+            return self.max_connections
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # The other half is for backend connections, the cache, logs.
+        return max(16, soft // 2) if soft != resource.RLIM_INFINITY else 32768
+
+
+def configure(server) -> type[BoundedHttpToolsProtocol]:
+    """Set this process's limits from `server` (a ServerConfig); returns the protocol class for uvicorn."""
+    global LIMITS
+    LIMITS = IntakeLimits(server.header_timeout_s, server.body_timeout_s, server.max_header_bytes,
+                          server.max_idle_connections, server.max_connections)
+    return BoundedHttpToolsProtocol
+
+
+# Set once per process before serving (app.cli, app.server.app_from_environment): uvicorn builds the
+# protocol per connection from a class, and worker processes cannot receive a class built at run time.
+LIMITS = IntakeLimits()
+
+_STATUS_TEXT = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large",
+                503: b"Service Unavailable"}
+
+
+def error_bytes(status: int, message: str, code: str) -> bytes:
+    """A complete HTTP/1.1 response carrying an OpenAI-style error, closing the connection."""
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error" if status < 500 else "overloaded_error",
+                                   "param": None, "code": code}})
+    return b"".join((
+        b"HTTP/1.1 %d %s\r\n" % (status, _STATUS_TEXT[status]),
+        b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body),
+        body,
+    ))
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with header/body read timeouts, a header size cap and connection caps."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits = LIMITS
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_head = True  # reading a request's head (request line and headers)
+        self._head_bytes = 0
+        self._in_body = False
+        idle = getattr(self.server_state, "slipstream_idle", None)
+        if idle is None:
+            idle = self.server_state.slipstream_idle = {}  # insertion-ordered: the first is the oldest
+        self._idle: dict[BoundedHttpToolsProtocol, None] = idle
+
+    # connections
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self._limits.connection_cap():
+            if self._idle:
+                oldest = next(iter(self._idle))
+                self._idle.pop(oldest, None)
+                oldest.transport.close()
+            else:
+                self._reject(503, "the gateway is at its connection limit; retry shortly", "too_many_connections")
+                return
+        self._arm(self._limits.header_timeout_s, self._head_timeout)
+
+    def connection_lost(self, exc) -> None:
+        self._idle.pop(self, None)
+        self._disarm()
+        super().connection_lost(exc)
+
+    # reading
+    def data_received(self, data: bytes) -> None:
+        if self._idle:
+            self._idle.pop(self, None)
+        if self._in_head and self._timer is None:
+            self._arm(self._limits.header_timeout_s, self._head_timeout)
+        super().data_received(data)
+        if self._in_head and self.parser is not None:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._limits.max_header_bytes and not self.transport.is_closing():
+                self._reject(431, f"request headers exceed {self._limits.max_header_bytes} bytes", "headers_too_large")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._head_bytes = False, 0
+        self._disarm()
+        super().on_headers_complete()
+        self._in_body = True
+        self._arm(self._limits.body_timeout_s, self._body_timeout)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._in_head = True
+        if self.transport.is_closing() or self.pipeline:
+            return
+        self._idle[self] = None
+        if len(self._idle) > self._limits.max_idle_connections:
+            oldest = next(iter(self._idle))
+            self._idle.pop(oldest, None)
+            oldest.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        self._reject(400, f"malformed HTTP request: {msg}", "invalid_http")
+
+    # limits
+    def _head_timeout(self) -> None:
+        self._timer = None
+        if self._in_head and not self.transport.is_closing():
+            if self._head_bytes or self.cycle is None:
+                self._reject(408, f"request headers not received within {self._limits.header_timeout_s:g}s",
+                             "request_timeout")
+
+    def _body_timeout(self) -> None:
+        self._timer = None
+        if self._in_body and not self.transport.is_closing():
+            cycle = self.cycle
+            if cycle is not None:
+                cycle.disconnected = True  # the app sees the client as gone
+                cycle.message_event.set()
+            if cycle is None or not cycle.response_started:
+                self._reject(408, f"request body not received within {self._limits.body_timeout_s:g}s", "request_timeout")
+            else:
+                self.transport.close()
+
+    def _reject(self, status: int, message: str, code: str) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(error_bytes(status, message, code))
+            self.transport.close()
+
+    def _arm(self, seconds: float, callback) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(seconds, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -7,6 +7,7 @@ each re-derived the error, and the loop that acts on a Decision is a few lines.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from dataclasses import dataclass

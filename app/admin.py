@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.auth import hash_key
+from app.auth import authorization_of, hash_key
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch import route_context, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
@@ -23,7 +23,7 @@ def _require_admin(request: Request) -> None:
     keys = request.app.state.gateway.config.auth.admin_keys
     if not keys:
         raise PermissionDenied("the admin API is off: set auth.admin_keys", code="admin_disabled")
-    scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
+    scheme, _, key = (authorization_of(request) or "").partition(" ")
     digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
     if not any(hmac.compare_digest(digest, k) for k in keys):
         raise Unauthorized("an admin key is required")
@@ -34,7 +34,7 @@ def require_ops_key(request: Request) -> None:
     auth = request.app.state.gateway.config.auth
     if not auth.ops_keys:
         return
-    scheme, _, key = (request.headers.get("authorization") or "").partition(" ")
+    scheme, _, key = (authorization_of(request) or "").partition(" ")
     digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
     if not any(hmac.compare_digest(digest, k) for k in (*auth.ops_keys, *auth.admin_keys)):
         raise Unauthorized("an ops key is required for this endpoint")

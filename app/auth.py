@@ -23,6 +23,20 @@ class Tenant:
             raise PermissionDenied(f"this key may not use model {alias!r}", param="model")
 
 
+def duplicate_authorization() -> Unauthorized:
+    """One rule everywhere: a request with more than one Authorization header is refused, never
+    resolved by picking the first or the last (which proxies in front may disagree on)."""
+    return Unauthorized("send exactly one Authorization header", code="duplicate_authorization")
+
+
+def authorization_of(request) -> str | None:
+    """The single Authorization header of a Starlette request (duplicate_authorization if repeated)."""
+    values = request.headers.getlist("authorization")
+    if len(values) > 1:
+        raise duplicate_authorization()
+    return values[0] if values else None
+
+
 def hash_key(key: str) -> str:
     """The digest stored in config for a client key (sha256 hex)."""
     return hashlib.sha256(key.encode()).hexdigest()

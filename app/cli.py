@@ -84,6 +84,8 @@ def _serve(args: argparse.Namespace) -> int:
     from app.server import create_app
 
     config = load_config(args.config)
+    # server.log_level governs the gateway's own lines too (slipstream.*), not only uvicorn's.
+    logging.getLogger().setLevel(config.server.log_level.upper())
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
     fleet = None

@@ -181,6 +181,8 @@ class CachePolicy(Strict):
     finish_reasons: tuple[str, ...] = ("stop",)
     # When every backend fails, an exact entry up to this long past its TTL may be served, marked stale.
     stale_s: float = Field(0.0, ge=0)
+    # The longest TTL a client may ask for with x-slipstream-cache-ttl.
+    max_client_ttl_s: float = Field(86400.0, gt=0)
 
 
 class HedgePolicy(Strict):
@@ -290,6 +292,8 @@ class TracingConfig(Strict):
     exporter: Literal["otlp", "console", "none"] = "otlp"  # OTEL_TRACES_EXPORTER
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"  # OTEL_EXPORTER_OTLP_PROTOCOL
     sample_ratio: float = Field(1.0, ge=0, le=1)  # OTEL_TRACES_SAMPLER(_ARG) win when set
+    # Whether an incoming traceparent's sampled flag forces sampling (else sample_ratio decides).
+    trust_parent_sampling: bool = False
     service_name: str = "slipstream"  # OTEL_SERVICE_NAME
     # Prompt and completion text in spans: off unless switched on (or
     # OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true).

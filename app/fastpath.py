@@ -17,6 +17,7 @@ from app import pipeline
 from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
+from app.auth import duplicate_authorization
 from app.errors import GatewayError, PayloadTooLarge
 from app.relay import wait_for_disconnect
 from app.request import Endpoint
@@ -112,7 +113,14 @@ def error_response(err: GatewayError) -> Response:
 
 def _headers(scope: Scope) -> dict[str, str]:
     """The request headers the pipeline reads (ASGI servers give names in lower case)."""
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in PIPELINE_HEADERS}
+    out = {}
+    for k, v in scope["headers"]:
+        if k in PIPELINE_HEADERS:
+            name = k.decode("latin-1")
+            if name in out and name == "authorization":
+                raise duplicate_authorization()
+            out[name] = v.decode("latin-1")
+    return out
 
 
 async def _read_body(receive: Receive, limit: int, declared: str | None) -> bytes:

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from app import admin, intake
 from app.admin import require_ops_key
+from app.auth import authorization_of
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, NotFound
 from app.fastpath import FastPath, error_response
@@ -30,6 +31,7 @@ def app_from_environment() -> FastPath:
     path = os.environ["SLIPSTREAM_CONFIG"]
     config = load_config(path)
     intake.configure(config.server)  # this worker's connection limits
+    logging.getLogger().setLevel(config.server.log_level.upper())
     return create_app(config, config_path=path)
 
 
@@ -63,7 +65,7 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         gateway = request.app.state.gateway
-        tenant = gateway.auth.authenticate(request.headers.get("authorization"))
+        tenant = gateway.auth.authenticate(authorization_of(request))
         return Response(gateway.models_body_for(tenant.models), media_type=_JSON)
 
     app.include_router(admin.router)

@@ -109,6 +109,8 @@ class Cache:
         if plan.exact_key is None and plan.semantic is None:
             return plan
         plan.ttl_s = _ttl(headers.get(TTL_HEADER))
+        if plan.ttl_s is not None:
+            plan.ttl_s = min(plan.ttl_s, policy.max_client_ttl_s)  # a client may shorten, not pin, an entry
         plan.lookup = "no-cache" not in directives
         plan.store = "no-store" not in directives
         if plan.lookup or plan.store:

@@ -11,6 +11,7 @@ OpenTelemetry GenAI semantic conventions (v1.41); ours are `slipstream.*`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 
@@ -78,7 +79,11 @@ class Tracing:
             return
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", config.service_name)})
         # OTEL_TRACES_SAMPLER, when set, wins (the SDK reads it); otherwise the configured ratio.
-        sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(config.sample_ratio))
+        # An incoming traceparent's "sampled" flag is a client's say: it decides only when trusted, else
+        # the trace id ratio decides for remote parents too (the trace id is kept either way).
+        ratio = TraceIdRatioBased(config.sample_ratio)
+        parent = {} if config.trust_parent_sampling else {"remote_parent_sampled": ratio}
+        sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(ratio, **parent)
         self.provider = TracerProvider(resource=resource, sampler=sampler) if sampler else TracerProvider(resource=resource)
         # Batching in a background thread, with a bounded queue that drops when full: a slow or dead
         # collector never slows or fails a request. Small batches: encoding one holds the GIL, and
@@ -185,8 +190,8 @@ class Tracing:
         if params:
             for key, attr in (("max_tokens", "gen_ai.request.max_tokens"), ("temperature", "gen_ai.request.temperature"),
                               ("top_p", "gen_ai.request.top_p"), ("seed", "gen_ai.request.seed")):
-                v = params.get(key)
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = clamp_number(params.get(key))
+                if v is not None:
                     span.set_attribute(attr, v)
         if a.error_type:
             span.set_attribute("error.type", a.error_type)
@@ -229,3 +234,15 @@ def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel)
         return stream_stages(a.start, a.headers or a.start, a.first_event, a.end, a.report, prompt, model,
                              adapter_for(a.flavor).headers_at_slot)
     return json_stages(a.start, a.end, a.report, prompt, output, model, a.load)
+
+
+_INT64 = (1 << 63) - 1
+
+
+def clamp_number(v: object) -> int | float | None:
+    """A client-sent number as a span attribute can carry it: ints within int64, floats finite."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, int):
+        return max(-_INT64 - 1, min(_INT64, v))
+    return v if math.isfinite(v) else None

@@ -11,10 +11,9 @@ from starlette.responses import Response
 
 from app.auth import authorization_of, hash_key
 from app.deadline import DEADLINE_HEADER, Deadline
-from app.dispatch import route_context, with_policy
+from app.dispatch import route_context, time_budget, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
 from app.request import Endpoint, parse_request
-from app.routing.predict import estimate
 
 router = APIRouter(prefix="/admin")
 
@@ -84,29 +83,30 @@ async def explain(request: Request) -> Response:
     aliases = []
     for alias in chain:
         ctx = with_policy(route_context(req), gw.config.models[alias])
-        choice, scores = gw.router.score(alias, ctx)
-        ctx.now = time.monotonic()
+        # The router's own decision (Router.decide), the one dispatch and its deadline check take.
+        choice = gw.router.decide(alias, ctx)
         candidates = []
         for s in gw.router.states.values():
             if s.name not in gw.config.models[alias].backends:
                 continue
-            est = estimate(s, ctx)
+            est = choice.estimate(s)
             candidates.append({
-                "backend": s.name, "usable": s.name in scores, "score": scores.get(s.name),
+                "backend": s.name, "usable": s.name in choice.scores, "score": choice.scores.get(s.name),
                 "predicted_queue_s": round(est.queue_s, 6), "predicted_ttft_s": round(est.ttft_s, 6),
                 "predicted_e2e_s": round(est.e2e_s, 6), "source": "estimated",
                 "inflight": s.inflight, "breaker": s.breaker.state.value,
+                "slots": s.model.slots, "slots_source": s.model.slots_source,
             })
-        usable = [c for c in candidates if c["usable"]]
-        best = min((c["predicted_ttft_s" if req.stream else "predicted_e2e_s"] for c in usable), default=None)
-        slo = gw.config.models[alias].slo_ms
-        budget = deadline.remaining() if deadline.at is not None else (slo / 1000 if slo else None)
+        budget = time_budget(gw, alias, deadline)
+        predicted = choice.predicted_s
+        strategy = gw.router.strategy_name(alias)
         aliases.append({
-            "alias": alias, "strategy": gw.router.strategy_name(alias), "choice": choice or None,
-            "why": f"lowest score among usable backends ({gw.router.strategy_name(alias)})" if choice else "no usable backend",
+            "alias": alias, "strategy": strategy, "choice": choice.state.name if choice.state else None,
+            "why": (f"lowest score among usable backends ({strategy})" + (", after waiting for a slot" if choice.waits else ""))
+            if choice.state else "no usable backend",
             "candidates": candidates,
-            "deadline_s": budget, "best_predicted_s": best,
-            "meets_deadline": None if budget is None or best is None else best <= budget,
+            "deadline_s": budget, "best_predicted_s": predicted, "waits_for_slot": choice.waits,
+            "meets_deadline": None if budget is None or predicted is None else predicted <= budget,
         })
     taken = next((a["alias"] for a in aliases if a["meets_deadline"] is not False and a["choice"]), aliases[-1]["alias"])
     return _json({"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": route_context(req).prompt_tokens},

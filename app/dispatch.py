@@ -21,7 +21,6 @@ from app.owner import AttemptOwner
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import ParsedRequest
 from app.retry import Action, Situation, decide, is_poison, retry_after_s
-from app.routing.predict import predict
 from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.transport import UpstreamCall
@@ -142,18 +141,22 @@ def _note_retry(record: RequestRecord, attempt: int, err: GatewayError, wait_s: 
     }))
 
 
-def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
-    """Whether some backend of the alias is predicted to answer within the deadline (or the alias's SLO)."""
+def time_budget(gw, alias: str, deadline: Deadline) -> float | None:
+    """The seconds an answer from `alias` may take: the request's deadline, else the alias's SLO, else None."""
+    if deadline.at is not None:
+        return deadline.remaining()
     slo = gw.config.models[alias].slo_ms
-    budget = deadline.remaining()
-    if budget == float("inf"):
-        if slo is None:
-            return True
-        budget = slo / 1000
-    ctx.now = time.monotonic()
-    with_policy(ctx, gw.config.models[alias])
-    predictions = [predict(s, ctx) for s in gw.router.candidates(alias)]
-    return bool(predictions) and min(predictions) <= budget
+    return None if slo is None else slo / 1000
+
+
+def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
+    """Whether the backend the router would choose is predicted to answer within the budget: the same
+    decision dispatch takes and /admin/route/explain shows (Router.decide)."""
+    budget = time_budget(gw, alias, deadline)
+    if budget is None:
+        return True
+    predicted = gw.router.decide(alias, with_policy(ctx, gw.config.models[alias])).predicted_s
+    return predicted is not None and predicted <= budget
 
 
 def _close(dispatched: Dispatched) -> None:
@@ -207,8 +210,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
 
     if not spec.hedge.enabled:
         return await attempt()
-    ctx.now = time.monotonic()
-    best = min((predict(s, ctx) for s in gw.router.candidates(alias)), default=0.0)
+    best = gw.router.decide(alias, ctx).predicted_s or 0.0
     delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
     budget = gw.hedge_budgets[alias]
     budget.on_request()

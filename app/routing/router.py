@@ -17,7 +17,7 @@ from app.retry import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
-from app.routing.predict import Estimate, InflightBook, estimate
+from app.routing.predict import Estimate, InflightBook, estimate, predict
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 
@@ -80,6 +80,29 @@ class Lease:
             self._router._release(self.state)
 
 
+@dataclass(slots=True)
+class RouteChoice:
+    """One routing decision: the backend the alias's strategy picks now, every candidate's score, and
+    what is predicted for the pick. Dispatch, the deadline check, hedging and /admin/route/explain all
+    take this one decision, so none of them can explain or promise what the router would not do."""
+
+    alias: str
+    ctx: RouteContext
+    state: BackendState | None  # None: no usable backend
+    scores: dict[str, float]
+    waits: bool  # every usable backend is at its concurrency limit: the request would wait for a slot
+
+    def estimate(self, state: BackendState | None = None) -> Estimate | None:
+        """The latency model's estimate for the pick (or another candidate) now."""
+        state = state or self.state
+        return None if state is None else estimate(state, self.ctx)
+
+    @property
+    def predicted_s(self) -> float | None:
+        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in."""
+        return None if self.state is None else predict(self.state, self.ctx)
+
+
 SCORE_MEANING = {
     "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
     "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
@@ -123,15 +146,33 @@ class Router:
         usable = [s for s in usable if s.name not in avoid] or usable
         return [s for s in usable if s.limited_until <= now] or usable
 
+    def decide(self, alias: str, ctx: RouteContext, avoid: frozenset[str] | set[str] = frozenset(),
+               usable: list[BackendState] | None = None, take_turn: bool = False) -> RouteChoice:
+        """The one routing decision: the strategy ranks the usable backends with a free slot (all usable
+        ones when every one is full, for where the request would go once it waited). `take_turn` is set
+        by acquire alone: asking what would be chosen never moves a round robin nor explores."""
+        entry = self._aliases[alias]
+        cands = usable if usable is not None else self.candidates(alias, avoid)
+        if not cands:
+            return RouteChoice(alias, ctx, None, {}, False)
+        free = [s for s in cands if s.has_slot]
+        pool = free or cands
+        ctx.now = time.monotonic()
+        if take_turn:
+            entry.turn += 1
+            i, scores = entry.strategy.choose(pool, ctx, entry.turn)
+        else:
+            explore, ctx.explore = ctx.explore, False
+            try:
+                i, scores = entry.strategy.choose(pool, ctx, entry.turn + 1)
+            finally:
+                ctx.explore = explore
+        return RouteChoice(alias, ctx, pool[i], {c.name: s for c, s in zip(pool, scores)}, not free)
+
     def score(self, alias: str, ctx: RouteContext, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[str, dict[str, float]]:
         """What the alias's strategy would choose now and every candidate's score, without taking a slot."""
-        entry = self._aliases[alias]
-        cands = self.candidates(alias, avoid)
-        if not cands:
-            return "", {}
-        ctx.now = time.monotonic()
-        i, scores = entry.strategy.choose(cands, ctx, entry.turn + 1)
-        return cands[i].name, {c.name: s for c, s in zip(cands, scores)}
+        choice = self.decide(alias, ctx, avoid)
+        return (choice.state.name if choice.state else ""), choice.scores
 
     def strategy_name(self, alias: str) -> str:
         return self._aliases[alias].strategy.name
@@ -155,12 +196,10 @@ class Router:
             )
         free = [s for s in usable if s.has_slot]
         if free and not self.queue:
-            entry.turn += 1
             ctx = ctx or RouteContext()
-            ctx.now = now
-            i, scores = entry.strategy.choose(free, ctx, entry.turn)
-            state = free[i]
-            lease = Lease(self, state, ctx, state.inflight, {c.name: s for c, s in zip(free, scores)})
+            choice = self.decide(alias, ctx, usable=free, take_turn=True)
+            state = choice.state
+            lease = Lease(self, state, ctx, state.inflight, choice.scores)
             state.inflight += 1
             state.breaker.on_chosen(now)
             return lease

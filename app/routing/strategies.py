@@ -32,6 +32,9 @@ class RouteContext:
     # that backend's predicted end-to-end time, if more) count as tied; the earliest end breaks the tie.
     ttft_tolerance_s: float = 0.0
     ttft_tolerance_ratio: float = 0.0
+    # Whether a strategy may explore (try a backend it does not rank first); off when only asking what
+    # it would choose (the deadline check, /admin/route/explain), so the answer is the ranking's.
+    explore: bool = True
 
 
 class Strategy(Protocol):
@@ -104,7 +107,7 @@ class PredictedLatency:
         # Load penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
         weights = [failure_penalty(c, ctx.now) * _load_penalty(c) for c in candidates]
         scores = self._unmeasured_as_best(candidates, [objective(e, ctx) * w for e, w in zip(estimates, weights)])
-        if len(candidates) > 1 and self._rng.random() < self.exploration:
+        if ctx.explore and len(candidates) > 1 and self._rng.random() < self.exploration:
             # Now and then the backend heard from least recently is tried, so one that recovered gets
             # measured again; only one with a free slot, so exploring never queues a request.
             best = min(range(len(scores)), key=scores.__getitem__)

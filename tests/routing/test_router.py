@@ -112,3 +112,23 @@ def test_release_is_idempotent():
         return r.states["a"].inflight
 
     assert asyncio.run(main()) == 0
+
+
+def test_one_decision_for_dispatch_deadline_check_and_explain():
+    from app.routing.strategies import RouteContext
+
+    async def main():
+        r = router({"a": 10, "b": 10}, "predicted_latency")
+        slow, fast = r.states["a"].model, r.states["b"].model
+        for m, tpot in ((slow, 0.2), (fast, 0.01)):
+            for _ in range(3):
+                m.observe_decode(41, 40 * tpot, 1)
+        r._aliases["m"].strategy.exploration = 1.0  # dispatch may explore; asking never does
+        asked = [r.decide("m", RouteContext(max_tokens=50)) for _ in range(20)]
+        assert {c.state.name for c in asked} == {"b"}
+        assert asked[0].predicted_s < r.decide("m", RouteContext(max_tokens=50), avoid={"b"}).predicted_s
+        r._aliases["m"].strategy.exploration = 0.0
+        lease = await r.acquire("m", ctx=RouteContext(max_tokens=50))
+        assert lease.state.name == asked[0].state.name
+
+    asyncio.run(main())

@@ -14,6 +14,9 @@ from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch import route_context, time_budget, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
 from app.request import Endpoint, parse_request
+from app.routing.predict import estimate
+from app.routing.prefix_routing import PrefixMatch
+from app.routing.prefix_routing import match as prefix_match
 
 router = APIRouter(prefix="/admin")
 
@@ -96,6 +99,7 @@ async def explain(request: Request) -> Response:
                 "predicted_e2e_s": round(est.e2e_s, 6), "source": "estimated",
                 "inflight": s.inflight, "breaker": s.breaker.state.value,
                 "slots": s.model.slots, "slots_source": s.model.slots_source,
+                "prefix": _prefix_effect(s, ctx),
             })
         budget = time_budget(gw, alias, deadline)
         predicted = choice.predicted_s
@@ -142,6 +146,31 @@ async def tenants(request: Request) -> Response:
     if "error" in usage:
         store["error"] = usage["error"]
     return _json({"limiter": store, "window_s": adm.config.window_s, "tenants": out})
+
+
+def _prefix_effect(s, ctx) -> dict | None:
+    """The candidate's matched prefix and what it takes off the predicted TTFT (all estimates)."""
+    if ctx.prefix is None:
+        return None
+    m = prefix_match(s, ctx)
+    out = {"matched_blocks": m.blocks, "prompt_blocks": len(ctx.prefix.keys),
+           "matched_tokens_estimated": round(m.matched_tokens, 1), "believed_cached_tokens": round(m.tokens, 1),
+           "index_accuracy": round(s.prefixes.accuracy, 4), "index_verified_requests": s.prefixes.verified,
+           "sibling_prefilling": m.leader is not None, "uncached_tokens_in_flight": round(s.uncached_inflight, 1),
+           "used_by_strategy": ctx.cached is not None}
+    if ctx.cached is not None:
+        kept = ctx.cached.get(s.name)
+        ctx.cached[s.name] = m
+        warm = estimate(s, ctx).ttft_s
+        ctx.cached[s.name] = PrefixMatch(0, 0.0, 0.0)
+        cold = estimate(s, ctx).ttft_s
+        if kept is not None:
+            ctx.cached[s.name] = kept
+        else:
+            del ctx.cached[s.name]
+        out["predicted_ttft_without_prefix_s"] = round(cold, 6)
+        out["ttft_saved_s"] = round(cold - warm, 6)
+    return out
 
 
 @router.post("/reload")

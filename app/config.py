@@ -141,6 +141,11 @@ class BackendConfig(Strict):
     # A `slipstream bench` report (JSON) whose fitted figures seed this backend's latency model, so
     # routing is good from the first request. Relative paths are relative to the config file.
     latency_prior: str | None = None
+    # The backend's prompt (KV) cache in tokens, which bounds the gateway's index of what it holds
+    # (prefix-aware routing); unset, it is learned from the cached tokens the backend reports.
+    prefix_cache_tokens: int | None = Field(None, gt=0)
+    # Entries of that index older than this are assumed evicted (Dynamo's default).
+    prefix_ttl_s: float = Field(120.0, gt=0)
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
@@ -195,9 +200,21 @@ class HedgePolicy(Strict):
     budget_ratio: float = Field(0.1, ge=0, le=1)
 
 
+class PrefixPolicy(Strict):
+    # Under `prefix_aware`: stay on the backend holding the longest cached prefix unless its predicted
+    # latency (queue included) exceeds the best alternative's by more than this share ...
+    sticky_ratio: float = Field(0.25, ge=0)
+    # ... plus this many milliseconds (sticky until saturated).
+    sticky_ms: float = Field(50.0, ge=0)
+    # A request whose prefix another request is still prefilling on the chosen backend waits for it (at
+    # most this long past its predicted end), so a burst of siblings computes the prefix once.
+    burst_wait_ms: float = Field(2000.0, ge=0)
+
+
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
-    strategy: Literal["predicted_latency", "least_inflight", "lowest_latency", "round_robin", "weighted"] = "predicted_latency"
+    strategy: Literal["predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin", "weighted"] = "predicted_latency"
+    prefix: PrefixPolicy = PrefixPolicy()
     timeouts: TimeoutOverrides = TimeoutOverrides()
     retry: RetryPolicy = RetryPolicy()
     # Aliases tried in order when this one cannot answer (retries exhausted, timeouts, 5xx).

@@ -19,8 +19,9 @@ from app.errors import AllAttemptsFailed, GatewayError, UpstreamStatus
 from app.hedge import hedged
 from app.owner import AttemptOwner
 from app.record import AttemptRecord, Event, RequestRecord
-from app.request import ParsedRequest
+from app.request import Endpoint, ParsedRequest
 from app.retry import Action, Situation, decide, is_poison, retry_after_s
+from app.routing.prefix_index import prompt_blocks
 from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.transport import UpstreamCall
@@ -48,6 +49,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     gw.budget.on_request()
     ctx = route_context(req)  # once per request: every alias and attempt below reuses it
     record.prompt_tokens_hint = ctx.prompt_tokens
+    record.prefix = ctx.prefix
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
     errors: dict[str, GatewayError] = {}
@@ -175,10 +177,20 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
         record.attempts += 1
         routed_at = time.perf_counter()
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline)
+        waited = 0.0
+        if lease.burst_wait_s:
+            # A sibling is prefilling this prompt's prefix on the chosen backend: sent now, it would
+            # compute the prefix a second time.
+            try:
+                waited = await lease.wait_for_prefix(deadline.cap(lease.burst_wait_s))
+            except BaseException:
+                lease.release()
+                raise
         backend = lease.backend
         now = time.perf_counter()
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
-                          backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate)
+                          backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate,
+                          prefix=lease.prefix, burst_wait_s=waited)
         record.attempt_log.append(a)
         owner = AttemptOwner(gw.router, lease, a, record)
         try:
@@ -191,7 +203,8 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
             t = result.timing
             a.headers, a.first_event, a.status = t.headers, t.first_event, 200
             if req.stream:
-                gw.router.learner.first_token(a, ctx.prompt_tokens)
+                lease.prefilled()
+                gw.router.learner.first_token(a, uncached_tokens(ctx, lease))
             else:
                 a.end, a.report = t.end, result.report
                 owner.close()  # the body is read whole: the slot is free for the next request now
@@ -240,15 +253,24 @@ def route_context(req: ParsedRequest) -> RouteContext:
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     max_tokens = max_tokens if isinstance(max_tokens, int) else None
     exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
-    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact)
+    prefix = prompt_blocks(body) if req.endpoint is not Endpoint.EMBEDDINGS else None
+    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact, prefix=prefix)
 
 
 def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
-    """The context as the alias's policy ranks it (what a stream is ranked by)."""
+    """The context as the alias's policy ranks it (what a stream is ranked by, whether cached prefixes
+    count)."""
     ctx.stream_objective = spec.stream_objective
     ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
     ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
+    ctx.prefix_policy = spec.prefix
+    ctx.cached = {} if spec.strategy == "prefix_aware" else None
     return ctx
+
+
+def uncached_tokens(ctx: RouteContext, lease) -> int:
+    """The request's prompt tokens the chosen backend was predicted to prefill (not reuse)."""
+    return max(1, round(ctx.prompt_tokens - lease.prefix.tokens)) if lease.prefix is not None else ctx.prompt_tokens
 
 
 def _final_error(errors: list[tuple[str, GatewayError]]) -> GatewayError:

@@ -59,6 +59,11 @@ class AttemptRecord:
     report: BackendReport = NO_REPORT
     response_model: str | None = None
     span: Any = None  # the live CLIENT span, when tracing
+    # What the prefix index believed the backend held of this prompt when it was chosen (an estimate),
+    # the time spent waiting for a sibling to prefill it, and the cached tokens the backend reported.
+    prefix: Any = None  # app.routing.prefix_routing.PrefixMatch
+    burst_wait_s: float = 0.0
+    cached_reported: int | None = None
 
 
 @dataclass(slots=True)
@@ -118,6 +123,7 @@ class RequestRecord:
     response_headers: dict[str, str] = field(default_factory=dict)
     # Observers of the request's end (admission settles its reservation): run once, by the record stage.
     on_end: list[Callable[[RequestRecord], None]] = field(default_factory=list)
+    prefix: Any = None  # the prompt's block keys (app.routing.prefix_index.PromptBlocks)
 
     @property
     def duration_s(self) -> float:

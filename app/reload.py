@@ -77,6 +77,12 @@ class Reloader:
                 if same:
                     new.router.states[name].model = model
                     new.models[name] = model
+                    # What the backend holds in its prompt cache did not change with the config.
+                    fresh, kept = new.router.states[name].prefixes, old.router.states[name].prefixes
+                    if fresh.fixed_capacity or kept.fixed_capacity:
+                        kept.capacity_tokens, kept.fixed_capacity = fresh.capacity_tokens, fresh.fixed_capacity
+                    kept.ttl_s = fresh.ttl_s
+                    new.router.states[name].prefixes = kept
             new.admission.adopt(old.admission)
             self.state.gateway = new
             self._spawn(_close_when_drained(old))

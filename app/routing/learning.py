@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.record import AttemptRecord, Outcome, RequestRecord
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
+from app.routing.prefix_routing import verify as verify_prefix
 from app.upstream.adapters import BackendReport, ServerLoad
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Learner:
         s = self._state(a.backend)
         if s is None or a.error_type or not a.end:
             return
+        verify_prefix(record, a, s)
         model, r = s.model, a.report
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of

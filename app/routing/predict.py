@@ -66,7 +66,17 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
         # The backend's own waiting count (vLLM /metrics) beyond what this gateway queued there.
         ours = max(0, ahead - slots) if slots is not None else 0
         queue += max(0.0, c.scraped_waiting - ours) * _turnover_s(c, slots or max(1, ahead), now)
-    ttft = m.ttft(ctx.prompt_tokens, now, queue)
+    prompt = ctx.prompt_tokens
+    cached = ctx.cached.get(c.name) if ctx.cached else None
+    if ctx.cached is not None:
+        # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
+        # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
+        # prefilling the same prefix has finished it.
+        queue += c.uncached_inflight * m.prefill.coefficients(now)[1]
+        if cached is not None and cached.tokens > 0:
+            prompt = max(1, round(prompt - cached.tokens))
+            queue = max(queue, cached.ready_at - now)
+    ttft = m.ttft(prompt, now, queue)
     n = m.output_tokens.get(now)
     if ctx.max_tokens:
         n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)

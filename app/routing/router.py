@@ -18,6 +18,9 @@ from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
 from app.routing.predict import Estimate, InflightBook, estimate, predict
+from app.routing.prefix_index import BackendPrefixes
+from app.routing.prefix_routing import PrefixMatch, burst_wait_s
+from app.routing.prefix_routing import match as prefix_match
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 
@@ -39,6 +42,10 @@ class BackendState:
     wrr_current: float = 0.0
     # When each request in flight here is predicted to finish: the queue a new one would wait in.
     book: InflightBook = field(default_factory=InflightBook)
+    # What the backend is believed to hold in its prompt cache, and the estimated prompt tokens it
+    # still has to prefill for requests in flight (released at their first token).
+    prefixes: BackendPrefixes = field(default_factory=BackendPrefixes)
+    uncached_inflight: float = 0.0
 
     @property
     def name(self) -> str:
@@ -59,23 +66,63 @@ class _Alias:
 class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
-    __slots__ = ("state", "_router", "_released", "scores", "estimate", "_ticket")
+    __slots__ = ("state", "_router", "_released", "scores", "estimate", "_ticket", "prefix", "burst_wait_s",
+                 "_keys", "_uncached", "_prefilled")
 
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
                  scores: dict[str, float] | None = None) -> None:
         self._router, self.state, self._released = router, state, False
         self.scores = scores or {}  # what the strategy scored each candidate, for the record
+        # What the prefix index believed this backend holds of the prompt when it was chosen.
+        self.prefix: PrefixMatch | None = None
+        self.burst_wait_s = 0.0
+        self._keys: list[bytes] = []
+        self._uncached = 0.0
+        self._prefilled: asyncio.Event | None = None
+        if ctx.prefix is not None and ctx.prefix.keys:
+            self.prefix = prefix_match(state, ctx)
+            if ctx.cached is not None:
+                ctx.cached[state.name] = self.prefix
         # What the model predicted for this request on this backend, with the requests ahead of it.
         self.estimate: Estimate = estimate(state, ctx, ahead)
         self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens)
+        if self.prefix is not None:
+            # Record the decision (the approximate index learns from routing); the blocks count as
+            # computed from the predicted first token, or as soon as it really comes.
+            self.burst_wait_s = burst_wait_s(self.prefix, ctx)
+            self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
+            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + self.estimate.ttft_s, self._prefilled)
+            self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
+            state.uncached_inflight += self._uncached
 
     @property
     def backend(self) -> Backend:
         return self.state.backend
 
+    async def wait_for_prefix(self, limit_s: float) -> float:
+        """Hold back (at most `limit_s`) while a sibling prefills this request's prefix here; returns
+        the seconds waited."""
+        leader = self.prefix.leader if self.prefix else None
+        if leader is None or limit_s <= 0:
+            return 0.0
+        start = time.monotonic()
+        try:
+            await asyncio.wait_for(leader.wait(), limit_s)
+        except TimeoutError:
+            pass
+        return time.monotonic() - start
+
+    def prefilled(self) -> None:
+        """The first token came (or the call ended): the prompt is computed and no longer load."""
+        if self._prefilled is not None and not self._prefilled.is_set():
+            self._prefilled.set()
+            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
+            self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
+
     def release(self) -> None:
         if not self._released:
             self._released = True
+            self.prefilled()
             self.state.book.remove(self._ticket)
             self._router._release(self.state)
 
@@ -106,7 +153,15 @@ class RouteChoice:
 SCORE_MEANING = {
     "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
     "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
+    "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
 }
+
+
+def prefixes_for(config) -> BackendPrefixes:
+    """A backend's prefix index, bounded by its configured cache size (else a default, then learned)."""
+    size = getattr(config, "prefix_cache_tokens", None)
+    ttl = getattr(config, "prefix_ttl_s", 120.0)
+    return BackendPrefixes(float(size), ttl, fixed_capacity=True) if size else BackendPrefixes(ttl_s=ttl)
 
 
 def _is_429(err: GatewayError) -> bool:
@@ -118,11 +173,14 @@ class Router:
         self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float,
         breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
         queue: WaitQueue | None = None,
+        prefixes: dict[str, BackendPrefixes] | None = None,
     ) -> None:
         breaker = breaker or BreakerConfig()
         latency = latency if latency is not None else {name: LatencyModel() for name in backends}
+        prefixes = prefixes if prefixes is not None else {name: prefixes_for(b.config) for name, b in backends.items()}
         self.states = {
-            name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], getattr(b.config, "weight", 1.0))
+            name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], getattr(b.config, "weight", 1.0),
+                               prefixes=prefixes[name])
             for name, b in backends.items()
         }
         self._aliases = {

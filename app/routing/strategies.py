@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 from app.routing.predict import estimate, failure_penalty, objective
 
 if TYPE_CHECKING:
+    from app.config import PrefixPolicy
+    from app.routing.prefix_index import PromptBlocks
+    from app.routing.prefix_routing import PrefixMatch
     from app.routing.router import BackendState
 
 
@@ -35,6 +38,12 @@ class RouteContext:
     # Whether a strategy may explore (try a backend it does not rank first); off when only asking what
     # it would choose (the deadline check, /admin/route/explain), so the answer is the ranking's.
     explore: bool = True
+    # The prompt's block keys, for the prefix index (app/routing/prefix_index.py).
+    prefix: PromptBlocks | None = None
+    prefix_policy: PrefixPolicy | None = None
+    # Set by prefix-aware routing: what of the prompt each candidate is believed to hold cached, so
+    # predictions count only the uncached tokens and the prefill work already in flight there.
+    cached: dict[str, PrefixMatch] | None = None
 
 
 class Strategy(Protocol):
@@ -156,6 +165,10 @@ LOAD_PENALTY_SLOTS = 8
 
 
 def make_strategy(name: str) -> Strategy:
+    if name == "prefix_aware":
+        from app.routing.prefix_routing import PrefixAware
+
+        return PrefixAware()
     return {"round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
             "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}[name]()
 

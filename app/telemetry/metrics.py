@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from app.record import Outcome, RequestRecord
 from app.routing.health import BreakerState
+from app.routing.prefix_index import BLOCK_CHARS
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
@@ -45,6 +46,18 @@ class Metrics:
                                  ["gen_ai_request_model", "reason"], registry=r)
         self.cache = Counter("slipstream_cache_requests", "Cache outcome per request.",
                              ["gen_ai_request_model", "result"], registry=r)
+        # The prefix index's predictions against what backends reported reusing (bounded labels:
+        # backend names from the config, four results).
+        self.prefix_predicted = Counter("slipstream_prefix_predicted_cached_tokens",
+                                        "Prompt tokens the prefix index predicted cached (share of the reported prompt).",
+                                        ["slipstream_backend"], registry=r)
+        self.prefix_reported = Counter("slipstream_prefix_reported_cached_tokens", "Prompt tokens backends reported reused from their cache.",
+                                       ["slipstream_backend"], registry=r)
+        self.prefix_prompt = Counter("slipstream_prefix_prompt_tokens", "Prompt tokens of requests whose cached tokens were reported.",
+                                     ["slipstream_backend"], registry=r)
+        self.prefix_requests = Counter("slipstream_prefix_requests",
+                                       "Requests by predicted vs reported prefix hit: hit, miss, false_hit (predicted, not reused), missed_hit.",
+                                       ["slipstream_backend", "result"], registry=r)
 
     def observe(self, record: RequestRecord, operation: str) -> None:
         # Every label below comes from config (alias, backend) or a fixed set: a client or a backend
@@ -70,10 +83,32 @@ class Metrics:
             if result not in _ATTEMPT_RESULTS:
                 result = f"status_{a.status}" if 100 <= a.status <= 599 else "other"
             self.attempts.labels(a.backend, result).inc()
+        last = record.attempt_log[-1] if record.attempt_log else None
+        if last is not None and last.cached_reported is not None and last.prefix is not None and record.prefix is not None:
+            total = last.report.prompt_tokens or 0
+            if total and record.prefix.chars:
+                share = min(1.0, last.prefix.blocks * BLOCK_CHARS / record.prefix.chars)
+                self.observe_prefix(last.backend, share, last.cached_reported, total)
         if record.retries:
             self.retries.labels(record.alias).inc(record.retries)
         if record.fallback:
             self.fallbacks.labels(record.alias, record.fallback).inc()
+
+    def observe_prefix(self, backend: str, predicted_share: float, cached: int, total: int) -> None:
+        """One request's predicted prefix match (a share of its prompt) against the reported reuse."""
+        reported_share = cached / total if total else 0.0
+        self.prefix_predicted.labels(backend).inc(predicted_share * total)
+        self.prefix_reported.labels(backend).inc(cached)
+        self.prefix_prompt.labels(backend).inc(total)
+        if predicted_share <= 0.05 and reported_share <= 0.05:
+            result = "miss"
+        elif reported_share < 0.5 * predicted_share:
+            result = "false_hit"
+        elif predicted_share < 0.5 * reported_share:
+            result = "missed_hit"
+        else:
+            result = "hit"
+        self.prefix_requests.labels(backend, result).inc()
 
     def register_live(self, gateway: Gateway) -> None:
         self.registry.register(_LiveCollector(gateway))
@@ -96,7 +131,14 @@ class _LiveCollector:
         running = GaugeMetricFamily("slipstream_backend_running", "Requests the backend reports running (vLLM /metrics).", labels=["slipstream_backend"])
         waiting = GaugeMetricFamily("slipstream_backend_waiting", "Requests the backend reports waiting (vLLM /metrics).", labels=["slipstream_backend"])
         kv = GaugeMetricFamily("slipstream_backend_kv_cache_usage", "KV-cache use the backend reports, 0..1 (vLLM /metrics).", labels=["slipstream_backend"])
+        accuracy = GaugeMetricFamily("slipstream_prefix_index_accuracy",
+                                     "Agreement (0..1) of the prefix index's predicted matches with reported cached tokens.",
+                                     labels=["slipstream_backend"])
+        blocks = GaugeMetricFamily("slipstream_prefix_index_blocks", "Prompt blocks the prefix index holds per backend.",
+                                   labels=["slipstream_backend"])
         for name, state in gw.router.states.items():
+            accuracy.add_metric([name], state.prefixes.accuracy)
+            blocks.add_metric([name], len(state.prefixes))
             inflight.add_metric([name], state.inflight)
             breaker.add_metric([name], _BREAKER_VALUE[state.breaker.state])
             load = gw.backend_load.get(name)
@@ -104,7 +146,7 @@ class _LiveCollector:
                 for family, value in ((running, load.running), (waiting, load.waiting), (kv, load.kv_cache_usage)):
                     if value is not None:
                         family.add_metric([name], value)
-        yield from (inflight, breaker, running, waiting, kv)
+        yield from (inflight, breaker, running, waiting, kv, accuracy, blocks)
         yield GaugeMetricFamily("slipstream_queued_requests", "Requests waiting for a backend slot in this gateway.", value=gw.router.queued)
         stats = gw.cache.stats
         yield CounterMetricFamily("slipstream_cache_errors", "Cache store failures (the cache failed open).", value=stats.errors)

@@ -196,6 +196,15 @@ class Tracing:
         if a.error_type:
             span.set_attribute("error.type", a.error_type)
             span.set_status(Status(StatusCode.ERROR))
+        if a.prefix is not None:
+            # Matched: the prefix index's estimate at routing time; reported: what the backend said it reused.
+            span.set_attributes({"slipstream.prefix.matched_blocks": a.prefix.blocks,
+                                 "slipstream.prefix.matched_tokens": round(a.prefix.matched_tokens, 1),
+                                 "slipstream.prefix.believed_tokens": round(a.prefix.tokens, 1)})
+            if a.burst_wait_s:
+                span.set_attribute("slipstream.prefix.burst_wait_s", round(a.burst_wait_s, 6))
+        if a.cached_reported is not None:
+            span.set_attribute("slipstream.prefix.reported_cached_tokens", a.cached_reported)
         end = a.end or record.finished or time.perf_counter()
         final = a is record.attempt_log[-1] and not a.error_type
         if final:

@@ -1,0 +1,192 @@
+"""An approximate index of what each backend holds in its prompt (KV) cache, learned from routing.
+
+No server here publishes KV-cache events, so, as llm-d's approximate prefix scorer does, the gateway
+hashes a canonical serialisation of each prompt in blocks of BLOCK_CHARS characters (each key chains
+the keys before it, so equal keys mean equal text up to there) and records which backend it sent them
+to. Each backend's entries are bounded by its cache capacity (configured, or learned from what it
+reports) in LRU order, and expire after a TTL (Dynamo's 120 s by default).
+
+The index is checked against what the backend reports (llama.cpp `timings.cache_n` / `prompt_n`,
+`usage.prompt_tokens_details.cached_tokens` from vLLM and OpenAI-compatible servers): a per-backend
+accuracy figure scales how much of a predicted match the router believes, and blocks a backend turned
+out not to hold are dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# ~32 tokens of English: small enough that a short question after a shared system prompt still
+# matches the whole prompt, large enough that hashing a long conversation costs microseconds.
+BLOCK_CHARS = 128
+CHARS_PER_TOKEN = 4.0
+# Believed share of a predicted match before any report has confirmed or denied one.
+PRIOR_ACCURACY = 0.8
+_SEP = "\x1e"
+
+
+def canonical_text(body: dict) -> str:
+    """The prompt as one string, in the order a chat template lays it out: tools first, then every
+    message (role, name, content; non-text parts as JSON) in order; a completion's prompt as is."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        tools = body.get("tools")
+        if tools:
+            parts.append("tools" + _SEP + orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode())
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(p["text"] if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                  else orjson.dumps(p, option=orjson.OPT_SORT_KEYS).decode() for p in content)
+            elif not isinstance(content, str):
+                content = "" if content is None else orjson.dumps(content).decode()
+            extra = ""
+            if m.get("tool_calls"):
+                extra = orjson.dumps(m["tool_calls"], option=orjson.OPT_SORT_KEYS).decode()
+            parts.append(f"{m.get('role')}{_SEP}{m.get('name') or ''}{_SEP}{content}{extra}")
+        return _SEP.join(parts) + _SEP
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        prompt = "".join(p if isinstance(p, str) else orjson.dumps(p).decode() for p in prompt)
+    return prompt if isinstance(prompt, str) else str(prompt)
+
+
+@dataclass(slots=True)
+class PromptBlocks:
+    """A request's block keys and its length, computed once per request."""
+
+    keys: list[bytes]
+    chars: int
+
+    @property
+    def tokens(self) -> float:
+        return self.chars / CHARS_PER_TOKEN
+
+    def tokens_in(self, blocks: int) -> float:
+        """Estimated prompt tokens covered by the first `blocks` blocks."""
+        return min(blocks * BLOCK_CHARS, self.chars) / CHARS_PER_TOKEN
+
+    @property
+    def group(self) -> bytes:
+        """What requests sharing a prefix have in common: the first block (the prompt itself if shorter)."""
+        return self.keys[0] if self.keys else b""
+
+
+def prompt_blocks(body: dict) -> PromptBlocks:
+    text = canonical_text(body)
+    keys, prev = [], b""
+    for start in range(0, len(text), BLOCK_CHARS):
+        chunk = text[start:start + BLOCK_CHARS]
+        if len(chunk) < BLOCK_CHARS and keys:
+            break  # a partial last block is not cached by block-based servers
+        prev = hashlib.blake2b(prev + chunk.encode(), digest_size=12).digest()
+        keys.append(prev)
+    return PromptBlocks(keys, len(text))
+
+
+@dataclass(slots=True)
+class _Entry:
+    seen: float  # when a request carrying this block was last sent here
+    written: int  # the backend's token counter when it was: how much has entered its cache since
+    ready_at: float  # when its prefill is predicted to be done (a burst sibling waits for it)
+    leader: Any = None  # the asyncio.Event set when the request prefilling it got its first token
+
+
+@dataclass
+class BackendPrefixes:
+    """One backend's believed cache contents, bounded by capacity (tokens, LRU) and a TTL."""
+
+    capacity_tokens: float = 32768.0
+    ttl_s: float = 120.0
+    # Whether the capacity was configured (then it is never moved by learning).
+    fixed_capacity: bool = False
+    accuracy: float = PRIOR_ACCURACY
+    verified: int = 0  # requests whose reported cached tokens were compared with the index's match
+    _blocks: OrderedDict[bytes, _Entry] = field(default_factory=OrderedDict)
+    _written: int = 0  # estimated tokens this gateway has sent into the backend's cache
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def match(self, keys: list[bytes], now: float) -> tuple[int, float, Any, float]:
+        """(blocks, ready_at, leader, turnover): the longest leading run of `keys` believed cached here,
+        when the last of them will have been computed (past for a settled prefix), the event that says
+        so, and the tokens sent here since the least recently used of them was last used."""
+        ready, leader, n, oldest = 0.0, None, 0, self._written
+        for key in keys:
+            e = self._blocks.get(key)
+            if e is None or now - e.seen > self.ttl_s:
+                break
+            if e.ready_at > ready:
+                ready, leader = e.ready_at, e.leader
+            oldest = min(oldest, e.written)
+            n += 1
+        return n, ready, leader, float(self._written - oldest)
+
+    def record(self, keys: list[bytes], now: float, ready_at: float, leader: Any = None) -> None:
+        """The request was sent here: its blocks are (or, by `ready_at`, will be) in the backend's cache."""
+        per_block = BLOCK_CHARS / CHARS_PER_TOKEN
+        for key in keys:
+            e = self._blocks.get(key)
+            if e is None:
+                self._written += int(per_block)
+                self._blocks[key] = _Entry(now, self._written, ready_at, leader)
+            else:
+                e.seen, e.written = now, self._written
+                if e.ready_at > now and ready_at < e.ready_at:
+                    e.ready_at, e.leader = ready_at, leader
+                self._blocks.move_to_end(key)
+        self._evict(now)
+
+    def settle(self, keys: list[bytes], now: float, leader: Any = None) -> None:
+        """The request that was prefilling these blocks got its first token (or ended): they are
+        computed, or, if it failed, at least nothing should wait for them."""
+        for key in keys:
+            e = self._blocks.get(key)
+            if e is not None and e.ready_at > now and (leader is None or e.leader is leader):
+                e.ready_at, e.leader = now, None
+
+    def verify(self, predicted_blocks: int, turnover: float, reported_share: float, share_per_block: float) -> None:
+        """Compare the match predicted at routing time with the share of the prompt the backend says it
+        reused: update the accuracy figure and, unless configured, the cache capacity. `turnover` is
+        what this gateway had sent into the backend's cache since the matched blocks were last used."""
+        predicted_share = min(1.0, predicted_blocks * share_per_block)
+        if predicted_share <= 0.0 and reported_share <= 0.0:
+            return
+        agree = 1.0 - abs(predicted_share - reported_share) / max(predicted_share, reported_share)
+        self.verified += 1
+        w = 0.2 if self.verified > 5 else 1.0 / self.verified
+        self.accuracy = self.accuracy * (1 - w) + agree * w
+        if self.fixed_capacity or not predicted_blocks or turnover <= 0:
+            return
+        if reported_share < 0.5 * predicted_share:
+            # Evicted: the backend's cache holds less than what entered it since.
+            self.capacity_tokens = max(BLOCK_CHARS / CHARS_PER_TOKEN, min(self.capacity_tokens, turnover))
+        elif reported_share >= 0.9 * predicted_share:
+            # Kept through all that: the cache holds at least as much.
+            self.capacity_tokens = max(self.capacity_tokens, turnover)
+
+    def _evict(self, now: float) -> None:
+        limit = max(1, math.floor(self.capacity_tokens * CHARS_PER_TOKEN / BLOCK_CHARS))
+        while len(self._blocks) > limit:
+            self._blocks.popitem(last=False)
+        # Expired entries at the old end go too, so an idle index does not hold memory.
+        while self._blocks:
+            key, e = next(iter(self._blocks.items()))
+            if now - e.seen <= self.ttl_s:
+                break
+            self._blocks.popitem(last=False)
+
+    def snapshot(self) -> dict:
+        return {"blocks": len(self._blocks), "capacity_tokens": round(self.capacity_tokens),
+                "capacity": "configured" if self.fixed_capacity else "learned", "ttl_s": self.ttl_s,
+                "accuracy": round(self.accuracy, 4), "verified_requests": self.verified}

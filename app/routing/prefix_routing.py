@@ -1,0 +1,108 @@
+"""Prefix-aware routing through the latency model: sticky until saturated (llm-d's default).
+
+Each candidate's predicted latency counts only the prompt tokens it is not believed to hold cached
+(the prefix index's match, scaled by that backend's index accuracy), after the uncached prefill work
+already in flight there. The backend holding the longest cached prefix keeps the request unless its
+prediction, queue included, is worse than the best one's by more than the alias's sticky margin.
+
+A prefix no backend holds goes, among the backends within that margin of the best, to the one its
+first block hashes to (rendezvous hashing): every gateway replica sends a new prefix to the same
+backend without sharing state, and the latency margin bounds the load that can pile onto it
+(consistent hashing with bounded load). See README "Prefix-aware routing" for the measured choice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from app.config import PrefixPolicy
+from app.routing.predict import estimate, failure_penalty, objective
+from app.routing.prefix_index import BLOCK_CHARS
+from app.routing.strategies import PredictedLatency
+
+if TYPE_CHECKING:
+    from app.routing.router import BackendState
+    from app.routing.strategies import RouteContext
+
+_DEFAULT_POLICY = PrefixPolicy()
+
+
+@dataclass(slots=True)
+class PrefixMatch:
+    """What of one request's prompt one backend is believed to hold cached."""
+
+    blocks: int  # leading blocks of the prompt found in the backend's index
+    matched_tokens: float  # estimated prompt tokens those blocks cover
+    tokens: float  # what routing counts on: matched x the backend's index accuracy
+    ready_at: float = 0.0  # when a sibling still prefilling them is predicted to finish (past: settled)
+    leader: asyncio.Event | None = None  # set when that sibling's first token came
+    turnover: float = 0.0  # tokens sent to the backend since the matched blocks were last used
+
+
+def match(c: BackendState, ctx: RouteContext) -> PrefixMatch:
+    """The prefix index's match for this request on backend `c` now."""
+    blocks_, ready_at, leader, turnover = c.prefixes.match(ctx.prefix.keys, ctx.now) if ctx.prefix else (0, 0.0, None, 0.0)
+    matched = ctx.prefix.tokens_in(blocks_) if ctx.prefix else 0.0
+    # Scaled to the request's own token estimate, so the uncached part is never negative.
+    if ctx.prefix and ctx.prefix.tokens:
+        matched = matched * ctx.prompt_tokens / ctx.prefix.tokens
+    pending = leader if ready_at > ctx.now and leader is not None and not leader.is_set() else None
+    return PrefixMatch(blocks_, matched, matched * c.prefixes.accuracy, ready_at if pending else 0.0, pending, turnover)
+
+
+def rendezvous(group: bytes, name: str) -> int:
+    """The highest-random-weight hash of a prefix group on a backend: the same on every replica."""
+    return int.from_bytes(hashlib.blake2b(group + name.encode(), digest_size=8).digest(), "big")
+
+
+def prepare_prefix(candidates, ctx: RouteContext) -> None:
+    """Under prefix-aware routing, each candidate's match, so predictions count only uncached tokens:
+    the decision, the deadline check and /admin/route/explain then predict alike."""
+    if ctx.cached is not None:
+        ctx.cached = {c.name: match(c, ctx) for c in candidates}
+
+
+class PrefixAware:
+    name = "prefix_aware"
+
+    def choose(self, candidates, ctx, turn):
+        policy = ctx.prefix_policy or _DEFAULT_POLICY
+        ctx.cached = {}
+        prepare_prefix(candidates, ctx)
+        estimates = [estimate(c, ctx) for c in candidates]
+        raw = [objective(e, ctx) * failure_penalty(c, ctx.now) for c, e in zip(candidates, estimates)]
+        scores = PredictedLatency._unmeasured_as_best(candidates, raw)
+        best = min(scores)
+        band = best * (1.0 + policy.sticky_ratio) + policy.sticky_ms / 1000
+        within = [i for i, s in enumerate(scores) if s <= band]
+        group = ctx.prefix.group if ctx.prefix else b""
+        # Warmest within the margin of the best; among equally warm (a new prefix: none), the one the
+        # prefix group hashes to.
+        chosen = max(within, key=lambda i: (ctx.cached[candidates[i].name].blocks, rendezvous(group, candidates[i].name)))
+        return chosen, scores
+
+
+def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext) -> float:
+    """How long a request should hold back for a sibling prefilling its prefix on the chosen backend
+    (0: nothing to wait for). Sent at once, it would compute the same prefix a second time."""
+    if m is None or m.leader is None or m.leader.is_set() or ctx.cached is None:
+        return 0.0
+    policy = ctx.prefix_policy or _DEFAULT_POLICY
+    if not policy.burst_wait_ms:
+        return 0.0
+    return max(0.0, m.ready_at - ctx.now) + policy.burst_wait_ms / 1000
+
+
+def verify(record, a, c: BackendState) -> None:
+    """Check what the prefix index predicted for a finished attempt against the share of the prompt its
+    backend reported reusing (llama.cpp cache_n, usage.prompt_tokens_details.cached_tokens); the
+    backend's index accuracy and learned capacity follow. Backends that report nothing teach nothing."""
+    share = a.report.processed_share()
+    if a.prefix is None or share is None or record.prefix is None or not record.prefix.chars:
+        return
+    total = a.report.prompt_tokens or 0
+    a.cached_reported = a.report.prompt_cached if a.report.prompt_cached is not None else round(total * (1 - share))
+    c.prefixes.verify(a.prefix.blocks, a.prefix.turnover, 1.0 - share, BLOCK_CHARS / record.prefix.chars)

@@ -1,0 +1,112 @@
+"""The approximate prefix index: canonical blocks, LRU and TTL bounds, and checking against reports."""
+
+from __future__ import annotations
+
+from app.routing.prefix_index import BLOCK_CHARS, BackendPrefixes, canonical_text, prompt_blocks
+
+SYSTEM = "You answer questions about the billing system. " * 20
+
+
+def chat(*turns: tuple[str, str], tools=None) -> dict:
+    body = {"messages": [{"role": r, "content": c} for r, c in turns]}
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+def test_prompts_sharing_a_system_prompt_share_leading_blocks():
+    a = prompt_blocks(chat(("system", SYSTEM), ("user", "What is my balance?")))
+    b = prompt_blocks(chat(("system", SYSTEM), ("user", "When is it due?")))
+    shared = len(SYSTEM) // BLOCK_CHARS
+    assert a.keys[:shared] == b.keys[:shared]
+    # Only full blocks are keyed (block-based caches keep no partial block): the questions are not.
+    assert a.tokens_in(len(a.keys)) < a.tokens
+
+
+def test_a_conversations_next_turn_extends_the_previous_one():
+    turn1 = chat(("system", SYSTEM), ("user", "Hello " * 30))
+    turn2 = chat(("system", SYSTEM), ("user", "Hello " * 30), ("assistant", "Hi, how can I help?"), ("user", "My bill."))
+    k1, k2 = prompt_blocks(turn1).keys, prompt_blocks(turn2).keys
+    assert k2[:len(k1) - 1] == k1[:-1]
+
+
+def test_roles_tools_and_order_are_part_of_the_prefix():
+    as_user = prompt_blocks(chat(("user", SYSTEM)))
+    as_system = prompt_blocks(chat(("system", SYSTEM)))
+    assert as_user.keys[0] != as_system.keys[0]
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    assert prompt_blocks(chat(("system", SYSTEM), tools=tools)).keys[0] != as_system.keys[0]
+
+
+def test_completions_hash_the_prompt_text():
+    assert canonical_text({"prompt": "abc"}) == "abc"
+    assert prompt_blocks({"prompt": "x" * (3 * BLOCK_CHARS)}).keys == prompt_blocks({"prompt": "x" * (3 * BLOCK_CHARS) + "y"}).keys
+
+
+def test_match_is_the_longest_leading_run_recorded_on_that_backend():
+    idx = BackendPrefixes()
+    a = prompt_blocks(chat(("system", SYSTEM), ("user", "one")))
+    b = prompt_blocks(chat(("system", SYSTEM), ("user", "two")))
+    idx.record(a.keys, now=0, ready_at=0)
+    blocks, *_ = idx.match(b.keys, now=1)
+    assert blocks == len(SYSTEM) // BLOCK_CHARS
+    assert idx.match(a.keys, now=1)[0] == len(a.keys)
+
+
+def test_entries_expire_after_the_ttl():
+    idx = BackendPrefixes(ttl_s=120)
+    keys = prompt_blocks(chat(("system", SYSTEM))).keys
+    idx.record(keys, now=0, ready_at=0)
+    assert idx.match(keys, now=100)[0] == len(keys)
+    assert idx.match(keys, now=121)[0] == 0
+
+
+def test_capacity_bounds_entries_least_recently_used_first():
+    per_prompt = 10 * BLOCK_CHARS // 4  # tokens in a 10-block prompt
+    idx = BackendPrefixes(capacity_tokens=2 * per_prompt, fixed_capacity=True)
+    prompts = [prompt_blocks({"prompt": str(i) * (10 * BLOCK_CHARS)}).keys for i in range(3)]
+    idx.record(prompts[0], 0, 0)
+    idx.record(prompts[1], 1, 1)
+    idx.match(prompts[0], 2)
+    idx.record(prompts[0], 2, 2)  # used again: now the most recent
+    idx.record(prompts[2], 3, 3)  # evicts the least recently used: prompt 1
+    assert idx.match(prompts[0], 4)[0] == 10
+    assert idx.match(prompts[1], 4)[0] == 0
+    assert len(idx) == 20
+
+
+def test_accuracy_falls_when_reports_deny_predicted_hits_and_recovers_when_they_confirm():
+    idx = BackendPrefixes()
+    for _ in range(10):
+        idx.verify(predicted_blocks=10, turnover=100, reported_share=0.0, share_per_block=0.1)
+    assert idx.accuracy < 0.1
+    for _ in range(10):
+        idx.verify(predicted_blocks=10, turnover=100, reported_share=0.95, share_per_block=0.1)
+    assert idx.accuracy > 0.8
+    assert idx.verified == 20
+
+
+def test_a_denied_hit_teaches_a_smaller_capacity_and_a_kept_one_a_larger():
+    idx = BackendPrefixes(capacity_tokens=32768)
+    idx.verify(predicted_blocks=10, turnover=5000, reported_share=0.0, share_per_block=0.1)
+    assert idx.capacity_tokens == 5000
+    idx.verify(predicted_blocks=10, turnover=8000, reported_share=1.0, share_per_block=0.1)
+    assert idx.capacity_tokens == 8000
+
+
+def test_a_configured_capacity_is_never_learned_over():
+    idx = BackendPrefixes(capacity_tokens=4096, fixed_capacity=True)
+    idx.verify(predicted_blocks=10, turnover=500, reported_share=0.0, share_per_block=0.1)
+    assert idx.capacity_tokens == 4096
+
+
+def test_a_pending_prefix_names_its_leader_until_settled():
+    idx = BackendPrefixes()
+    keys = prompt_blocks(chat(("system", SYSTEM))).keys
+    leader = object()
+    idx.record(keys, now=0, ready_at=3.0, leader=leader)
+    _, ready_at, who, _ = idx.match(keys, now=1)
+    assert ready_at == 3.0 and who is leader
+    idx.settle(keys, now=1.5, leader=leader)
+    _, ready_at, who, _ = idx.match(keys, now=2)
+    assert ready_at == 1.5 and who is None

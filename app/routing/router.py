@@ -91,7 +91,10 @@ class Lease:
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx)
             self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
-            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + self.estimate.ttft_s, self._prefilled)
+            # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
+            # that slot is free again, so there the prefix is ready at the end, not the first token.
+            ready = self.estimate.e2e_s if slot_scoped_cache(state) else self.estimate.ttft_s
+            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.uncached_inflight += self._uncached
 
@@ -112,17 +115,22 @@ class Lease:
             pass
         return time.monotonic() - start
 
-    def prefilled(self) -> None:
-        """The first token came (or the call ended): the prompt is computed and no longer load."""
-        if self._prefilled is not None and not self._prefilled.is_set():
+    def prefilled(self, done: bool = False) -> None:
+        """The first token came (or, with `done`, the call ended): the prompt is computed and no longer
+        load, and siblings waiting for its prefix may go."""
+        if self._prefilled is None or self._prefilled.is_set():
+            return
+        if self._uncached:
+            self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
+            self._uncached = 0.0
+        if done or not slot_scoped_cache(self.state):
             self._prefilled.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
-            self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self.prefilled()
+            self.prefilled(done=True)
             self.state.book.remove(self._ticket)
             self._router._release(self.state)
 
@@ -155,6 +163,12 @@ SCORE_MEANING = {
     "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
     "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
 }
+
+
+def slot_scoped_cache(state: BackendState) -> bool:
+    """Whether the backend's prompt cache belongs to the slot that computed it (llama.cpp), rather than
+    being shared by every running request (vLLM's, SGLang's and TGI's block caches)."""
+    return state.backend.config.flavor == "llamacpp"
 
 
 def prefixes_for(config) -> BackendPrefixes:

@@ -209,6 +209,9 @@ class PrefixPolicy(Strict):
     # A request whose prefix another request is still prefilling on the chosen backend waits for it (at
     # most this long past its predicted end), so a burst of siblings computes the prefix once.
     burst_wait_ms: float = Field(2000.0, ge=0)
+    # A prefix no backend holds goes to the backend it hashes to (among those within the sticky margin
+    # of the best), so every replica sends it to the same one; off: to the best predicted.
+    consistent_hashing: bool = True
 
 
 class ModelAlias(Strict):
@@ -370,6 +373,9 @@ class SimBackendConfig(Strict):
     # cached prefix skips prefill and is reported (timings.cache_n, usage.prompt_tokens_details).
     # 0 (the default, so figures of older setups stay as they were): no cache.
     prefix_cache_tokens: int = Field(0, ge=0)
+    # Prefills share the backend's compute, one at a time in arrival order (a compute-bound server: a
+    # CPU llama.cpp, a GPU at its prefill token budget); off, each slot prefills as if alone.
+    prefill_shared: bool = False
 
 
 class SimulatorConfig(Strict):

@@ -126,8 +126,9 @@ class BackendPrefixes:
             e = self._blocks.get(key)
             if e is None or now - e.seen > self.ttl_s:
                 break
-            if e.ready_at > ready:
-                ready, leader = e.ready_at, e.leader
+            if e.leader is not None:
+                # Still being prefilled by the request that brought it (whatever its predicted end).
+                ready, leader = max(ready, e.ready_at), e.leader
             oldest = min(oldest, e.written)
             n += 1
         return n, ready, leader, float(self._written - oldest)
@@ -142,7 +143,7 @@ class BackendPrefixes:
                 self._blocks[key] = _Entry(now, self._written, ready_at, leader)
             else:
                 e.seen, e.written = now, self._written
-                if e.ready_at > now and ready_at < e.ready_at:
+                if e.leader is not None and ready_at < e.ready_at:
                     e.ready_at, e.leader = ready_at, leader
                 self._blocks.move_to_end(key)
         self._evict(now)
@@ -152,8 +153,8 @@ class BackendPrefixes:
         computed, or, if it failed, at least nothing should wait for them."""
         for key in keys:
             e = self._blocks.get(key)
-            if e is not None and e.ready_at > now and (leader is None or e.leader is leader):
-                e.ready_at, e.leader = now, None
+            if e is not None and e.leader is not None and (leader is None or e.leader is leader):
+                e.ready_at, e.leader = min(e.ready_at, now), None
 
     def verify(self, predicted_blocks: int, turnover: float, reported_share: float, share_per_block: float) -> None:
         """Compare the match predicted at routing time with the share of the prompt the backend says it

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from app.routing.strategies import RouteContext
 
 _DEFAULT_POLICY = PrefixPolicy()
+_OVERDUE_S = 0.05
 
 
 @dataclass(slots=True)
@@ -49,8 +50,10 @@ def match(c: BackendState, ctx: RouteContext) -> PrefixMatch:
     # Scaled to the request's own token estimate, so the uncached part is never negative.
     if ctx.prefix and ctx.prefix.tokens:
         matched = matched * ctx.prompt_tokens / ctx.prefix.tokens
-    pending = leader if ready_at > ctx.now and leader is not None and not leader.is_set() else None
-    return PrefixMatch(blocks_, matched, matched * c.prefixes.accuracy, ready_at if pending else 0.0, pending, turnover)
+    pending = leader if leader is not None and not leader.is_set() else None
+    # A sibling past its predicted end is still expected a little later, never in the past.
+    ready = max(ready_at, ctx.now + _OVERDUE_S) if pending else 0.0
+    return PrefixMatch(blocks_, matched, matched * c.prefixes.accuracy, ready, pending, turnover)
 
 
 def rendezvous(group: bytes, name: str) -> int:
@@ -80,20 +83,30 @@ class PrefixAware:
         within = [i for i, s in enumerate(scores) if s <= band]
         group = ctx.prefix.group if ctx.prefix else b""
         # Warmest within the margin of the best; among equally warm (a new prefix: none), the one the
-        # prefix group hashes to.
-        chosen = max(within, key=lambda i: (ctx.cached[candidates[i].name].blocks, rendezvous(group, candidates[i].name)))
-        return chosen, scores
+        # prefix group hashes to (or, without consistent hashing, the best predicted).
+        if policy.consistent_hashing:
+            def rank(i):
+                return ctx.cached[candidates[i].name].blocks, rendezvous(group, candidates[i].name)
+        else:
+            n = len(candidates)
+
+            def rank(i):
+                return ctx.cached[candidates[i].name].blocks, -scores[i], -((i - turn) % n)
+        return max(within, key=rank), scores
 
 
-def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext) -> float:
-    """How long a request should hold back for a sibling prefilling its prefix on the chosen backend
-    (0: nothing to wait for). Sent at once, it would compute the same prefix a second time."""
+def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext, c: BackendState) -> float:
+    """How long a request may hold back for a sibling prefilling its prefix on the chosen backend
+    (0: nothing to wait for). Sent at once, it would compute the same prefix a second time; so it
+    waits for the sibling's predicted end, or as long as its own cold prefill would take if longer
+    (the prediction may be young), plus the alias's burst margin."""
     if m is None or m.leader is None or m.leader.is_set() or ctx.cached is None:
         return 0.0
     policy = ctx.prefix_policy or _DEFAULT_POLICY
     if not policy.burst_wait_ms:
         return 0.0
-    return max(0.0, m.ready_at - ctx.now) + policy.burst_wait_ms / 1000
+    own = c.model.prefill_s(ctx.prompt_tokens, ctx.now)
+    return max(m.ready_at - ctx.now, own) + policy.burst_wait_ms / 1000
 
 
 def verify(record, a, c: BackendState) -> None:

@@ -89,7 +89,7 @@ class Lease:
         if self.prefix is not None:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
-            self.burst_wait_s = burst_wait_s(self.prefix, ctx)
+            self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
             self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.

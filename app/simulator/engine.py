@@ -72,6 +72,7 @@ class Engine:
     def __post_init__(self) -> None:
         self.faults = self.config.faults
         self.cache = PrefixCache(self.config.prefix_cache_tokens)
+        self._prefill_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self.config.slots)
         # Text depends on the seed alone (replicas of one model answer alike); faults differ per backend.
         self._fault_rng = random.Random(f"{self.seed}:{self.name}:faults")
@@ -125,7 +126,11 @@ class Engine:
 
     async def prefill(self, prompt_tokens: int) -> None:
         if self.config.prefill_tokens_per_s and prompt_tokens:
-            await _sleep(self.prefill_s(prompt_tokens))
+            if self.config.prefill_shared:
+                async with self._prefill_lock:
+                    await _sleep(self.prefill_s(prompt_tokens))
+            else:
+                await _sleep(self.prefill_s(prompt_tokens))
 
     async def step(self) -> None:
         if self.config.tpot_ms:

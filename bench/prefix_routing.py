@@ -1,0 +1,368 @@
+"""Prefix-cache-aware routing against prefix-blind strategies, in one run, on real llama.cpp servers or
+on simulated backends with prompt caches.
+
+Workloads (open-loop Poisson arrivals at --load x the fleet's capacity for cold prompts):
+  shared     K system prompts of about 400 tokens, each request one of them plus a short question
+  multiturn  conversations of up to --turns turns; each turn repeats the history and adds a question
+  unique     every prompt different (nothing to reuse): prefix routing must not cost anything here
+
+Strategies: prefix_aware, predicted_latency (the latency model without the prefix), least_inflight,
+round_robin, each behind a fresh gateway; every run salts its prompts, so no strategy inherits a warm
+cache from another. Streams with include_usage; per strategy it prints TTFT mean/p50/p99, E2E p99, the
+reported cached-token ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), then the
+aims. With --replicas 3 (simulator), prefix_aware also runs behind three gateway replicas that clients
+reach at random, with and without consistent hashing, against one replica.
+
+    python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
+    python bench/prefix_routing.py --backend sim --backends 3 --seconds 40 --repeats 2
+    python bench/prefix_routing.py --backend sim --backends 8 --workloads shared --replicas 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import orjson
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening  # noqa: E402
+
+STRATEGIES = ("prefix_aware", "predicted_latency", "least_inflight", "round_robin")
+WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
+         "billing period credit debit statement fee waiver approval manager region currency tax record "
+         "request confirm verify identity limit transfer dispute merchant card holder notice").split()
+# The simulated backend: a compute-bound server whose prefills share its compute (SmolLM2 on one llama.cpp
+# thread here, ten times faster so that runs stay short), a few slots, short answers.
+SIM = dict(slots=4, prefill_tokens_per_s=1500, prefill_shared=True, tpot_ms=1, tpot_growth=0.04,
+           prefix_cache_tokens=32768, output=dict(median=16, sigma=0, max=16))
+OUT_TOKENS = 16
+
+
+def text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+
+
+# --- workloads: each yields request bodies; `done(conv, answer)` feeds conversations back --------------
+class Shared:
+    name = "shared"
+
+    def __init__(self, rng: random.Random, salt: str, k: int) -> None:
+        # ~400 tokens each (about 4.5 characters a token); the salt leads, so runs share nothing.
+        self.systems = [f"[{salt} policy {i}] " + text(rng, 300) for i in range(k)]
+        self.rng = rng
+
+    def next(self) -> tuple[object, list[dict]]:
+        system = self.rng.choice(self.systems)
+        return None, [{"role": "system", "content": system}, {"role": "user", "content": text(self.rng, 8)}]
+
+    def done(self, conv, answer: str) -> None:
+        pass
+
+
+class Unique(Shared):
+    name = "unique"
+
+    def next(self):
+        return None, [{"role": "system", "content": f"[{self.rng.random()}] " + text(self.rng, 300)},
+                      {"role": "user", "content": text(self.rng, 8)}]
+
+
+class MultiTurn:
+    name = "multiturn"
+
+    def __init__(self, rng: random.Random, salt: str, turns: int) -> None:
+        self.rng, self.salt, self.turns = rng, salt, turns
+        self.idle: list[list[dict]] = []
+        self.started = 0
+
+    def next(self):
+        if self.idle:
+            conv = self.idle.pop(0)
+        else:
+            self.started += 1
+            conv = [{"role": "system", "content": f"[{self.salt} chat {self.started}] " + text(self.rng, 120)}]
+        conv.append({"role": "user", "content": text(self.rng, 40)})
+        return conv, list(conv)
+
+    def done(self, conv, answer: str) -> None:
+        if conv is None:
+            return
+        conv.append({"role": "assistant", "content": answer or "ok"})
+        if len(conv) < 1 + 2 * self.turns:
+            self.idle.append(conv)
+
+
+@dataclass
+class Run:
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    prompt: int = 0
+    cached: int = 0
+    errors: int = 0
+    backends: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def cached_ratio(self) -> float:
+        return self.cached / self.prompt if self.prompt else float("nan")
+
+
+async def drive(urls: list[str], workload, rate: float, seconds: float, seed: int) -> Run:
+    """Open-loop Poisson arrivals for `seconds`; each request goes to a random replica in `urls`."""
+    rng = random.Random(seed)
+    run = Run()
+    tasks = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as s:
+
+        async def one(conv, messages) -> None:
+            body = {"model": "fleet", "messages": messages, "max_tokens": OUT_TOKENS, "temperature": 0,
+                    "stream": True, "stream_options": {"include_usage": True}}
+            t0 = time.perf_counter()
+            first, answer, usage = 0.0, [], None
+            try:
+                async with s.post(f"{rng.choice(urls)}/v1/chat/completions", json=body) as r:
+                    if r.status != 200:
+                        run.errors += 1
+                        await r.read()
+                        return
+                    backend = r.headers.get("x-slipstream-backend", "?")
+                    async for line in r.content:
+                        if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                            continue
+                        if not first:
+                            first = time.perf_counter() - t0
+                        chunk = orjson.loads(line[6:])
+                        if "error" in chunk:
+                            run.errors += 1
+                            return
+                        for c in chunk.get("choices") or ():
+                            answer.append((c.get("delta") or {}).get("content") or "")
+                        usage = chunk.get("usage") or usage
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                run.errors += 1
+                return
+            run.ttft.append(first)
+            run.e2e.append(time.perf_counter() - t0)
+            run.backends[backend] = run.backends.get(backend, 0) + 1
+            if usage:
+                run.prompt += usage.get("prompt_tokens") or 0
+                run.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            workload.done(conv, "".join(answer))
+
+        start = time.perf_counter()
+        t = 0.0
+        while t < seconds:
+            t += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
+            tasks.append(asyncio.ensure_future(one(*workload.next())))
+        await asyncio.gather(*tasks)
+    return run
+
+
+# --- fleets ---------------------------------------------------------------------------------------
+@dataclass
+class Backends:
+    urls: dict[str, str]  # name -> base_url
+    flavor: str
+    capacity_rps: float
+    procs: list = field(default_factory=list)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if isinstance(p, Proc):
+                p.stop()
+            elif p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def sim_fleet(tmp: Path, n: int) -> Backends:
+    specs = {f"sim{i}": dict(port=free_port(), model="m", **SIM) for i in range(n)}
+    fleet = Fleet.start(tmp, specs)
+    # Capacity for cold prompts: prefills run one at a time (shared compute), so each backend finishes
+    # at most prefill_rate / prompt_tokens requests a second (decode overlaps in the other slots).
+    prompt = 540  # the simulator's count for a ~300-word system prompt and a question, with framing
+    cap = n * SIM["prefill_tokens_per_s"] / prompt
+    # A block-shared prompt cache (as vLLM's): the simulated backends speak vLLM's flavour.
+    return Backends({k: f"http://127.0.0.1:{v['port']}/v1" for k, v in specs.items()}, "vllm", cap, [fleet])
+
+
+def llama_fleet(tmp: Path, n: int, slots: int) -> Backends:
+    binary, model = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], check=True,
+                                   capture_output=True, text=True).stdout.split()
+    urls, procs = {}, []
+    for i in range(n):
+        port = free_port()
+        p = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
+                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m"],
+                             stdout=open(tmp / f"llama-{port}.log", "wb"), stderr=subprocess.STDOUT)
+        procs.append(p)
+        wait_listening(port, p, timeout=120)
+        urls[f"llama{i}"] = f"http://127.0.0.1:{port}/v1"
+    cap = asyncio.run(_calibrate(list(urls.values())))
+    return Backends(urls, "llamacpp", cap, procs)
+
+
+async def _calibrate(urls: list[str]) -> float:
+    """Fleet capacity for cold ~400-token prompts: one server on one CPU thread runs one prefill at a
+    time, so each adds 1 / (its cold service time)."""
+    rng = random.Random(99)
+    total = 0.0
+    async with aiohttp.ClientSession() as s:
+        for url in urls:
+            for _ in range(40):  # the server answers /health 503 while it loads the model
+                async with s.get(url.removesuffix("/v1") + "/health") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.5)
+            times = []
+            for k in range(2):
+                body = {"model": "m", "max_tokens": OUT_TOKENS, "temperature": 0, "messages": [
+                    {"role": "system", "content": f"[calibrate {k}] " + text(rng, 300)}, {"role": "user", "content": "hi"}]}
+                t0 = time.perf_counter()
+                async with s.post(f"{url}/chat/completions", json=body) as r:
+                    await r.read()
+                times.append(time.perf_counter() - t0)
+            total += 1 / statistics.median(times)
+    return total
+
+
+def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, hashing: bool = True) -> list[Proc]:
+    out = []
+    for _ in range(replicas):
+        port = free_port()
+        config = {
+            "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 120},
+            "auth": {"mode": "open"},
+            "backends": {n: {"base_url": u, "model": "m", "flavor": backends.flavor, "max_concurrency": 64,
+                             "timeouts": {"first_token_s": 120, "total_s": 180}}
+                         for n, u in backends.urls.items()},
+            "models": {"fleet": {"backends": list(backends.urls), "strategy": strategy,
+                                 "retry": {"max_attempts": 1},
+                                 "prefix": {"consistent_hashing": hashing}}},
+            "cache": {"store": "memory"},
+        }
+        path = tmp / f"gw-{port}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None)
+        wait_listening(port, proc)
+        out.append(Proc(proc, f"http://127.0.0.1:{port}"))
+    return out
+
+
+def make_workload(name: str, rng: random.Random, salt: str, args) -> object:
+    if name == "shared":
+        return Shared(rng, salt, args.prompts)
+    if name == "unique":
+        return Unique(rng, salt, 1)
+    return MultiTurn(rng, salt, args.turns)
+
+
+def row(label: str, r: Run) -> str:
+    mean = statistics.fmean(r.ttft) * 1000 if r.ttft else float("nan")
+    return (f"  {label:<34} n={len(r.e2e):4d} err={r.errors:3d}  TTFT mean {mean:7.0f}  p50 {percentile(r.ttft, 50):7.0f}"
+            f"  p99 {percentile(r.ttft, 99):7.0f}  E2E p99 {percentile(r.e2e, 99):7.0f} ms  cached {r.cached_ratio:6.1%}"
+            f"  per backend {dict(sorted(r.backends.items()))}")
+
+
+def pooled(runs: list[Run]) -> Run:
+    out = Run()
+    for r in runs:
+        out.ttft += r.ttft
+        out.e2e += r.e2e
+        out.prompt += r.prompt
+        out.cached += r.cached
+        out.errors += r.errors
+        for k, v in r.backends.items():
+            out.backends[k] = out.backends.get(k, 0) + v
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=("sim", "llama"), default="sim")
+    ap.add_argument("--backends", type=int, default=3)
+    ap.add_argument("--slots", type=int, default=2, help="llama.cpp -np per server")
+    ap.add_argument("--workloads", default="shared,multiturn,unique")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--seconds", type=float, default=40.0)
+    ap.add_argument("--load", type=float, default=0.7, help="arrival rate as a share of cold-prompt capacity")
+    ap.add_argument("--prompts", type=int, default=6, help="K shared system prompts")
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--replicas", type=int, default=0, help="also run prefix_aware behind this many replicas (sim)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    strategies = args.strategies.split(",")
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        fleet = sim_fleet(tmp, args.backends) if args.backend == "sim" else llama_fleet(tmp, args.backends, args.slots)
+        rate = args.load * fleet.capacity_rps
+        print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
+              f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine")
+        try:
+            for wl in args.workloads.split(","):
+                results: dict[str, list[Run]] = {s: [] for s in strategies}
+                variants = [(s, 1, True) for s in strategies]
+                if args.replicas > 1:
+                    variants += [("prefix_aware", args.replicas, True), ("prefix_aware", args.replicas, False)]
+                    results[f"prefix_aware x{args.replicas}"] = []
+                    results[f"prefix_aware x{args.replicas} no hashing"] = []
+                for rep in range(args.repeats):
+                    for strategy, replicas, hashing in variants:
+                        label = strategy if replicas == 1 else f"{strategy} x{replicas}" + ("" if hashing else " no hashing")
+                        gws = start_gateways(tmp, fleet, strategy, replicas, hashing)
+                        try:
+                            salt = f"{wl}-{label}-{rep}-{time.time()}"
+                            workload = make_workload(wl, random.Random(args.seed + rep), salt, args)
+                            run = asyncio.run(drive([g.url for g in gws], workload, rate, args.seconds, args.seed + rep))
+                        finally:
+                            for g in gws:
+                                g.stop()
+                        results[label].append(run)
+                        print(row(f"{wl} r{rep} {label}", run), flush=True)
+                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas)
+        finally:
+            fleet.stop()
+
+
+def report(workload: str, runs: dict[str, Run], replicas: int) -> None:
+    print(f"\n== {workload} (pooled over repeats)")
+    for label, r in runs.items():
+        print(row(label, r))
+    mean = {k: statistics.fmean(r.ttft) if r.ttft else float("nan") for k, r in runs.items()}
+    aware = mean.get("prefix_aware")
+    if aware is None:
+        return
+    if workload in ("shared", "multiturn") and "least_inflight" in mean:
+        ratio = mean["least_inflight"] / aware
+        print(f"  aim: mean TTFT >= 2x lower than least_inflight: {ratio:.2f}x -> {'met' if ratio >= 2 else 'NOT met'}")
+    if workload == "unique":
+        others = [v for k, v in mean.items() if k in STRATEGIES]
+        best = min(others)
+        print(f"  aim: within 5 % of the best strategy's mean TTFT: {aware / best - 1:+.1%} -> {'met' if aware <= 1.05 * best else 'NOT met'}")
+    key = f"prefix_aware x{replicas}"
+    if key in runs:
+        one, many = runs["prefix_aware"].cached_ratio, runs[key].cached_ratio
+        off = runs.get(f"{key} no hashing")
+        print(f"  aim: {replicas} replicas' cached-token ratio within 10 % of one replica's: {many:.1%} vs {one:.1%} "
+              f"({many / one - 1:+.1%}) -> {'met' if many >= 0.9 * one else 'NOT met'}"
+              + (f"; without consistent hashing {off.cached_ratio:.1%}" if off else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -168,7 +168,7 @@ SCORE_MEANING = {
 def slot_scoped_cache(state: BackendState) -> bool:
     """Whether the backend's prompt cache belongs to the slot that computed it (llama.cpp), rather than
     being shared by every running request (vLLM's, SGLang's and TGI's block caches)."""
-    return state.backend.config.flavor == "llamacpp"
+    return state.backend.adapter.prompt_cache_per_slot
 
 
 def prefixes_for(config) -> BackendPrefixes:

@@ -37,6 +37,10 @@ class Adapter:
     # Whether a stream's response headers wait for a slot (llama.cpp) rather than leave on arrival
     # (vLLM, TGI, OpenAI): then the time to headers is network plus the server's queue.
     headers_at_slot = False
+    # Whether a prompt's KV cache stays with the slot that computed it (llama.cpp), rather than in a
+    # block cache every running request shares (vLLM, SGLang, TGI): a sibling request reuses it only
+    # once that slot is free again.
+    prompt_cache_per_slot = False
     # Whether the server publishes its load (slots, running, waiting) for `discover` to read.
     publishes_load = False
 

@@ -28,6 +28,7 @@ class LlamaCppAdapter(Adapter):
     publishes_load = True
     provider = "llama_cpp"
     headers_at_slot = True
+    prompt_cache_per_slot = True
 
     def report_from_body(self, obj: Mapping) -> BackendReport:
         return from_llamacpp(obj)

@@ -28,6 +28,9 @@ log = logging.getLogger("slipstream.admission")
 _LOG_EVERY_S = 10.0
 # A call over a concurrency limit that may wait re-asks this often (jittered).
 _CONCURRENCY_POLL_S = 0.05
+# A settlement that fails is tried again after these pauses: a lost one would hold a concurrency slot
+# until its lease lapses (lease_ttl_s), and leave the token reservation uncorrected.
+_SETTLE_RETRIES_S = (0.2, 1.0, 3.0)
 
 
 @dataclass(slots=True)
@@ -170,12 +173,17 @@ class Admission:
         task.add_done_callback(self._tasks.discard)
 
     async def _settle(self, admitted: Admitted, used: int) -> None:
-        try:
-            await self.limiter.settle(admitted.checks, admitted.request_id, admitted.reserved, used, admitted.periods)
-        except LimiterDown as exc:
-            # The concurrency slot then lapses with its lease; the token correction is lost.
-            self.counters.limiter_error("settle")
-            log.debug("could not settle %s: %s", admitted.request_id, exc)
+        for pause in (*_SETTLE_RETRIES_S, None):
+            try:
+                await self.limiter.settle(admitted.checks, admitted.request_id, admitted.reserved, used, admitted.periods)
+                return
+            except LimiterDown as exc:
+                self.counters.limiter_error("settle")
+                if pause is None:
+                    # The concurrency slot then lapses with its lease; the token correction is lost.
+                    log.debug("could not settle %s: %s", admitted.request_id, exc)
+                    return
+                await asyncio.sleep(pause)
 
     def _queue_note(self, record: RequestRecord, label: str, priority: Priority, what: str, waited: float, attrs: dict) -> None:
         self.counters.count(label, priority.klass, what)
@@ -208,8 +216,8 @@ class Admission:
         return out
 
     async def aclose(self) -> None:
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._tasks:  # settlements still running (or retrying), for a bounded time
+            await asyncio.wait(list(self._tasks), timeout=5.0)
         await self.limiter.aclose()
 
 

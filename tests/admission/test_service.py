@@ -114,3 +114,30 @@ def test_priority_header_and_tenant_default_reach_the_queue_context():
     qc = asyncio.run(go({}))
     assert qc.priority.klass == "batch" and qc.weight == 3 and qc.tenant == "t"
     assert asyncio.run(go({"x-slipstream-priority": "0"})).priority.level == 0
+
+
+def test_a_settlement_that_fails_is_tried_again():
+    from app.admission.redis_limiter import LimiterDown
+
+    adm = admission(tenants={"t": {"limits": {"concurrent_requests": 1}}})
+    real = adm.limiter.settle
+    calls = []
+
+    async def flaky(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise LimiterDown("blip")
+        await real(*args)
+
+    adm.limiter.settle = flaky
+
+    async def go():
+        rec = await admit(adm)
+        for hook in rec.on_end:
+            hook(rec)
+        await asyncio.sleep(0.4)
+        return await adm.usage()
+
+    usage = asyncio.run(go())
+    assert len(calls) == 2 and usage["t"]["tenant t"]["concurrent_requests"]["in_use"] == 0
+    assert adm.counters.errors["settle"] == 1

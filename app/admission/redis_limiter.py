@@ -6,24 +6,23 @@ errors surface as LimiterDown; what to do then (fail open or closed) is the admi
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from app.admission.limits import BUDGET, CONCURRENT, REQUESTS, Check, CheckState, Decision
+from app.admission.resp import RespClient, RespConnectionError, RespError
 from app.cache.redis_store import connect
 
 _SCRIPT = (Path(__file__).parent / "limiter.lua").read_text()
+_SHA = hashlib.sha1(_SCRIPT.encode()).hexdigest()
 _CODE = {REQUESTS: "r", "tokens": "t", CONCURRENT: "c", BUDGET: "b"}
 # After this many failures in a row, Redis is not asked for a short while: a blackholed server
 # would otherwise cost every request the whole timeout.
 _TRIPS_AFTER = 3
 _SKIP_S = 0.5
-# Connections are reused, at most this many at once (a call waits for one within its timeout): opening
-# one per concurrent admission under a burst costs more than the admissions themselves.
-_MAX_CONNECTIONS = 32
 # Opening a connection happens once per connection; a loaded box may take longer than one call does.
 _CONNECT_TIMEOUT_S = 1.0
 
@@ -34,8 +33,15 @@ class LimiterDown(Exception):
 
 class RedisLimiter:
     def __init__(self, url: str, prefix: str, timeout_s: float, window_s: float, lease_ttl_s: float) -> None:
-        self._r = _client(url, timeout_s)
-        self._script = self._r.register_script(_SCRIPT)
+        # Plain redis:// and rediss:// go through the lean pipelined client; cluster and sentinel
+        # URLs through redis-py, as the cache reads them.
+        if url.startswith(("redis://", "rediss://")):
+            self._resp: RespClient | None = RespClient(url, timeout_s, max(timeout_s, _CONNECT_TIMEOUT_S))
+            self._r = None
+        else:
+            self._resp = None
+            self._r = connect(url, timeout_s)
+            self._script = self._r.register_script(_SCRIPT)
         self._prefix = prefix
         self.window_s = window_s
         self.lease_ttl_s = lease_ttl_s
@@ -68,9 +74,10 @@ class RedisLimiter:
         for c in checks:
             period = (periods or {}).get(c.key, "") if mode == "settle" else c.period
             args += (_CODE[c.kind], c.limit, period)
+        keys = [self._prefix + c.key for c in checks]
         try:
-            reply = await self._script([self._prefix + c.key for c in checks], args)
-        except (RedisError, OSError, TimeoutError) as exc:
+            reply = await (self._eval(keys, args) if self._resp is not None else self._script(keys, args))
+        except (RedisError, RespError, RespConnectionError, OSError, TimeoutError) as exc:
             self._failures += 1
             if self._failures >= _TRIPS_AFTER:
                 self._skip_until = now + _SKIP_S
@@ -78,17 +85,20 @@ class RedisLimiter:
         self._failures = 0
         return reply
 
+    async def _eval(self, keys: list[str], args: list) -> list:
+        try:
+            return await self._resp.call("EVALSHA", _SHA, len(keys), *keys, *args)
+        except RespError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+        await self._resp.call("SCRIPT", "LOAD", _SCRIPT)  # once per Redis (and after a restart)
+        return await self._resp.call("EVALSHA", _SHA, len(keys), *keys, *args)
+
     async def aclose(self) -> None:
-        await self._r.aclose()
-
-
-def _client(url: str, timeout_s: float):
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        return connect(url, timeout_s)  # cluster and sentinel URLs, as the cache reads them
-    pool = redis.BlockingConnectionPool.from_url(
-        url, max_connections=_MAX_CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
-        socket_connect_timeout=max(timeout_s, _CONNECT_TIMEOUT_S))
-    return redis.Redis(connection_pool=pool)
+        if self._resp is not None:
+            await self._resp.aclose()
+        else:
+            await self._r.aclose()
 
 
 def _states(checks: tuple[Check, ...], reply: list, at: int) -> list[CheckState]:

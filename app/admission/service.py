@@ -14,7 +14,7 @@ from app.admission.config import LimitsConfig, ScopeLimits
 from app.admission.context import CURRENT, QueueContext
 from app.admission.counters import AdmissionCounters
 from app.admission.headers import rate_limited, ratelimit_headers
-from app.admission.limits import Check, CheckState, Decision, compile_checks, key_id
+from app.admission.limits import BUDGET, CONCURRENT, TOKENS, Check, CheckState, Decision, compile_checks, key_id
 from app.admission.local_limiter import LocalLimiter
 from app.admission.priority import PRIORITY_HEADER, Priority, PriorityPolicy
 from app.admission.redis_limiter import LimiterDown, RedisLimiter
@@ -168,6 +168,9 @@ class Admission:
             used = admitted.reserved  # an answer came but with no usage: the estimate stands
         else:
             used = 0  # no backend answered (or a cache hit): nothing was consumed
+        kinds = {c.kind for c in admitted.checks}
+        if CONCURRENT not in kinds and (used == admitted.reserved or not kinds & {TOKENS, BUDGET}):
+            return  # nothing to correct, no slot to give back: no second call to the store
         task = asyncio.get_running_loop().create_task(self._settle(admitted, used))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

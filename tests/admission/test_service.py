@@ -141,3 +141,23 @@ def test_a_settlement_that_fails_is_tried_again():
     usage = asyncio.run(go())
     assert len(calls) == 2 and usage["t"]["tenant t"]["concurrent_requests"]["in_use"] == 0
     assert adm.counters.errors["settle"] == 1
+
+
+def test_request_limits_alone_need_no_settlement_call():
+    adm = admission(tenants={"t": {"limits": {"requests_per_minute": 100}}})
+    calls = []
+
+    async def spy(*args):
+        calls.append(args)
+
+    adm.limiter.settle = spy
+
+    async def go():
+        rec = await admit(adm)
+        rec.backend, rec.usage = "a", Usage(5, 3)
+        for hook in rec.on_end:
+            hook(rec)
+        await asyncio.sleep(0.01)
+
+    asyncio.run(go())
+    assert calls == []

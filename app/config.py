@@ -137,6 +137,10 @@ class BackendConfig(Strict):
     # Ask the backend for a usage chunk on streams even when the client did not (it is then hidden
     # from the client); turn off for servers that reject stream_options.
     stream_usage: bool = True
+    # Stream from the backend for JSON clients too, and assemble the JSON answer: a client that leaves
+    # (or a deadline) frees the backend's slot at once, and TTFT is learned from JSON traffic. Unset: the
+    # server kind's default (on for llamacpp and vllm; needs stream_usage for the answer's usage).
+    stream_upstream: bool | None = None
     timeouts: Timeouts = Timeouts()
     # A `slipstream bench` report (JSON) whose fitted figures seed this backend's latency model, so
     # routing is good from the first request. Relative paths are relative to the config file.

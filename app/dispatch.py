@@ -24,6 +24,7 @@ from app.retry import Action, Situation, decide, is_poison, retry_after_s
 from app.routing.prefix_index import prompt_blocks
 from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply
+from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall
 
 @dataclass(slots=True)
@@ -197,16 +198,24 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
             if gw.telemetry.tracing.enabled:  # route spans are the decision's only reader
                 record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
             extra = gw.telemetry.start_attempt(record, a)
-            call = UpstreamCall(req.endpoint.value, req.upstream_body(backend.config.model, backend.config.stream_usage),
-                                req.stream, gw.timeouts[alias][backend.name], deadline, extra)
+            streamed = req.stream or streams_upstream(backend, req)
+            body = (req.upstream_body(backend.config.model, backend.config.stream_usage) if req.stream or not streamed
+                    else req.upstream_stream_body(backend.config.model))
+            call = UpstreamCall(req.endpoint.value, body, streamed, gw.timeouts[alias][backend.name], deadline, extra)
             owner.result = result = await gw.transport.send(backend, call)
             t = result.timing
-            a.headers, a.first_event, a.status = t.headers, t.first_event, 200
-            if req.stream:
+            a.headers, a.first_event, a.status, a.stream = t.headers, t.first_event, 200, streamed
+            if streamed:
                 lease.prefilled()
                 gw.router.learner.first_token(a, uncached_tokens(ctx, lease))
-            else:
-                a.end, a.report = t.end, result.report
+            if not req.stream:
+                if streamed:
+                    # A JSON client served from a stream: read it whole (a client that leaves cancels
+                    # this, and closing the stream frees the backend's slot at once).
+                    reply = await collect_json(result, req.endpoint is Endpoint.CHAT)
+                    result.close()
+                    owner.result = result = reply
+                a.end, a.report = result.timing.end, result.report
                 owner.close()  # the body is read whole: the slot is free for the next request now
             return Dispatched(result, owner, alias)
         except GatewayError as err:
@@ -228,6 +237,15 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
     budget = gw.hedge_budgets[alias]
     budget.on_request()
     return await hedged(attempt, deadline.cap(delay), budget, record, _close)
+
+
+def streams_upstream(backend, req: ParsedRequest) -> bool:
+    """Whether a JSON client's call to this backend is streamed upstream and assembled (chat and text
+    completions only, and only where the stream's usage is asked for, so the answer keeps it)."""
+    if req.endpoint not in (Endpoint.CHAT, Endpoint.COMPLETIONS) or not backend.config.stream_usage:
+        return False
+    flag = backend.config.stream_upstream
+    return backend.adapter.stream_upstream if flag is None else flag
 
 
 def _blame_later(err: GatewayError) -> bool:

@@ -31,6 +31,11 @@ class ParsedRequest:
     # Whether the client asked for the final usage chunk (stream_options.include_usage).
     client_wants_usage: bool
 
+    def upstream_stream_body(self, backend_model: str) -> bytes:
+        """The body of a JSON client's call streamed upstream (with usage), to be assembled back."""
+        return orjson.dumps({**self.body, "model": backend_model, "stream": True,
+                             "stream_options": {"include_usage": True}})
+
     def upstream_body(self, backend_model: str, request_usage: bool) -> bytes:
         """The body for a backend: the alias mapped to its model name, stream usage asked for if wanted."""
         body = self.body

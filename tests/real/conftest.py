@@ -67,12 +67,15 @@ def real(llama_servers, tmp_path_factory) -> RealGateway:
         "backends": {
             "a": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp"},
             "b": {"base_url": b.url, "model": "smol-b", "flavor": "llamacpp"},
+            # Server A again, with JSON clients served by a plain non-streamed call.
+            "a-json": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp", "stream_upstream": False},
         },
         # A breaker that ejects after 3 failures in a row: poison requests must not count.
         "reliability": {"breaker": {"consecutive_failures": 3, "error_rate": 0.5, "min_requests": 5}},
         "models": {
             "a": {"backends": ["a"], "context_fallback": "b", "retry": {"max_attempts": 1}},
             "b": {"backends": ["b"], "retry": {"max_attempts": 1}},
+            "a-json": {"backends": ["a-json"], "retry": {"max_attempts": 1}},
         },
         "telemetry": {"scrape_interval_s": 0.5},
     }

@@ -56,14 +56,25 @@ def test_stream_without_include_usage_keeps_llamacpp_timings(real):
 
 
 def test_server_timing_shows_llamacpps_own_timings(real):
+    # Not streamed upstream (alias a-json): llama.cpp's prefill and decode are shown as it reported them.
     r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
-                   json={"model": "a", "messages": HI, "max_tokens": 24, "temperature": 0.7})
+                   json={"model": "a-json", "messages": HI, "max_tokens": 24, "temperature": 0.7})
     assert r.status_code == 200, r.text
     timings = r.json()["timings"]
     t = server_timing(r.headers["server-timing"])
     assert t["prefill"][1] == t["decode"][1] == "reported"
     assert t["prefill"][0] == pytest.approx(timings["prompt_ms"], rel=0.02, abs=0.02)
     assert t["decode"][0] == pytest.approx(timings["predicted_ms"], rel=0.02, abs=0.02)
+    assert t["network"][0] < 5
+    # Streamed upstream (alias a, the llamacpp default): prefill is still the report; decode is what the
+    # gateway measured from the first token to the last (llama.cpp's own clock starts a token or two
+    # earlier than the first event reaches the gateway, so the two differ by about that).
+    r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
+                   json={"model": "a", "messages": HI, "max_tokens": 24, "temperature": 0.7, "ignore_eos": True})
+    timings = r.json()["timings"]
+    t = server_timing(r.headers["server-timing"])
+    assert t["prefill"] == (pytest.approx(timings["prompt_ms"], rel=0.02, abs=0.02), "reported")
+    assert t["decode"][1] == "measured" and t["decode"][0] > 0
     assert t["network"][0] < 5
 
 
@@ -150,3 +161,42 @@ def test_a_poison_request_does_not_eject_the_backend(real):
     r = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30,
                    json={"model": "b", "messages": HI, "max_tokens": 4})
     assert r.status_code == 200, r.text
+
+
+def test_json_answer_assembled_from_an_upstream_stream_equals_the_non_streamed_one(real):
+    # Gateway alias `a` streams from llama-server for JSON clients (the llamacpp default); asked directly
+    # without streaming, the server's own body must match it field for field.
+    ask = {"messages": HI, "max_tokens": 12, "temperature": 0, "seed": 7}
+    via = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30, json={"model": "a", **ask})
+    assert via.status_code == 200, via.text
+    direct = httpx.post(f"{real.a.url}/chat/completions", timeout=30, json={"model": "smol-a", **ask}).json()
+    got = via.json()
+    assert got["object"] == direct["object"] == "chat.completion"
+    assert [c["message"] for c in got["choices"]] == [c["message"] for c in direct["choices"]]
+    assert [c["finish_reason"] for c in got["choices"]] == [c["finish_reason"] for c in direct["choices"]]
+    assert {k: got["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} == \
+        {k: direct["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    g, d = got["timings"], direct["timings"]
+    assert set(g) == set(d)
+    assert g["predicted_n"] == d["predicted_n"] and g["prompt_n"] + g["cache_n"] == d["prompt_n"] + d["cache_n"]
+    assert got["model"] == "a"
+    # Streamed upstream, the attempt was timed like a stream: its first token was seen.
+    t = server_timing(via.headers["server-timing"])
+    assert t["prefill"][1] == "reported" and t["decode"][1] == "measured"
+
+
+def test_a_json_client_that_leaves_frees_the_slot(real):
+    # A non-streamed call to llama-server keeps generating after its client leaves; streamed upstream,
+    # the gateway closes the stream when the JSON client goes, and the slot frees at once.
+    def leave_early():
+        try:
+            httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=1.5,
+                       json={"model": "b", "messages": HI, "max_tokens": 2000, "ignore_eos": True})
+        except httpx.TimeoutException:
+            pass
+
+    th = threading.Thread(target=leave_early)
+    th.start()
+    assert wait_until(lambda: real.b.busy_slots() == 1, timeout=5)
+    th.join(10)
+    assert wait_until(lambda: real.b.busy_slots() == 0, timeout=3.0)

@@ -43,6 +43,9 @@ class Adapter:
     prompt_cache_per_slot = False
     # Whether the server publishes its load (slots, running, waiting) for `discover` to read.
     publishes_load = False
+    # Whether JSON clients are served from an upstream stream by default (a streamed call is the only
+    # one llama.cpp cancels when its client goes; TGI's timing headers exist only on non-streamed ones).
+    stream_upstream = False
 
     # --- per-request timing -------------------------------------------------------------------
     def report_from_headers(self, headers: Mapping[str, str]) -> BackendReport:

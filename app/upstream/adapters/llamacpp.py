@@ -26,6 +26,7 @@ _REQUEST_CAUSED_500 = ("image input is not supported", "multimodal", "mmproj", "
 class LlamaCppAdapter(Adapter):
     kind = "llamacpp"
     publishes_load = True
+    stream_upstream = True
     provider = "llama_cpp"
     headers_at_slot = True
     prompt_cache_per_slot = True

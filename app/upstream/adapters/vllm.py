@@ -15,6 +15,7 @@ from app.upstream.adapters.report import ServerLoad
 class VllmAdapter(Adapter):
     kind = "vllm"
     publishes_load = True
+    stream_upstream = True
     provider = "vllm"
 
     async def discover(self, session: aiohttp.ClientSession, root: URL, headers: Mapping[str, str]) -> ServerLoad | None:

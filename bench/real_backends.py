@@ -1,0 +1,209 @@
+"""The latency model in front of two real llama.cpp servers of unequal speed, under open-loop load.
+
+Two llama-servers (SmolLM2-135M, CPU, scripts/llama-server): `quick`, and `throttled`, the same server
+stopped for part of every 100 ms (SIGSTOP/SIGCONT duty cycle), so it decodes and prefills slower.
+One gateway, one alias per strategy (predicted_latency, least_inflight, round_robin) over both. A
+closed-loop calibration measures capacity; then each strategy gets the same Poisson arrival schedule at
+--load of it, with a distinct prompt per request (no prompt-cache hits), streamed, include_usage.
+
+Prints, per strategy: p50/p99 TTFT and E2E, the quick backend's share of traffic, errors; and for
+predicted_latency the median prediction error of TTFT and E2E (x-slipstream-predicted-*-ms against
+what the client measured), and Server-Timing's network p50/p99 with the queue it shows.
+
+    python bench/real_backends.py                   # 45 s per strategy at 70 % of capacity
+    python bench/real_backends.py --seconds 30 --load 0.7 --duty 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import percentile  # noqa: E402
+from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml  # noqa: E402
+
+STRATEGIES = ("predicted_latency", "least_inflight", "round_robin")
+WORDS = ("river stone cloud paper garden window silver market engine forest lantern harbor copper winter "
+         "meadow violin planet signal bridge canyon orchard thunder velvet compass").split()
+_TIMING = re.compile(r'(\w+);dur=([\d.]+)')
+
+
+@dataclass
+class Result:
+    ok: bool
+    backend: str = ""
+    ttft_s: float = 0.0
+    e2e_s: float = 0.0
+    predicted_ttft_s: float | None = None
+    predicted_e2e_s: float | None = None
+    timing: dict | None = None
+
+
+def prompt(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + ". Summarise."
+
+
+async def one(session: aiohttp.ClientSession, url: str, alias: str, text: str, max_tokens: int) -> Result:
+    body = {"model": alias, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.8}
+    t0 = time.perf_counter()
+    first = 0.0
+    try:
+        async with session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body),
+                                headers={"content-type": "application/json"}) as r:
+            if r.status != 200:
+                await r.read()
+                return Result(False)
+            h = r.headers
+            timing = {m.group(1): float(m.group(2)) for m in _TIMING.finditer(h.get("server-timing", ""))}
+            async for chunk in r.content.iter_any():
+                if not first and b'"content"' in chunk:
+                    first = time.perf_counter() - t0
+            e2e = time.perf_counter() - t0
+    except (aiohttp.ClientError, TimeoutError):
+        return Result(False)
+    p_ttft, p_e2e = h.get("x-slipstream-predicted-ttft-ms"), h.get("x-slipstream-predicted-e2e-ms")
+    return Result(True, h.get("x-slipstream-backend", ""), first or e2e, e2e,
+                  float(p_ttft) / 1000 if p_ttft else None, float(p_e2e) / 1000 if p_e2e else None, timing)
+
+
+async def throttle(pid: int, duty: float, stop: asyncio.Event) -> None:
+    """Stop the process for `duty` of every 100 ms: a slower server, on the same CPU."""
+    period = 0.1
+    while not stop.is_set():
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(period * duty)
+        os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(period * (1 - duty))
+    os.kill(pid, signal.SIGCONT)
+
+
+async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int, rng: random.Random) -> float:
+    """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate."""
+    done = 0
+    end = time.perf_counter() + seconds
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        async def worker():
+            nonlocal done
+            while time.perf_counter() < end:
+                if (await one(session, url, "least_inflight", prompt(rng, 40), max_tokens)).ok:
+                    done += 1
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - t0)
+
+
+async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int) -> list[Result]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        t0 = time.perf_counter()
+
+        async def fire(at: float, text: str) -> Result:
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+            return await one(session, url, alias, text, max_tokens)
+
+        return await asyncio.gather(*(fire(a, t) for a, t in zip(arrivals, texts)))
+
+
+def report(name: str, results: list[Result]) -> dict:
+    ok = [r for r in results if r.ok]
+    ttft, e2e = [r.ttft_s for r in ok], [r.e2e_s for r in ok]
+    share = sum(1 for r in ok if r.backend == "quick") / len(ok) if ok else 0.0
+    row = {"strategy": name, "requests": len(results), "errors": len(results) - len(ok), "quick_share": share,
+           "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
+           "e2e_p50": percentile(e2e, 50), "e2e_p99": percentile(e2e, 99)}
+    pt = [abs(r.predicted_ttft_s - r.ttft_s) / r.ttft_s for r in ok if r.predicted_ttft_s and r.ttft_s > 0]
+    pe = [abs(r.predicted_e2e_s - r.e2e_s) / r.e2e_s for r in ok if r.predicted_e2e_s and r.e2e_s > 0]
+    row["ttft_pred_err_p50"] = statistics.median(pt) if pt else float("nan")
+    row["e2e_pred_err_p50"] = statistics.median(pe) if pe else float("nan")
+    net = [r.timing["network"] for r in ok if r.timing and "network" in r.timing]
+    queue = [r.timing.get("queue", 0.0) for r in ok if r.timing]
+    row["network_ms_p50"], row["network_ms_p99"] = percentile(net, 50), percentile(net, 99)
+    row["queue_ms_p50"], row["queue_ms_p99"] = percentile(queue, 50), percentile(queue, 99)
+    return row
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=45.0, help="arrivals per strategy (bounded)")
+    ap.add_argument("--load", type=float, default=0.7, help="share of the measured capacity")
+    ap.add_argument("--duty", type=float, default=0.6, help="share of each 100 ms the throttled server is stopped")
+    ap.add_argument("--slots", type=int, default=2, help="-np of each server")
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--calibrate-s", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    llama_server_paths()
+    tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
+    quick = LlamaServer(tmp, slots=args.slots, ctx=1024 * args.slots, alias="smol").start()
+    slow = LlamaServer(tmp, slots=args.slots, ctx=1024 * args.slots, alias="smol").start()
+    stop = asyncio.Event()
+    throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
+        "auth": {"mode": "open"},
+        "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
+                     "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
+        "models": {s: {"backends": ["quick", "throttled"], "strategy": s, "retry": {"max_attempts": 1},
+                       "cache": {"exact": {"enabled": False}}} for s in STRATEGIES},
+        "telemetry": {"scrape_interval_s": 1.0},
+    }
+    gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config))], tmp / "gateway.log")
+    gw.wait_listening(port)
+    url = f"http://127.0.0.1:{port}"
+    rng = random.Random(args.seed)
+    try:
+        capacity = await calibrate(url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, rng)
+        rate = capacity * args.load
+        n = max(10, int(rate * args.seconds))
+        arrivals, t = [], 0.0
+        for _ in range(n):
+            t += rng.expovariate(rate)
+            arrivals.append(t)
+        print(f"capacity {capacity:.2f} req/s (closed loop, c={2 * args.slots * 2}); offered {rate:.2f} req/s "
+              f"({args.load:.0%}), {n} requests per strategy, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}",
+              flush=True)
+        rows = []
+        for s in STRATEGIES:
+            texts = [prompt(rng, rng.randint(20, 80)) for _ in arrivals]  # distinct prompts: no cache hits
+            rows.append(report(s, await open_loop(url, s, arrivals, texts, args.max_tokens)))
+            print(f"  {s}: done", flush=True)
+    finally:
+        stop.set()
+        await throttler
+        gw.stop()
+        quick.stop()
+        slow.stop()
+    print()
+    print(f"{'strategy':<18} {'req':>4} {'err':>4} {'quick%':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} "
+          f"{'E2E p99':>8} {'TTFT err':>9} {'E2E err':>8} {'net p50':>8} {'net p99':>8} {'queue p50':>9} {'queue p99':>9}")
+    for r in rows:
+        print(f"{r['strategy']:<18} {r['requests']:>4} {r['errors']:>4} {r['quick_share']:>7.0%} {r['ttft_p50']:>9.3f} "
+              f"{r['ttft_p99']:>9.3f} {r['e2e_p50']:>8.3f} {r['e2e_p99']:>8.3f} {r['ttft_pred_err_p50']:>9.0%} "
+              f"{r['e2e_pred_err_p50']:>8.0%} {r['network_ms_p50']:>8.2f} {r['network_ms_p99']:>8.2f} "
+              f"{r['queue_ms_p50']:>9.1f} {r['queue_ms_p99']:>9.1f}")
+    p = rows[0]
+    print()
+    print(f"aims: median prediction error TTFT {p['ttft_pred_err_p50']:.0%} / E2E {p['e2e_pred_err_p50']:.0%} (<= 20 %); "
+          f"quick share {p['quick_share']:.0%} (>= 70 %); Server-Timing network p99 {p['network_ms_p99']:.2f} ms (<= 5 ms)")
+    for other in rows[1:]:
+        print(f"vs {other['strategy']}: p99 TTFT {p['ttft_p99'] / other['ttft_p99']:.2f}x, "
+              f"p99 E2E {p['e2e_p99'] / other['e2e_p99']:.2f}x (predicted_latency / {other['strategy']})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--requests", type=int, default=8, help="requests per cell (per client at concurrency > 1)")
     bench.add_argument("--max-seconds", type=float, default=30, help="time limit per cell")
     bench.add_argument("--out", default="baseline", help="writes OUT.json and OUT.html")
+    bench.add_argument("--warm", action="store_true",
+                       help="repeat one prompt per cell (measures the server's prefix cache); default: a distinct "
+                            "prompt per request, so every prefill is cold")
 
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("--config", required=True)
@@ -132,12 +135,18 @@ def _bench(args: argparse.Namespace) -> int:
     def ints(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
 
-    plan = SweepPlan(ints(args.prompts), ints(args.outputs), ints(args.concurrency), args.requests, args.max_seconds)
+    plan = SweepPlan(ints(args.prompts), ints(args.outputs), ints(args.concurrency), args.requests, args.max_seconds,
+                     warm=args.warm)
     key = args.api_key or os.environ.get("SLIPSTREAM_BENCH_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else None
     results = asyncio.run(run_sweep(args.target, args.model, plan, headers))
     report = analyse(args.target, args.model, results)
     print(table(report))
+    f = report.fit
+    print(f"fit quality: {f.quality} (E2E R^2 {f.r2:.3f}, median error {f.median_error:.1%}; TTFT = "
+          f"{f.ttft_a_s * 1000:.1f} ms + {f.ttft_b_s_per_prompt_token * 1000:.3f} ms x processed prompt tokens, "
+          f"R^2 {f.ttft_r2:.3f}); prior TPOT {f.tpot_s * 1000:.2f} ms (measured median)"
+          + ("; warm: prompts repeat, prefill is the server's cache" if args.warm else ""))
     Path(f"{args.out}.json").write_bytes(to_json(report))
     Path(f"{args.out}.html").write_text(to_html(report), encoding="utf-8")
     print(f"\nwrote {args.out}.json and {args.out}.html (use the JSON as backends.<name>.latency_prior)")

@@ -1,7 +1,12 @@
 """Turn sweep samples into per-cell statistics and the latency model's coefficients.
 
-    TPOT = (E2E - TTFT) / (n - 1)
-    E2E  = a + b * prompt_tokens + c * output_tokens      (least squares, with R^2)
+    TPOT = (E2E - TTFT) / (n - 1)                          (measured, per request)
+    TTFT = a_ttft + b * processed_prompt_tokens            (least squares, with R^2)
+    E2E  = a + b * prompt_tokens + c * output_tokens       (least squares, with R^2)
+
+Fixed parts are never negative (a negative intercept is refitted through the origin), prompt tokens are
+those the server processed (its prompt cache's share taken out), and the prior's TPOT is the measured
+median, the same figure the report's TPOT column shows.
 """
 
 from __future__ import annotations
@@ -40,6 +45,21 @@ class Fit:
     c_s_per_output_token: float
     r2: float
     samples: int
+    # TTFT against processed prompt tokens: the prefill rate the prior carries.
+    ttft_a_s: float = float("nan")
+    ttft_b_s_per_prompt_token: float = float("nan")
+    ttft_r2: float = float("nan")
+    tpot_s: float = float("nan")  # median measured TPOT at concurrency 1
+    median_error: float = float("nan")  # median |E2E fit - E2E| / E2E over the fitted requests
+
+    @property
+    def quality(self) -> str:
+        """A word for how far the fit can be trusted."""
+        if self.samples < 6 or not self.r2 == self.r2:
+            return "too few samples"
+        if self.r2 >= 0.95 and self.median_error <= 0.10:
+            return "good"
+        return "fair" if self.r2 >= 0.8 and self.median_error <= 0.25 else "poor"
 
 
 @dataclass
@@ -63,11 +83,16 @@ class Report:
         if conc and base:
             top = conc[-1]
             growth = max(0.0, (top.tpot_p50 / base - 1) / max(1, top.concurrency - 1))
+        f = self.fit
+        prefill = f.ttft_b_s_per_prompt_token if f.ttft_b_s_per_prompt_token == f.ttft_b_s_per_prompt_token else f.b_s_per_prompt_token
+        # The measured TPOT (the report's own column), not the E2E fit's slope, which absorbs the rest.
+        tpot = f.tpot_s if f.tpot_s == f.tpot_s else f.c_s_per_output_token
         return {
-            "net_s": max(0.0, min(ttft, self.fit.a_s)),
-            "prefill_tokens_per_s": 1.0 / self.fit.b_s_per_prompt_token if self.fit.b_s_per_prompt_token > 0 else 1e6,
-            "tpot_s": max(1e-4, self.fit.c_s_per_output_token),
+            "net_s": max(0.0, min(ttft, f.a_s)),
+            "prefill_tokens_per_s": 1.0 / prefill if prefill > 0 else 1e6,
+            "tpot_s": max(1e-4, tpot),
             "tpot_growth": growth,
+            "fit_quality": f.quality,
         }
 
 
@@ -94,19 +119,33 @@ def cell_stats(r: CellResult) -> CellStats:
     )
 
 
-def fit_linear(results: list[CellResult]) -> Fit:
-    """Least squares E2E = a + b p + c n over every successful request at concurrency 1."""
-    rows = [(s.prompt_tokens, s.output_tokens, s.e2e_s) for r in results if r.cell.concurrency == 1 for s in r.samples if s.ok]
-    if len(rows) < 3:
-        return Fit(float("nan"), float("nan"), float("nan"), float("nan"), len(rows))
-    data = np.array(rows, dtype=float)
-    x = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
-    y = data[:, 2]
+def _lstsq(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least squares with a non-negative intercept (column 0): refitted through the origin if needed."""
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if coef[0] < 0:
+        rest, *_ = np.linalg.lstsq(x[:, 1:], y, rcond=None)
+        coef = np.concatenate([[0.0], rest])
     residual = y - x @ coef
     total = float(((y - y.mean()) ** 2).sum())
-    r2 = 1 - float((residual**2).sum()) / total if total > 0 else 1.0
-    return Fit(float(coef[0]), float(coef[1]), float(coef[2]), r2, len(rows))
+    return coef, (1 - float((residual**2).sum()) / total if total > 0 else 1.0)
+
+
+def fit_linear(results: list[CellResult]) -> Fit:
+    """E2E = a + b p + c n and TTFT = a' + b' p over every successful request at concurrency 1 (p: the
+    prompt tokens the server processed), and the median measured TPOT."""
+    ok = [s for r in results if r.cell.concurrency == 1 for s in r.samples if s.ok]
+    if len(ok) < 3:
+        return Fit(float("nan"), float("nan"), float("nan"), float("nan"), len(ok))
+    data = np.array([(s.processed_tokens, s.output_tokens, s.e2e_s, s.ttft_s) for s in ok], dtype=float)
+    ones = np.ones(len(data))
+    coef, r2 = _lstsq(np.column_stack([ones, data[:, 0], data[:, 1]]), data[:, 2])
+    fitted = np.column_stack([ones, data[:, 0], data[:, 1]]) @ coef
+    error = float(np.median(np.abs(fitted - data[:, 2]) / np.maximum(data[:, 2], 1e-9)))
+    tcoef, tr2 = _lstsq(np.column_stack([ones, data[:, 0]]), data[:, 3])
+    tpots = [(s.e2e_s - s.ttft_s) / (s.output_tokens - 1) for s in ok if s.output_tokens > 1]
+    tpot = float(np.median(tpots)) if tpots else float("nan")
+    return Fit(float(coef[0]), float(coef[1]), float(coef[2]), r2, len(ok), float(tcoef[0]), float(tcoef[1]), tr2,
+               tpot, error)
 
 
 def flattening(cells: list[CellStats]) -> int | None:

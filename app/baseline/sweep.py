@@ -4,6 +4,7 @@ output length and concurrency; time each request's first token and last byte."""
 from __future__ import annotations
 
 import asyncio
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,10 @@ import orjson
 
 # A word of about four characters is about one token for BPE tokenizers on English text.
 _FILLER = "data "
+# Distinct prompts are drawn from these words, a different sequence per request from its first word on:
+# servers keep a prompt (KV) cache, and a repeated prefix would measure that cache, not prefill.
+_WORDS = ("data time river stone cloud paper north green table light water night music field story "
+          "glass horse metal plant board voice trade sound level watch image model value point space").split()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,12 @@ class Sample:
     prompt_tokens: int = 0  # as the server counted them (usage), else the requested length
     output_tokens: int = 0
     error: str = ""
+    cached_tokens: int = 0  # of the prompt, read from the server's prompt cache (as it reported)
+
+    @property
+    def processed_tokens(self) -> int:
+        """Prompt tokens the server actually processed: what prefill time grows with."""
+        return max(0, self.prompt_tokens - self.cached_tokens)
 
 
 @dataclass(slots=True)
@@ -47,6 +58,9 @@ class SweepPlan:
     requests_per_cell: int = 8
     max_seconds_per_cell: float = 30.0
     timeout_s: float = 120.0
+    # Off (default): a distinct prompt per request, so every prefill is cold. On: one prompt per cell,
+    # repeated, which measures the server's prefix (KV) cache reuse instead.
+    warm: bool = False
 
     def cells(self) -> list[Cell]:
         """Prompt and output sweeps at concurrency 1, then a concurrency sweep at a middle cell."""
@@ -64,7 +78,10 @@ async def run_sweep(url: str, model: str, plan: SweepPlan, headers: dict[str, st
     cells = plan.cells()
     results = []
     timeout = aiohttp.ClientTimeout(total=plan.timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers or {}) as session:
+    # A fresh connection per request: llama-server closes the connection after a stream while it
+    # advertises keep-alive, and reusing it loses the next request ("cannot write request body").
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers or {}, connector=connector) as session:
         for k, cell in enumerate(cells):
             results.append(await _run_cell(session, url, model, cell, plan))
             if progress:
@@ -87,18 +104,27 @@ async def _run_cell(session, url: str, model: str, cell: Cell, plan: SweepPlan) 
                 if remaining <= 0:
                     return
                 remaining -= 1
-            result.samples.append(await _one(session, url, model, cell))
+            result.samples.append(await _one(session, url, model, cell, _prompt(cell, plan.warm, rng)))
 
+    rng = random.Random(f"{cell}")
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(cell.concurrency)))
     result.seconds = time.perf_counter() - t0
     return result
 
 
-async def _one(session, url: str, model: str, cell: Cell) -> Sample:
+def _prompt(cell: Cell, warm: bool, rng: random.Random) -> str:
+    """About `cell.prompt_tokens` tokens: the same text for every request of a warm cell, else a new one."""
+    n = max(1, cell.prompt_tokens - 4)
+    if warm:
+        return _FILLER * n
+    return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+
+async def _one(session, url: str, model: str, cell: Cell, prompt: str) -> Sample:
     body = {
         "model": model,
-        "messages": [{"role": "user", "content": _FILLER * max(1, cell.prompt_tokens - 4)}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": cell.output_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -109,6 +135,7 @@ async def _one(session, url: str, model: str, cell: Cell) -> Sample:
     t0 = time.perf_counter()
     first = 0.0
     usage = None
+    cached = None
     chunks = 0
     buf = b""
     try:
@@ -127,6 +154,8 @@ async def _one(session, url: str, model: str, cell: Cell) -> Sample:
                         return Sample(False, error=str(chunk["error"])[:200])
                     if chunk.get("usage"):
                         usage = chunk["usage"]
+                    if isinstance(chunk.get("timings"), dict):
+                        cached = chunk["timings"].get("cache_n", cached)
                     for choice in chunk.get("choices") or ():
                         delta = choice.get("delta") or {}
                         if delta.get("content"):
@@ -140,7 +169,9 @@ async def _one(session, url: str, model: str, cell: Cell) -> Sample:
         return Sample(False, error="no content")
     prompt = int(usage["prompt_tokens"]) if usage else cell.prompt_tokens
     output = int(usage["completion_tokens"]) if usage else chunks
-    return Sample(True, first, e2e, prompt, output)
+    if cached is None and usage and isinstance(usage.get("prompt_tokens_details"), dict):
+        cached = usage["prompt_tokens_details"].get("cached_tokens")
+    return Sample(True, first, e2e, prompt, output, cached_tokens=int(cached or 0))
 
 
 def _progress(done: int, total: int, cell: Cell) -> None:

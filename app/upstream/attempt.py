@@ -111,7 +111,7 @@ class EventStream:
     def close(self) -> None:
         # Closing an unfinished response drops its connection, which is what tells the backend to stop;
         # a finished one goes back to the pool.
-        if self.timing.end:
+        if self.timing.end and self.backend.adapter.reuses_stream_connections:
             self._response.release()
         else:
             self._response.close()

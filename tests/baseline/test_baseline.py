@@ -91,3 +91,26 @@ def test_cli_writes_table_json_and_html(sim, tmp_path):
     assert {"cells", "fit", "prior", "flattens_at"} <= set(data)
     page = out.with_suffix(".html").read_text()
     assert page.count("<svg") == 4 and "E2E latency vs output length" in page
+
+
+def test_cold_prompts_differ_from_their_first_word_and_warm_ones_repeat():
+    import random
+
+    from app.baseline.sweep import Cell, _prompt
+
+    rng = random.Random(1)
+    cold = [_prompt(Cell(64, 8, 1), False, rng) for _ in range(20)]
+    assert len({p.split()[0] + p.split()[1] + p.split()[2] for p in cold}) >= 15  # a prompt cache cannot match
+    assert all(abs(len(p.split()) - 60) <= 1 for p in cold)
+    assert len({_prompt(Cell(64, 8, 1), True, rng) for _ in range(5)}) == 1
+
+
+def test_prior_tpot_is_the_measured_tpot_and_the_fit_says_its_quality(report):
+    f = report.fit
+    prior = report.prior()
+    single = [c for c in report.cells if c.concurrency == 1]
+    assert prior["tpot_s"] == pytest.approx(f.tpot_s)
+    assert min(c.tpot_p50 for c in single) <= f.tpot_s <= max(c.tpot_p50 for c in single)
+    assert f.a_s >= 0 and f.ttft_a_s >= 0
+    assert f.quality in ("good", "fair") and prior["fit_quality"] == f.quality
+    assert prior["prefill_tokens_per_s"] == pytest.approx(PREFILL_TPS, rel=0.2)

@@ -46,6 +46,9 @@ class Adapter:
     # Whether JSON clients are served from an upstream stream by default (a streamed call is the only
     # one llama.cpp cancels when its client goes; TGI's timing headers exist only on non-streamed ones).
     stream_upstream = False
+    # Whether a connection may be reused after a finished stream. llama-server closes it after a
+    # stream while advertising keep-alive; reusing it loses the next request.
+    reuses_stream_connections = True
 
     # --- per-request timing -------------------------------------------------------------------
     def report_from_headers(self, headers: Mapping[str, str]) -> BackendReport:

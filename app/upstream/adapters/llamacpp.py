@@ -29,6 +29,7 @@ class LlamaCppAdapter(Adapter):
     stream_upstream = True
     provider = "llama_cpp"
     headers_at_slot = True
+    reuses_stream_connections = False
     prompt_cache_per_slot = True
 
     def report_from_body(self, obj: Mapping) -> BackendReport:

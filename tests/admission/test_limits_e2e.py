@@ -42,7 +42,8 @@ def limits_config(fleet, port: int, redis_url: str | None, prefix: str, **extra)
                                       "limits": {"requests_per_minute": 2}})
     config["limits"] = {
         "store": "redis" if redis_url else "memory", "redis_url": redis_url, "key_prefix": prefix,
-        "window_s": WINDOW_S, "tenants": TENANTS, **extra,
+        # A generous timeout: these tests are about atomicity, not about a loaded box failing open.
+        "timeout_ms": 1000, "window_s": WINDOW_S, "tenants": TENANTS, **extra,
     }
     return config
 
@@ -150,18 +151,21 @@ def test_openai_sdk_reads_the_429_and_its_headers(replicas):
 
 
 def test_openai_sdk_retries_after_the_wait_it_is_told(replicas):
+    import threading
+
     gw = replicas[2]
     hold = gw.client(key("conc")).chat.completions.create(
-        **chat(model="slow", max_tokens=15, stream=True))  # ~0.6 s on the slow backend
+        **chat(model="slow", max_tokens=60, stream=True))  # holds the tenant's one slot for ~2.4 s
     next(iter(hold))
+    # The slot frees at 0.5 s; a concurrency refusal says "retry in 1 s": the SDK waits that long and
+    # its retry gets the answer.
+    threading.Timer(0.5, hold.close).start()
     started = time.monotonic()
-    # A concurrency refusal says "retry in 1 s": the SDK waits that long, then gets its answer.
     sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key("conc"), max_retries=2)
     answer = sdk.chat.completions.with_raw_response.create(**chat())
     waited = time.monotonic() - started
-    list(hold)
     assert answer.http_response.status_code == 200
-    assert 0.9 <= waited < 5
+    assert answer.retries_taken >= 1 and 0.9 <= waited < 5
 
 
 def test_a_token_budget_refuses_with_insufficient_quota(replicas):

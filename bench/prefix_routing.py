@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,8 +75,11 @@ class Shared:
 class Unique(Shared):
     name = "unique"
 
+    def __init__(self, rng: random.Random, salt: str, k: int) -> None:
+        self.rng, self.salt = rng, salt
+
     def next(self):
-        return None, [{"role": "system", "content": f"[{self.rng.random()}] " + text(self.rng, 300)},
+        return None, [{"role": "system", "content": f"[{self.salt} {self.rng.random()}] " + text(self.rng, 300)},
                       {"role": "user", "content": text(self.rng, 8)}]
 
 
@@ -178,6 +182,13 @@ class Backends:
     capacity_rps: float
     procs: list = field(default_factory=list)
 
+    def clear_caches(self) -> None:
+        """Simulated backends start every run cold (real servers: each run's prompts are salted)."""
+        for url in self.urls.values():
+            if self.flavor == "vllm":
+                req = urllib.request.Request(url.removesuffix("/v1") + "/sim/cache", method="DELETE")
+                urllib.request.urlopen(req, timeout=5).read()
+
     def stop(self) -> None:
         for p in self.procs:
             if isinstance(p, Proc):
@@ -190,8 +201,8 @@ class Backends:
                     p.kill()
 
 
-def sim_fleet(tmp: Path, n: int) -> Backends:
-    specs = {f"sim{i}": dict(port=free_port(), model="m", **SIM) for i in range(n)}
+def sim_fleet(tmp: Path, n: int, cache_tokens: int) -> Backends:
+    specs = {f"sim{i}": dict(port=free_port(), model="m", **{**SIM, "prefix_cache_tokens": cache_tokens}) for i in range(n)}
     fleet = Fleet.start(tmp, specs)
     # Capacity for cold prompts: prefills run one at a time (shared compute), so each backend finishes
     # at most prefill_rate / prompt_tokens requests a second (decode overlaps in the other slots).
@@ -306,11 +317,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=0, help="also run prefix_aware behind this many replicas (sim)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sim-cache-tokens", type=int, default=32768,
+                    help="each simulated backend's prompt cache; below K x ~540 tokens, caches are under pressure")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        fleet = sim_fleet(tmp, args.backends) if args.backend == "sim" else llama_fleet(tmp, args.backends, args.slots)
+        if args.backend == "sim":
+            fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens)
+        else:
+            fleet = llama_fleet(tmp, args.backends, args.slots)
         rate = args.load * fleet.capacity_rps
         print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
               f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine")
@@ -325,6 +341,7 @@ def main() -> None:
                 for rep in range(args.repeats):
                     for strategy, replicas, hashing in variants:
                         label = strategy if replicas == 1 else f"{strategy} x{replicas}" + ("" if hashing else " no hashing")
+                        fleet.clear_caches()
                         gws = start_gateways(tmp, fleet, strategy, replicas, hashing)
                         try:
                             salt = f"{wl}-{label}-{rep}-{time.time()}"
@@ -359,6 +376,8 @@ def report(workload: str, runs: dict[str, Run], replicas: int) -> None:
     if key in runs:
         one, many = runs["prefix_aware"].cached_ratio, runs[key].cached_ratio
         off = runs.get(f"{key} no hashing")
+        if not one:
+            return
         print(f"  aim: {replicas} replicas' cached-token ratio within 10 % of one replica's: {many:.1%} vs {one:.1%} "
               f"({many / one - 1:+.1%}) -> {'met' if many >= 0.9 * one else 'NOT met'}"
               + (f"; without consistent hashing {off.cached_ratio:.1%}" if off else ""))

@@ -16,6 +16,7 @@ from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthor
 from app.request import Endpoint, parse_request
 from app.routing.predict import estimate
 from app.routing.prefix_routing import PrefixMatch
+from app.routing.slo import from_headers as latency_target
 from app.routing.prefix_routing import match as prefix_match
 
 router = APIRouter(prefix="/admin")
@@ -85,7 +86,9 @@ async def explain(request: Request) -> Response:
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     aliases = []
     for alias in chain:
-        ctx = with_policy(route_context(req), gw.config.models[alias])
+        ctx = route_context(req)
+        ctx.requested_target = latency_target(request.headers)
+        with_policy(ctx, gw.config.models[alias])
         # The router's own decision (Router.decide), the one dispatch and its deadline check take.
         choice = gw.router.decide(alias, ctx)
         candidates = []
@@ -110,6 +113,8 @@ async def explain(request: Request) -> Response:
             if choice.state else "no usable backend",
             "candidates": candidates,
             "deadline_s": budget, "best_predicted_s": predicted, "waits_for_slot": choice.waits,
+            "latency_target": None if not ctx.target else {"ttft_s": ctx.target.ttft_s, "tpot_s": ctx.target.tpot_s,
+                                                           "source": ctx.target.source, "met": choice.meets_target},
             "meets_deadline": None if budget is None or predicted is None else predicted <= budget,
         })
     taken = next((a["alias"] for a in aliases if a["meets_deadline"] is not False and a["choice"]), aliases[-1]["alias"])

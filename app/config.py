@@ -150,6 +150,9 @@ class BackendConfig(Strict):
     prefix_cache_tokens: int | None = Field(None, gt=0)
     # Entries of that index older than this are assumed evicted (Dynamo's default).
     prefix_ttl_s: float = Field(120.0, gt=0)
+    # Relative cost of serving here: a request with a latency target goes to the cheapest backend
+    # predicted to meet it (best fit), not always to the fastest.
+    cost: float = Field(1.0, ge=0)
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
@@ -242,6 +245,10 @@ class ModelAlias(Strict):
     # The latency this alias should meet when the request sets no deadline: when no backend can by
     # prediction, the fallback chain is taken before any time is spent.
     slo_ms: float | None = Field(None, gt=0)
+    # Default per-request latency targets (x-slipstream-ttft-slo-ms / x-slipstream-tpot-slo-ms override
+    # them): best-fit routing, fallback when unmeetable, early 503 for sheddable requests.
+    ttft_slo_ms: float | None = Field(None, gt=0)
+    tpot_slo_ms: float | None = Field(None, gt=0)
     hedge: HedgePolicy = HedgePolicy()
 
 

@@ -9,19 +9,23 @@ first byte reached the client: a stream that fails later is the relay's to repor
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from dataclasses import dataclass, replace
 
 from app.config import ModelAlias
 from app.deadline import Deadline
-from app.errors import AllAttemptsFailed, GatewayError, UpstreamStatus
+from app.admission.context import CURRENT as QUEUE_CONTEXT
+from app.admission.priority import PRIORITY_HEADER
+from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus
 from app.hedge import hedged
 from app.owner import AttemptOwner
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
 from app.retry import Action, Situation, decide, is_poison, retry_after_s
 from app.routing.prefix_index import prompt_blocks
+from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import RouteContext
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.collect import collect_json
@@ -42,17 +46,21 @@ class Dispatched:
 
 
 async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord,
-                   allowed: frozenset[str] | None = None) -> Dispatched:
+                   allowed: frozenset[str] | None = None, target: LatencyTarget = NO_TARGET) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers.
 
     `allowed` is the key's model list (None: any): no fallback ever takes a client to another alias.
+    `target` is the request's own latency target (headers); aliases add their defaults.
     """
     gw.budget.on_request()
     ctx = route_context(req)  # once per request: every alias and attempt below reuses it
+    ctx.requested_target = target
     record.prompt_tokens_hint = ctx.prompt_tokens
     record.prefix = ctx.prefix
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
+    _shed_if_unmeetable(gw, ctx, chain)
+    _order_wait_by_target(gw, ctx, chain[0])
     errors: dict[str, GatewayError] = {}
     held: list[tuple[AttemptOwner, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
     i, attempts, reason = 0, 0, None
@@ -156,10 +164,51 @@ def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
     """Whether the backend the router would choose is predicted to answer within the budget: the same
     decision dispatch takes and /admin/route/explain shows (Router.decide)."""
     budget = time_budget(gw, alias, deadline)
-    if budget is None:
+    with_policy(ctx, gw.config.models[alias])
+    if budget is None and not ctx.target:
         return True
-    predicted = gw.router.decide(alias, with_policy(ctx, gw.config.models[alias])).predicted_s
-    return predicted is not None and predicted <= budget
+    choice = gw.router.decide(alias, ctx)
+    if not choice.meets_target:
+        return False
+    predicted = choice.predicted_s
+    return budget is None or (predicted is not None and predicted <= budget)
+
+
+def _order_wait_by_target(gw, ctx: RouteContext, alias: str) -> None:
+    """A TTFT target is a deadline for the first token: the wait queue orders slot waits by it (within
+    a priority level) like an x-slipstream-timeout-ms deadline."""
+    qc = QUEUE_CONTEXT.get()
+    ttft = with_policy(ctx, gw.config.models[alias]).target.ttft_s if qc is not None else None
+    if ttft is not None:
+        qc.deadline = min(qc.deadline, time.monotonic() + ttft)
+
+
+def _shed_if_unmeetable(gw, ctx: RouteContext, chain: list[str]) -> None:
+    """A sheddable request (priority batch or lower) whose latency target no alias of its chain is
+    predicted to meet is refused now, with a Retry-After of the predicted excess: serving it late
+    would take capacity from requests that must be served."""
+    qc = QUEUE_CONTEXT.get()
+    if qc is None or not qc.priority.sheddable:
+        return
+    excess = []
+    for alias in chain:
+        with_policy(ctx, gw.config.models[alias])
+        if not ctx.target:
+            return
+        choice = gw.router.decide(alias, ctx)
+        if choice.state is None:
+            continue
+        if choice.meets_target:
+            return
+        est = choice.estimate()
+        over = est.ttft_s - ctx.target.ttft_s if ctx.target.ttft_s is not None else 1.0
+        excess.append(max(over, 0.0))
+    if not excess:
+        return
+    wait = max(1, math.ceil(min(excess)))
+    raise TargetUnmeetable(
+        f"no backend of {chain[0]!r} is predicted to meet this request's latency target, and the request "
+        f"is sheddable ({PRIORITY_HEADER}); retry later or raise the target", headers={"retry-after": str(wait)})
 
 
 def _close(dispatched: Dispatched) -> None:
@@ -283,6 +332,7 @@ def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
     ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
     ctx.prefix_policy = spec.prefix
     ctx.cached = {} if spec.strategy == "prefix_aware" else None
+    ctx.target = for_alias(ctx.requested_target or NO_TARGET, spec)
     return ctx
 
 

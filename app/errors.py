@@ -107,6 +107,14 @@ class LimiterUnavailable(GatewayError):
     code = "rate_limiter_unavailable"
 
 
+class TargetUnmeetable(GatewayError):
+    """A sheddable request's latency target cannot be met by any backend now: refused before any work."""
+
+    status = 503
+    type = "overloaded_error"
+    code = "latency_target_unmeetable"
+
+
 class NoBackendAvailable(GatewayError):
     """Every backend of the alias is ejected by its circuit breaker."""
 

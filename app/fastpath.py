@@ -21,12 +21,14 @@ from app.auth import duplicate_authorization
 from app.errors import GatewayError, PayloadTooLarge
 from app.relay import wait_for_disconnect
 from app.request import Endpoint
+from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
 
 log = logging.getLogger("slipstream.server")
 
 PIPELINE_HEADERS = frozenset({
     b"authorization", b"content-length", b"cache-control", b"traceparent", b"x-slipstream-server-timing",
     DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode(), PRIORITY_HEADER.encode(),
+    TTFT_SLO_HEADER.encode(), TPOT_SLO_HEADER.encode(),
 })
 
 ROUTES = {

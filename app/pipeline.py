@@ -15,6 +15,7 @@ from app.cache.entry import Hit
 from app.cache.replay import SERVED_BY, hit_body, replay_events, served_by
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
+from app.routing.slo import from_headers as latency_target
 from app.dispatch import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
@@ -69,6 +70,7 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     record.alias = req.alias
     tenant.check_model(req.alias)
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
+    target = latency_target(headers)
     # admission: limits, priority (429s here; the reservation is settled when the record ends)
     await gw.admission.admit(tenant, req, headers, deadline, record)
     if gw.telemetry.tracing.enabled:
@@ -86,7 +88,7 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
             return _serve_hit(gw, hit, req, plan, record)
     # route -> attempt -> retry -> fallback
     try:
-        dispatched = await dispatch(gw, req, deadline, record, tenant.models)
+        dispatched = await dispatch(gw, req, deadline, record, tenant.models, target)
     except GatewayError as err:
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None
         if stale is None:

@@ -81,6 +81,10 @@ class PrefixAware:
         best = min(scores)
         band = best * (1.0 + policy.sticky_ratio) + policy.sticky_ms / 1000
         within = [i for i, s in enumerate(scores) if s <= band]
+        if not any(ctx.cached[candidates[i].name].blocks for i in within):
+            # Nothing warm to stay on: only near-ties with the best (the absolute margin) are left to
+            # the hash, so a prompt that will never repeat is not placed worse than the best prediction.
+            within = [i for i, s in enumerate(scores) if s <= best + policy.sticky_ms / 1000]
         group = ctx.prefix.group if ctx.prefix else b""
         # Warmest within the margin of the best; among equally warm (a new prefix: none), the one the
         # prefix group hashes to (or, without consistent hashing, the best predicted).

@@ -20,6 +20,7 @@ from app.routing.learning import Learner
 from app.routing.predict import Estimate, InflightBook, estimate, predict
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixMatch, burst_wait_s
+from app.routing.slo import best_fit
 from app.routing.prefix_routing import match as prefix_match
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
@@ -146,6 +147,7 @@ class RouteChoice:
     state: BackendState | None  # None: no usable backend
     scores: dict[str, float]
     waits: bool  # every usable backend is at its concurrency limit: the request would wait for a slot
+    meets_target: bool = True  # the pick is predicted to meet the request's latency target (if it has one)
 
     def estimate(self, state: BackendState | None = None) -> Estimate | None:
         """The latency model's estimate for the pick (or another candidate) now."""
@@ -226,7 +228,7 @@ class Router:
         entry = self._aliases[alias]
         cands = usable if usable is not None else self.candidates(alias, avoid)
         if not cands:
-            return RouteChoice(alias, ctx, None, {}, False)
+            return RouteChoice(alias, ctx, None, {}, False, not ctx.target)
         free = [s for s in cands if s.has_slot]
         pool = free or cands
         ctx.now = time.monotonic()
@@ -239,7 +241,8 @@ class Router:
                 i, scores = entry.strategy.choose(pool, ctx, entry.turn + 1)
             finally:
                 ctx.explore = explore
-        return RouteChoice(alias, ctx, pool[i], {c.name: s for c, s in zip(pool, scores)}, not free)
+        i, met = best_fit(pool, ctx, i)
+        return RouteChoice(alias, ctx, pool[i], {c.name: s for c, s in zip(pool, scores)}, not free, met)
 
     def score(self, alias: str, ctx: RouteContext, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[str, dict[str, float]]:
         """What the alias's strategy would choose now and every candidate's score, without taking a slot."""

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from app.config import PrefixPolicy
     from app.routing.prefix_index import PromptBlocks
     from app.routing.prefix_routing import PrefixMatch
+    from app.routing.slo import LatencyTarget
     from app.routing.router import BackendState
 
 
@@ -44,6 +45,9 @@ class RouteContext:
     # Set by prefix-aware routing: what of the prompt each candidate is believed to hold cached, so
     # predictions count only the uncached tokens and the prefill work already in flight there.
     cached: dict[str, PrefixMatch] | None = None
+    # The request's own latency targets (headers), and with the alias's defaults filled in.
+    requested_target: LatencyTarget | None = None
+    target: LatencyTarget | None = None
 
 
 class Strategy(Protocol):

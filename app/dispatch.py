@@ -318,7 +318,7 @@ def route_context(req: ParsedRequest) -> RouteContext:
     if isinstance(prompt, str):
         chars += len(prompt)
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    max_tokens = max_tokens if isinstance(max_tokens, int) else None
+    max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None  # -1: no limit (llama.cpp)
     exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
     prefix = prompt_blocks(body) if req.endpoint is not Endpoint.EMBEDDINGS else None
     return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact, prefix=prefix)

@@ -98,6 +98,11 @@ class Gateway:
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 
     @functools.cached_property
+    def _model_objects(self) -> list[dict]:
+        created = int(time.time())
+        return [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in self.config.models]
+
+    @functools.cached_property
     def models_body(self) -> bytes:
         """The /v1/models answer: the configured aliases."""
         return self.models_body_for(None)
@@ -106,11 +111,14 @@ class Gateway:
         """The /v1/models answer for a key: only the aliases it may use (one body per model list in config)."""
         body = self._models_bodies.get(allowed)
         if body is None:
-            created = int(time.time())
-            data = [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"}
-                    for a in self.config.models if allowed is None or a in allowed]
+            data = [m for m in self._model_objects if allowed is None or m["id"] in allowed]
             body = self._models_bodies[allowed] = orjson.dumps({"object": "list", "data": data})
         return body
+
+    @functools.cached_property
+    def model_bodies(self) -> dict[str, bytes]:
+        """The /v1/models/{id} answers, one per alias."""
+        return {m["id"]: orjson.dumps(m) for m in self._model_objects}
 
     def _on_load(self, name: str, load: ServerLoad | None) -> None:
         if load is None:

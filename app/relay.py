@@ -164,7 +164,10 @@ def _body_report(stream: EventStream, data: bytes) -> BackendReport:
 
 def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,
                 usage_extension: Callable[[], dict] | None = None) -> bytes | None:
-    """Record a usage report; hide it (or its whole chunk) from a client that did not ask for it."""
+    """Record a usage report; hide it (or its whole chunk) from a client that did not ask for it.
+
+    Returns the SSE data to send: none, one payload, or two joined by an event break (a split usage chunk).
+    """
     try:
         chunk = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -174,10 +177,15 @@ def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,
         return data
     record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
     if client_wants_usage:
-        if usage_extension is None:
-            return data
-        usage["slipstream_timing"] = usage_extension()
-        return orjson.dumps(chunk)
+        if usage_extension is not None:
+            usage["slipstream_timing"] = usage_extension()
+        if not chunk.get("choices"):
+            return data if usage_extension is None else orjson.dumps(chunk)
+        # Usage riding on a choice chunk (llama.cpp's /v1/completions): split it off into its own
+        # chunk with `choices: []`, as OpenAI sends it and SDKs expect.
+        del chunk["usage"]
+        tail = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
+        return orjson.dumps(chunk) + b"\n\ndata: " + orjson.dumps({**tail, "choices": [], "usage": usage})
     if not chunk.get("choices"):
         return None
     del chunk["usage"]

@@ -118,9 +118,10 @@ def _check_shape(endpoint: Endpoint, body: dict) -> None:
     n = body.get("n")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise InvalidRequest("'n' must be a positive integer", param="n")
+    # Only the type is checked: the range is the backend's to judge (llama.cpp takes -1 for "no limit").
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
-        raise InvalidRequest("'max_tokens' must be a positive integer", param="max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
+        raise InvalidRequest("'max_tokens' must be an integer", param="max_tokens")
 
 
 def _check_content(content: object, param: str) -> None:

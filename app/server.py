@@ -17,7 +17,7 @@ from app import admin, intake
 from app.admin import require_ops_key
 from app.auth import authorization_of
 from app.config import GatewayConfig, load_config
-from app.errors import GatewayError, InvalidRequest, NotFound
+from app.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
 from app.fastpath import FastPath, error_response
 from app.gateway import Gateway
 from app.reload import Reloader
@@ -67,6 +67,17 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
         gateway = request.app.state.gateway
         tenant = gateway.auth.authenticate(authorization_of(request))
         return Response(gateway.models_body_for(tenant.models), media_type=_JSON)
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str, request: Request) -> Response:
+        # `client.models.retrieve`: one alias, shaped as in the list; ids may contain slashes.
+        gateway = request.app.state.gateway
+        tenant = gateway.auth.authenticate(authorization_of(request))
+        body = gateway.model_bodies.get(model_id)
+        # An alias this key may not use is not in its list either: the same 404 as an unknown one.
+        if body is None or (tenant.models is not None and model_id not in tenant.models):
+            raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+        return Response(body, media_type=_JSON)
 
     app.include_router(admin.router)
 

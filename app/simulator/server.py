@@ -86,7 +86,7 @@ def _generate(kind: str):
             return body
         engine.stats.requests += 1
         engine.stats.last_traceparent = request.headers.get("traceparent")
-        problem = _invalid(body)
+        problem = _invalid(body, engine.config.report == "llamacpp")
         if problem:
             engine.stats.errors += 1
             return _error(400, problem, "BadRequestError")
@@ -100,8 +100,8 @@ def _generate(kind: str):
     return handler
 
 
-def _invalid(body: dict) -> str | None:
-    """The parameter checks a real server makes before queueing a request."""
+def _invalid(body: dict, llamacpp: bool = False) -> str | None:
+    """The parameter checks a real server makes before queueing a request (llama.cpp takes max_tokens -1: no limit)."""
     n = body.get("n", 1)
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16):
         return "n must be an integer between 1 and 16"
@@ -109,7 +109,7 @@ def _invalid(body: dict) -> str | None:
     if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t <= 2):
         return "temperature must be a number between 0 and 2"
     m = body.get("max_tokens", body.get("max_completion_tokens"))
-    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+    if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1) and not (llamacpp and m == -1):
         return "max_tokens must be a positive integer"
     return None
 
@@ -120,7 +120,9 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
     n_choices = body.get("n") or 1
     rngs = [request_rng(engine.seed, body, i) for i in range(n_choices)]
-    plan = engine.plan(request_rng(engine.seed, body, -1), max_tokens if isinstance(max_tokens, int) else None, body.get("ignore_eos") is True)
+    if not isinstance(max_tokens, int) or max_tokens < 1:  # absent, or llama.cpp's -1: no limit
+        max_tokens = None
+    plan = engine.plan(request_rng(engine.seed, body, -1), max_tokens, body.get("ignore_eos") is True)
     if plan.fault == "error":
         engine.stats.errors += 1
         return _error(500, "simulated internal error", "server_error")
@@ -131,7 +133,7 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
 
     p_tokens = prompt_tokens(body)
     ctx = engine.config.context_tokens
-    wanted = p_tokens + (max_tokens if isinstance(max_tokens, int) else 0)
+    wanted = p_tokens + (max_tokens or 0)
     if ctx is not None and wanted > ctx:
         engine.stats.errors += 1
         return _error(
@@ -223,14 +225,18 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
     report = None
     if engine.config.report == "llamacpp":
         report = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
+    usage = _usage(engine, p_tokens, plan.output_tokens * n_choices, timings) if with_usage else None
     for i in range(n_choices):
         final = shapes.chunk(kind, rid, created, model, i, None, plan.finish_reason)
-        if report is not None and i == n_choices - 1 and not with_usage:
-            final["timings"] = report
+        if report is not None and i == n_choices - 1:
+            if kind != "chat" and usage is not None:
+                # Real llama.cpp puts /v1/completions' usage (and timings) on its last choice chunk, off the spec.
+                final["usage"], final["timings"], usage, report = usage, report, None, None
+            elif not with_usage:
+                final["timings"] = report
         await send(final)
     _cache_answer(engine, body, texts)
-    if with_usage:
-        usage = _usage(engine, p_tokens, plan.output_tokens * n_choices, timings)
+    if usage is not None:
         chunk = shapes.usage_chunk(kind, rid, created, model, usage)
         if report is not None:
             chunk["timings"] = report  # as llama-server does: with include_usage, timings ride on this chunk

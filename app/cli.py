@@ -78,6 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+class StartupError(Exception):
+    """The server cannot start as asked (a port already taken); the message says what to do."""
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: unwind so that the simulator fleet is stopped on the way out."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -91,16 +106,22 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(config.server.log_level.upper())
     host = args.host or config.server.host
     port = config.server.port if args.port is None else args.port
+    # uvicorn shuts down gracefully on SIGTERM and then raises the signal again; with the default
+    # action that kills the process before any cleanup. This handler turns it into an exception, so
+    # the `finally` below stops the fleet and its ports are free for the next start.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     fleet = None
-    if config.simulator is not None and config.simulator.backends and not args.no_simulator:
-        fleet = _spawn_fleet(args.config, config)
-    if args.workers > 1:
-        # Workers import the app themselves, each from the config file named here.
-        os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
-        app = "app.server:app_from_environment"
-    else:
-        app = create_app(config, config_path=args.config)
     try:
+        if _listening(_connect_host(host), port):
+            raise StartupError(f"port {port} is already in use: is another gateway running? Stop it or pass --port")
+        if config.simulator is not None and config.simulator.backends and not args.no_simulator:
+            fleet = _spawn_fleet(args.config, config)
+        if args.workers > 1:
+            # Workers import the app themselves, each from the config file named here.
+            os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
+            app = "app.server:app_from_environment"
+        else:
+            app = create_app(config, config_path=args.config)
         uvicorn.run(
             app,
             factory=args.workers > 1,
@@ -118,11 +139,21 @@ def _serve(args: argparse.Namespace) -> int:
             proxy_headers=False,
             timeout_graceful_shutdown=config.server.shutdown_grace_s,
         )
+    except _Terminated:
+        return 128 + signal.SIGTERM  # the shell's status for "ended by SIGTERM", after a clean stop
     finally:
         if fleet is not None:
-            fleet.send_signal(signal.SIGTERM)
-            fleet.wait(timeout=10)
+            _stop(fleet)
     return 0
+
+
+def _stop(child: subprocess.Popen) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -178,20 +209,43 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _spawn_fleet(path: str, config: GatewayConfig) -> subprocess.Popen:
-    """Run the simulator fleet in a child process (its own core), and wait until it listens."""
+    """Run the simulator fleet in a child process (its own core), and wait until it listens.
+
+    A port already taken fails the start: answering from a stale fleet (a gateway that was killed
+    without stopping its own) would serve another config's backends without saying so.
+    """
     sim = config.simulator
     assert sim is not None
-    child = subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy())
+    busy = [f"{p} ({name})" for name, b in sim.backends.items() if _listening(_connect_host(sim.host), p := b.port)]
+    if busy:
+        raise StartupError(
+            f"{path}: simulator: port {', '.join(busy)} already in use: a fleet from an earlier run may still be "
+            "listening. Stop that process, or pass --no-simulator to use whatever listens there as the backends."
+        )
+    child = subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy(),
+                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     deadline = time.monotonic() + 15
     ports = [b.port for b in sim.backends.values()]
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise ConfigError(f"{path}: simulator: the fleet exited with status {child.returncode}")
-        if all(_listening(sim.host, p) for p in ports):
+            raise StartupError(f"{path}: simulator: the fleet exited with status {child.returncode}")
+        if all(_listening(_connect_host(sim.host), p) for p in ports):
             return child
         time.sleep(0.05)
-    child.kill()
-    raise ConfigError(f"{path}: simulator: the fleet did not start listening on {ports} within 15 s")
+    _stop(child)
+    raise StartupError(f"{path}: simulator: the fleet did not start listening on {ports} within 15 s")
+
+
+def _die_with_parent() -> None:
+    """In the fleet's process: end when the gateway process ends, however it ends (even SIGKILL)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
 def _listening(host: str, port: int) -> bool:

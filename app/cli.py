@@ -96,11 +96,6 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app import intake
-    from app.server import create_app
-
     config = load_config(args.config)
     # server.log_level governs the gateway's own lines too (slipstream.*), not only uvicorn's.
     logging.getLogger().setLevel(config.server.log_level.upper())
@@ -116,6 +111,14 @@ def _serve(args: argparse.Namespace) -> int:
             raise StartupError(f"port {port} is already in use: is another gateway running? Stop it or pass --port")
         if config.simulator is not None and config.simulator.backends and not args.no_simulator:
             fleet = _spawn_fleet(args.config, config)
+        # The server's imports (about a second of CPU) run while the fleet starts on the other core.
+        import uvicorn
+
+        from app import intake
+        from app.server import create_app
+
+        if fleet is not None:
+            _wait_fleet(fleet, args.config, config)
         if args.workers > 1:
             # Workers import the app themselves, each from the config file named here.
             os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
@@ -209,7 +212,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _spawn_fleet(path: str, config: GatewayConfig) -> subprocess.Popen:
-    """Run the simulator fleet in a child process (its own core), and wait until it listens.
+    """Start the simulator fleet in a child process (its own core); _wait_fleet waits until it listens.
 
     A port already taken fails the start: answering from a stale fleet (a gateway that was killed
     without stopping its own) would serve another config's backends without saying so.
@@ -222,16 +225,21 @@ def _spawn_fleet(path: str, config: GatewayConfig) -> subprocess.Popen:
             f"{path}: simulator: port {', '.join(busy)} already in use: a fleet from an earlier run may still be "
             "listening. Stop that process, or pass --no-simulator to use whatever listens there as the backends."
         )
-    child = subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy(),
-                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    return subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy(),
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+
+def _wait_fleet(child: subprocess.Popen, path: str, config: GatewayConfig) -> None:
+    sim = config.simulator
+    assert sim is not None
     deadline = time.monotonic() + 15
     ports = [b.port for b in sim.backends.values()]
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise StartupError(f"{path}: simulator: the fleet exited with status {child.returncode}")
         if all(_listening(_connect_host(sim.host), p) for p in ports):
-            return child
-        time.sleep(0.05)
+            return
+        time.sleep(0.02)
     _stop(child)
     raise StartupError(f"{path}: simulator: the fleet did not start listening on {ports} within 15 s")
 

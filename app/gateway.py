@@ -20,6 +20,7 @@ from app.routing.active_health import run_health_checks
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
 from app.routing.router import Router
+from app.telemetry.metrics import Metrics
 from app.telemetry.recorder import Telemetry
 from app.routing.discovery import discover_forever
 from app.upstream.adapters import ServerLoad
@@ -57,8 +58,13 @@ class Gateway:
     _models_bodies: dict[frozenset[str] | None, bytes] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None) -> Gateway:
-        """Build clients, auth and router; call from inside the serving event loop."""
+    def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None,
+              metrics: Metrics | None = None) -> Gateway:
+        """Build clients, auth and router; call from inside the serving event loop.
+
+        `metrics`, when given, are the process's (kept across reloads, their live gauges registered by
+        the caller); without, the gateway gets metrics of its own.
+        """
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
@@ -69,7 +75,7 @@ class Gateway:
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
-        telemetry = Telemetry(config.telemetry, models, span_exporter, on_finish=router.learner.learn)
+        telemetry = Telemetry(config.telemetry, models, span_exporter, on_finish=router.learner.learn, metrics=metrics)
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled
@@ -77,8 +83,8 @@ class Gateway:
         gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
                  timeouts, Admission.from_config(config), transport or HttpTransport())
         cache.ask = gateway_ask(gw)  # an LLM judge asks a model alias of this same gateway
-        if telemetry.metrics is not None:
-            telemetry.metrics.register_live(gw)
+        if telemetry.metrics is not None and metrics is None:
+            telemetry.metrics.register_live(lambda: gw)
         loop = asyncio.get_running_loop()
         publishing = [b for b in backends.values() if b.adapter.publishes_load]
         if publishing and config.telemetry.scrape_interval_s > 0:

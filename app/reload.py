@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.config import ConfigError, load_config
 from app.gateway import Gateway
+from app.telemetry.metrics import Metrics
 
 log = logging.getLogger("slipstream.reload")
 _POLL_S = 2.0
@@ -23,10 +24,11 @@ _DRAIN_LIMIT_S = 900.0
 
 
 class Reloader:
-    def __init__(self, app_state, path: str | os.PathLike[str], span_exporter=None) -> None:
+    def __init__(self, app_state, path: str | os.PathLike[str], span_exporter=None, metrics: Metrics | None = None) -> None:
         self.state = app_state
         self.path = Path(path)
         self.span_exporter = span_exporter
+        self.metrics = metrics
         self._mtime = self._stat()
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
@@ -70,7 +72,9 @@ class Reloader:
             old: Gateway = self.state.gateway
             if (config.server.host, config.server.port) != (old.config.server.host, old.config.server.port):
                 log.warning("server.host and server.port take effect only on restart")
-            new = Gateway.start(config, self.span_exporter)
+            # The process's metrics carry over: counters and histograms go on from where they were.
+            # (A reload that switches telemetry.metrics on or off takes effect on restart.)
+            new = Gateway.start(config, self.span_exporter, metrics=self.metrics)
             await new.cache.start()
             for name, model in old.models.items():
                 same = name in new.backends and new.backends[name].config.base_url == old.backends[name].config.base_url
@@ -85,7 +89,9 @@ class Reloader:
                     new.router.states[name].prefixes = kept
             new.admission.adopt(old.admission)
             self.state.gateway = new
-            self._spawn(_close_when_drained(old))
+            if self.metrics is not None:
+                self.metrics.draining(old)
+            self._spawn(_close_when_drained(old, self.metrics))
             log.info("config reloaded from %s: %d backends, %d models", self.path, len(config.backends), len(config.models))
             return True, "reloaded"
 
@@ -95,10 +101,12 @@ class Reloader:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def _close_when_drained(old: Gateway) -> None:
+async def _close_when_drained(old: Gateway, metrics: Metrics | None) -> None:
     """Close the replaced gateway once no request is using it any more."""
     waited = 0.0
     while waited < _DRAIN_LIMIT_S and (old.router.queued or any(s.inflight for s in old.router.states.values())):
         await asyncio.sleep(0.5)
         waited += 0.5
     await old.aclose()
+    if metrics is not None:
+        metrics.retired(old)

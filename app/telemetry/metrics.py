@@ -7,7 +7,7 @@ then exact (several uvicorn workers would each report only their share).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,6 +28,10 @@ _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerStat
 
 class Metrics:
     def __init__(self) -> None:
+        # One per process: a config reload swaps the gateway but keeps these, so counters and
+        # histograms never reset and requests that finish on the replaced gateway are counted.
+        self._draining: list[Gateway] = []
+        self._carried: dict[str, float] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         labels = ["gen_ai_operation_name", "gen_ai_request_model", "slipstream_backend"]
@@ -110,21 +114,54 @@ class Metrics:
             result = "hit"
         self.prefix_requests.labels(backend, result).inc()
 
-    def register_live(self, gateway: Gateway) -> None:
-        self.registry.register(_LiveCollector(gateway))
+    def register_live(self, current: Callable[[], Gateway]) -> None:
+        """Report live gauges from `current()` (the serving gateway) and the ones still draining."""
+        self.registry.register(_LiveCollector(current, self._draining, self._carried))
+
+    def draining(self, gateway: Gateway) -> None:
+        """A reload replaced `gateway`: keep counting what it does until it is closed."""
+        self._draining.append(gateway)
+
+    def retired(self, gateway: Gateway) -> None:
+        """A replaced gateway is closed: fold its final counts in, so no counter goes down."""
+        self._draining[:] = [g for g in self._draining if g is not gateway]
+        for name, value in _gateway_counters(gateway).items():
+            self._carried[name] = self._carried.get(name, 0) + value
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
+# Counters a gateway keeps in its own state (not in the registry): name, help, how to read one.
+_STATE_COUNTERS: tuple[tuple[str, str, Callable[[Gateway], float]], ...] = (
+    ("slipstream_cache_errors", "Cache store failures (the cache failed open).", lambda g: g.cache.stats.errors),
+    ("slipstream_cache_guard_rejections", "Semantic matches rejected by the guard.", lambda g: g.cache.stats.guard_rejections),
+    ("slipstream_cache_judge_rejections", "Semantic matches the LLM judge did not confirm.",
+     lambda g: g.cache.stats.judge_rejections),
+    ("slipstream_cache_embed_timeouts", "Semantic lookups that were misses because the embedding was late.",
+     lambda g: g.cache.stats.embed_timeouts),
+    ("slipstream_cache_writes", "Cache entries written to the store.", lambda g: g.cache.writer_stats.written),
+    ("slipstream_cache_writes_lost", "Cache entries given up after retries or a full write queue.",
+     lambda g: g.cache.writer_stats.lost),
+    ("slipstream_retry_budget_denied", "Retries refused by the retry budget.", lambda g: g.budget.denied),
+)
+
+
+def _gateway_counters(gw: Gateway) -> dict[str, float]:
+    return {name: read(gw) for name, _, read in _STATE_COUNTERS}
+
+
 class _LiveCollector:
     """Gauges read from the gateway's state when Prometheus scrapes: nothing is kept per request."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gw = gateway
+    def __init__(self, current: Callable[[], Gateway], draining: list[Gateway], carried: dict[str, float]) -> None:
+        self.current = current
+        self.draining = draining
+        self.carried = carried
 
     def collect(self):
-        gw = self.gw
+        gw = self.current()
+        live = [gw, *(g for g in self.draining if g is not gw)]
         inflight = GaugeMetricFamily("slipstream_backend_inflight", "Requests in flight to each backend.", labels=["slipstream_backend"])
         breaker = GaugeMetricFamily("slipstream_backend_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open (ejected).",
                                     labels=["slipstream_backend"])
@@ -139,7 +176,8 @@ class _LiveCollector:
         for name, state in gw.router.states.items():
             accuracy.add_metric([name], state.prefixes.accuracy)
             blocks.add_metric([name], len(state.prefixes))
-            inflight.add_metric([name], state.inflight)
+            # Requests still finishing on a replaced gateway hold slots on the same backend.
+            inflight.add_metric([name], sum(g.router.states[name].inflight for g in live if name in g.router.states))
             breaker.add_metric([name], _BREAKER_VALUE[state.breaker.state])
             load = gw.backend_load.get(name)
             if load is not None:
@@ -147,16 +185,15 @@ class _LiveCollector:
                     if value is not None:
                         family.add_metric([name], value)
         yield from (inflight, breaker, running, waiting, kv, accuracy, blocks)
-        yield GaugeMetricFamily("slipstream_queued_requests", "Requests waiting for a backend slot in this gateway.", value=gw.router.queued)
-        stats = gw.cache.stats
-        yield CounterMetricFamily("slipstream_cache_errors", "Cache store failures (the cache failed open).", value=stats.errors)
-        yield CounterMetricFamily("slipstream_cache_guard_rejections", "Semantic matches rejected by the guard.", value=stats.guard_rejections)
-        yield CounterMetricFamily("slipstream_cache_judge_rejections", "Semantic matches the LLM judge did not confirm.", value=stats.judge_rejections)
-        yield CounterMetricFamily("slipstream_cache_embed_timeouts", "Semantic lookups that were misses because the embedding was late.", value=stats.embed_timeouts)
-        writer = gw.cache.writer_stats
-        yield CounterMetricFamily("slipstream_cache_writes", "Cache entries written to the store.", value=writer.written)
-        yield CounterMetricFamily("slipstream_cache_writes_lost", "Cache entries given up after retries or a full write queue.", value=writer.lost)
-        yield CounterMetricFamily("slipstream_retry_budget_denied", "Retries refused by the retry budget.", value=gw.budget.denied)
+        yield GaugeMetricFamily("slipstream_queued_requests", "Requests waiting for a backend slot in this gateway.",
+                                value=sum(g.router.queued for g in live))
+        counts = dict(self.carried)
+        for g in live:
+            for name, value in _gateway_counters(g).items():
+                counts[name] = counts.get(name, 0) + value
+        for name, help_text, _ in _STATE_COUNTERS:
+            yield CounterMetricFamily(name, help_text, value=counts.get(name, 0))
+        # Admission counters already carry over a reload (the new gateway adopts the old one's).
         yield from gw.admission.counters.families(gw.router.queue.by_tenant())
 
 

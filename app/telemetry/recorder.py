@@ -17,11 +17,12 @@ log = logging.getLogger("slipstream.request")
 
 class Telemetry:
     def __init__(self, config: TelemetryConfig, models: dict[str, LatencyModel], exporter=None,
-                 on_finish: Callable[[RequestRecord], None] | None = None) -> None:
+                 on_finish: Callable[[RequestRecord], None] | None = None, metrics: Metrics | None = None) -> None:
         self.config = config
         self._on_finish = on_finish
         self.tracing = Tracing(config.tracing, exporter)
-        self.metrics = Metrics() if config.metrics else None
+        # The process's metrics, when given (they outlive a config reload); otherwise this gateway's own.
+        self.metrics = (metrics or Metrics()) if config.metrics else None
         self.models = models
 
     def start_request(self, record: RequestRecord, path: str, traceparent: str | None) -> None:

@@ -131,3 +131,41 @@ def test_grafana_dashboard_queries_only_metrics_we_export(gateway):
             for name in re.findall(r"\b((?:gen_ai|slipstream)_[a-z_]+)", target["expr"]):
                 base = re.sub(r"_(bucket|count|sum)$", "", name)
                 assert base in exported, f"{panel['title']}: {name} is not exported"
+
+
+def test_metrics_survive_a_config_reload(fleet, tmp_path):
+    import yaml
+
+    from tests.conftest import ADMIN_KEY
+
+    gw = start_gateway(tmp_path, fleet)
+    path = tmp_path / "gateway.yaml"
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    labels = dict(gen_ai_request_model="slow", slipstream_backend="slow", slipstream_outcome="ok")
+    count = "gen_ai_server_request_duration_seconds_count"
+    try:
+        client = gw.client()
+        for _ in range(2):
+            client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "m"}], max_tokens=2)
+        with pytest.raises(Exception):
+            client.chat.completions.create(model="dead", messages=[{"role": "user", "content": "x"}])
+        before = scrape(gw.url)
+        # A stream that starts on the old gateway and ends after the reload.
+        stream = client.chat.completions.create(model="slow", messages=[{"role": "user", "content": "s"}],
+                                                max_tokens=25, stream=True, extra_body={"ignore_eos": True})
+        next(iter(stream))
+        config = yaml.safe_load(path.read_text())
+        config["models"]["renamed"] = {"backends": ["fast"]}
+        path.write_text(yaml.safe_dump(config))
+        assert httpx.post(f"{gw.url}/admin/reload", headers=admin).status_code == 200
+        assert sample(scrape(gw.url), "slipstream_backend_inflight", slipstream_backend="slow") == 1  # still draining
+        assert list(stream)[-1].choices[0].finish_reason == "length"
+        after = scrape(gw.url)
+        chat = dict(gen_ai_request_model="chat", slipstream_backend="fast", slipstream_outcome="ok")
+        assert sample(after, count, **chat) == sample(before, count, **chat) == 2  # not reset
+        assert sample(after, "slipstream_retries_total", gen_ai_request_model="dead") == \
+            sample(before, "slipstream_retries_total", gen_ai_request_model="dead") >= 1
+        assert sample(after, count, **labels) == 1  # finished on the replaced gateway, counted
+        assert wait_until(lambda: sample(scrape(gw.url), "slipstream_backend_inflight", slipstream_backend="slow") == 0)
+    finally:
+        gw.process.stop()

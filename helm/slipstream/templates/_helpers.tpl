@@ -14,18 +14,36 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The gateway config with the Redis URL from cache.redisUrl, when given. */}}
+{{- define "slipstream.redisSelector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: cache
+{{- end -}}
+
+{{/* The shared Redis's URL: cache.redisUrl, else the chart's own Redis when redis.enabled, else "". */}}
+{{- define "slipstream.redisUrl" -}}
+{{- if .Values.cache.redisUrl -}}
+{{- .Values.cache.redisUrl -}}
+{{- else if .Values.redis.enabled -}}
+{{- printf "redis://%s-redis:6379/0" (include "slipstream.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The gateway config, with the shared Redis when there is one. */}}
 {{- define "slipstream.config" -}}
 {{- $config := deepCopy .Values.config -}}
 {{- $server := default dict $config.server -}}
 {{/* In-flight streams may run until shortly before Kubernetes kills the pod. */}}
 {{- $_ := set $server "shutdown_grace_s" (sub .Values.terminationGracePeriodSeconds 10) -}}
 {{- $_ := set $config "server" $server -}}
-{{- if .Values.cache.redisUrl -}}
 {{- $cache := default dict $config.cache -}}
+{{- $url := include "slipstream.redisUrl" . -}}
+{{- if $url -}}
 {{- $_ := set $cache "store" "redis" -}}
-{{- $_ := set $cache "redis_url" .Values.cache.redisUrl -}}
+{{- $_ := set $cache "redis_url" $url -}}
 {{- $_ := set $config "cache" $cache -}}
+{{- else if and (eq (toString $cache.store) "redis") (not $cache.redis_url) -}}
+{{- fail "config.cache.store is redis but no Redis is given: set cache.redisUrl, or redis.enabled=true" -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}

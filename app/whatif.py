@@ -9,6 +9,7 @@ routing to try (strategies, fallbacks, hedging, timeouts). The workload is JSONL
 from __future__ import annotations
 
 import asyncio
+import html
 import math
 import statistics
 import time
@@ -19,7 +20,7 @@ import aiohttp
 import orjson
 import uvicorn
 
-from app.baseline.render import _chart
+from app.charts import CSS, line_chart
 from app.config import GatewayConfig, load_config
 from app.server import create_app
 from app.simulator.fleet import start_fleet
@@ -106,16 +107,38 @@ async def replay(policy_path: str, workload: list[Arrival]) -> PolicyRun:
     return run
 
 
-def compare(runs: list[PolicyRun], windows: int = 10) -> tuple[str, str]:
-    """The comparison table, and an SVG of E2E percentiles over time (per policy)."""
-    lines = ["| policy | requests | errors | TTFT p50 / p99 ms | E2E p50 / p95 / p99 ms |", "|---|---|---|---|---|"]
-    series = {}
+@dataclass
+class Comparison:
+    """One row per policy, and the E2E percentiles per time window, for the table and the plot."""
+
+    rows: list[tuple[str, int, int, str, str, str, str, str]]
+    series: dict[str, list[tuple[float, float]]]
+
+    def table(self) -> str:
+        lines = ["| policy | requests | errors | TTFT p50 / p99 ms | E2E p50 / p95 / p99 ms |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {req} | {err} | {t50} / {t99} | {e50} / {e95} / {e99} |"
+                  for n, req, err, t50, t99, e50, e95, e99 in self.rows]
+        return "\n".join(lines)
+
+    def html_table(self) -> str:
+        head = ("<tr><th>policy</th><th>requests</th><th>errors</th><th>TTFT p50 ms</th><th>TTFT p99 ms</th>"
+                "<th>E2E p50 ms</th><th>E2E p95 ms</th><th>E2E p99 ms</th></tr>")
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in self.rows)
+        return f'<table class="report">{head}{body}</table>'
+
+    def svg(self) -> str:
+        return line_chart("E2E latency percentiles over the replay", "seconds into the workload", "ms", self.series,
+                          log_x=False)
+
+
+def compare(runs: list[PolicyRun], windows: int = 10) -> Comparison:
+    """Per policy: request and error counts, TTFT and E2E percentiles, and E2E p50/p99 per time window."""
+    rows, series = [], {}
     for run in runs:
         e2e = sorted(o.e2e for o in run.outcomes if o.e2e is not None)
         ttft = sorted(o.ttft for o in run.outcomes if o.ttft is not None)
         errors = sum(1 for o in run.outcomes if not o.ok)
-        lines.append(f"| {run.name} | {len(run.outcomes)} | {errors} | {_p(ttft, 50)} / {_p(ttft, 99)} | "
-                     f"{_p(e2e, 50)} / {_p(e2e, 95)} / {_p(e2e, 99)} |")
+        rows.append((run.name, len(run.outcomes), errors, _p(ttft, 50), _p(ttft, 99), _p(e2e, 50), _p(e2e, 95), _p(e2e, 99)))
         end = max((o.arrival for o in run.outcomes), default=0) or 1
         for q in (50, 99):
             points = []
@@ -125,8 +148,7 @@ def compare(runs: list[PolicyRun], windows: int = 10) -> tuple[str, str]:
                 if values:
                     points.append((round(hi, 1), _q(values, q) * 1000))
             series[f"{run.name} p{q}"] = points
-    svg = _chart("E2E latency percentiles over the replay", "seconds into the workload", "ms", series)
-    return "\n".join(lines), svg
+    return Comparison(rows, series)
 
 
 def _q(values: list[float], q: float) -> float:
@@ -155,9 +177,13 @@ def run_whatif(workload_path: str, policies: list[str], out: str) -> str:
         return [await replay(p, workload) for p in policies]
 
     runs = asyncio.run(main())
-    table, svg = compare(runs)
+    result = compare(runs)
+    table = result.table()
     medians = {r.name: statistics.median([o.e2e for o in r.outcomes if o.e2e] or [math.nan]) for r in runs}
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Policy what-if</title></head><body>"
-            f"<h1>Policy what-if: {len(workload)} requests</h1><pre>{table}</pre>{svg}</body></html>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Policy what-if</title>"
+            f"<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} {CSS}</style></head><body>"
+            f"<h1>Policy what-if: {len(workload)} requests</h1>"
+            f"<p>The same workload replayed through each policy against the same simulated fleet. Times are "
+            f"measured by the replaying client, in ms.</p>{result.html_table()}{result.svg()}</body></html>")
     Path(f"{out}.html").write_text(page, encoding="utf-8")
     return f"{table}\n\nmedian E2E: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in medians.items()) + f"\nplot: {out}.html"

@@ -90,7 +90,7 @@ def test_cli_writes_table_json_and_html(sim, tmp_path):
     data = json.loads(out.with_suffix(".json").read_text())
     assert {"cells", "fit", "prior", "flattens_at"} <= set(data)
     page = out.with_suffix(".html").read_text()
-    assert page.count("<svg") == 4 and "E2E latency vs output length" in page
+    assert page.count("<svg") == 5 and "E2E latency vs output length" in page
 
 
 def test_cold_prompts_differ_from_their_first_word_and_warm_ones_repeat():
@@ -114,3 +114,20 @@ def test_prior_tpot_is_the_measured_tpot_and_the_fit_says_its_quality(report):
     assert f.a_s >= 0 and f.ttft_a_s >= 0
     assert f.quality in ("good", "fair") and prior["fit_quality"] == f.quality
     assert prior["prefill_tokens_per_s"] == pytest.approx(PREFILL_TPS, rel=0.2)
+
+
+
+def test_html_concurrency_charts_show_every_level(report):
+    import re
+
+    from app.baseline.render import concurrency_cells, to_html
+
+    cells = concurrency_cells(report)
+    assert [c.concurrency for c in cells] == [1, 4]
+    assert len({(c.prompt_tokens, c.output_tokens) for c in cells}) == 1
+    page = to_html(report)
+    for title in ("Throughput vs concurrency", "E2E latency vs concurrency", "Time per output token vs concurrency"):
+        figure = page[page.index(title):]
+        svg = figure[:figure.index("</svg>")]
+        assert len(re.findall(r"<circle", svg)) >= 2, title  # not one dot
+        assert "<polyline" in svg, title

@@ -123,3 +123,19 @@ def test_image_size_stays_slim(image_install, capsys):
         print(f"\nimage install (Dockerfile build stage): {size:.0f} MiB in {len(dist_names(site))} distributions, "
               f"+ {size_mib(image_install.parent / 'models'):.0f} MiB of ONNX graphs")
     assert size < 600
+
+
+def test_readme_docker_example_passes_every_variable_its_config_needs():
+    import yaml
+
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in readme.split("```") if "config/gateway.yaml:/etc/slipstream/gateway.yaml" in b)
+    passed = set(re.findall(r"-e\s+([A-Z_][A-Z0-9_]*)", block))
+    config = yaml.safe_load((ROOT / "config/gateway.yaml").read_text())
+    needed = {b["api_key_env"] for b in config["backends"].values() if b.get("api_key_env")}
+    assert needed <= passed, needed - passed
+    if config["telemetry"]["tracing"].get("enabled"):
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT" in passed
+    if config["cache"].get("store") == "redis":
+        host = re.match(r"redis://([^:/]+)", config["cache"]["redis_url"]).group(1)
+        assert f"--name {host}" in block and "--network" in block  # the Redis the config names is there

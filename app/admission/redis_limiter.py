@@ -13,7 +13,7 @@ from pathlib import Path
 from redis.exceptions import RedisError
 
 from app.admission.limits import BUDGET, CONCURRENT, REQUESTS, Check, CheckState, Decision
-from app.admission.resp import RespClient, RespConnectionError, RespError
+from app.admission.resp import RespClient, RespConnectionError, RespError, bulk
 from app.cache.redis_store import connect
 
 _SCRIPT = (Path(__file__).parent / "limiter.lua").read_text()
@@ -47,6 +47,8 @@ class RedisLimiter:
         self.lease_ttl_s = lease_ttl_s
         self._failures = 0
         self._skip_until = 0.0
+        # Per set of checks, the parts of the command that never change, encoded once.
+        self._encoded: dict[tuple[Check, ...], tuple[bytes, bytes]] = {}
 
     async def admit(self, checks: tuple[Check, ...], request_id: str, tokens: int) -> Decision:
         reply = await self._call("admit", checks, request_id, tokens)
@@ -70,13 +72,14 @@ class RedisLimiter:
         now = time.monotonic()
         if now < self._skip_until:
             raise LimiterDown("redis skipped after repeated failures")
-        args: list = [mode, request_id, self.window_s, self.lease_ttl_s, tokens]
-        for c in checks:
-            period = (periods or {}).get(c.key, "") if mode == "settle" else c.period
-            args += (_CODE[c.kind], c.limit, period)
-        keys = [self._prefix + c.key for c in checks]
         try:
-            reply = await (self._eval(keys, args) if self._resp is not None else self._script(keys, args))
+            if self._resp is not None:
+                reply = await self._eval(self._command(mode, checks, request_id, tokens, periods))
+            else:
+                args: list = [mode, request_id, self.window_s, self.lease_ttl_s, tokens]
+                for c in checks:
+                    args += (_CODE[c.kind], c.limit, (periods or {}).get(c.key, "") if mode == "settle" else c.period)
+                reply = await self._script([self._prefix + c.key for c in checks], args)
         except (RedisError, RespError, RespConnectionError, OSError, TimeoutError) as exc:
             self._failures += 1
             if self._failures >= _TRIPS_AFTER:
@@ -85,14 +88,28 @@ class RedisLimiter:
         self._failures = 0
         return reply
 
-    async def _eval(self, keys: list[str], args: list) -> list:
+    def _command(self, mode: str, checks: tuple[Check, ...], request_id: str, tokens: int,
+                 periods: dict[str, str] | None) -> bytes:
+        """EVALSHA for the lean client, with the keys and the checks' own arguments encoded once."""
+        static = self._encoded.get(checks)
+        if static is None:
+            keys = b"".join(bulk(self._prefix + c.key) for c in checks)
+            triples = b"".join(bulk(_CODE[c.kind]) + bulk(c.limit) + bulk(c.period) for c in checks)
+            static = self._encoded[checks] = (bulk("EVALSHA") + bulk(_SHA) + bulk(len(checks)) + keys, triples)
+        head, triples = static
+        if mode == "settle":
+            triples = b"".join(bulk(_CODE[c.kind]) + bulk(c.limit) + bulk((periods or {}).get(c.key, "")) for c in checks)
+        dynamic = bulk(mode) + bulk(request_id) + bulk(self.window_s) + bulk(self.lease_ttl_s) + bulk(tokens)
+        return b"*%d\r\n" % (3 + 5 + 4 * len(checks)) + head + dynamic + triples
+
+    async def _eval(self, command: bytes) -> list:
         try:
-            return await self._resp.call("EVALSHA", _SHA, len(keys), *keys, *args)
+            return await self._resp.call_encoded(command)
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
         await self._resp.call("SCRIPT", "LOAD", _SCRIPT)  # once per Redis (and after a restart)
-        return await self._resp.call("EVALSHA", _SHA, len(keys), *keys, *args)
+        return await self._resp.call_encoded(command)
 
     async def aclose(self) -> None:
         if self._resp is not None:

@@ -47,12 +47,16 @@ class RespClient:
 
     async def call(self, *args: str | bytes | int | float) -> object:
         """Send one command and return its reply (bytes, int, list, None); raises RespError or RespConnectionError."""
+        return await self.call_encoded(encode(args))
+
+    async def call_encoded(self, command: bytes) -> object:
+        """`call` for a command already in RESP (see `encode` and `bulk`)."""
         writer = self._writer or await self._connect()
         future = asyncio.get_running_loop().create_future()
         self._pending.append(future)
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(encode(args))
+        self._out.append(command)
         try:
             reply = await asyncio.wait_for(future, self._timeout_s)
         except TimeoutError:
@@ -133,18 +137,13 @@ class RespClient:
 
 
 def encode(args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        if isinstance(a, bytes):
-            b = a
-        elif isinstance(a, str):
-            b = a.encode()
-        elif isinstance(a, float):
-            b = repr(a).encode()
-        else:
-            b = str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
+    """A command in RESP: an array of bulk strings."""
+    return b"*%d\r\n" % len(args) + b"".join(map(bulk, args))
+
+
+def bulk(a: str | bytes | int | float) -> bytes:
+    b = a if type(a) is bytes else str(a).encode()
+    return b"$%d\r\n%s\r\n" % (len(b), b)
 
 
 async def _read(reader: asyncio.StreamReader):

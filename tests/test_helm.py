@@ -227,7 +227,8 @@ def test_deployment_is_hardened_and_probed(rendered):
     pod = gateway_deployment(objects)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    probe = container["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/readyz" if "httpGet" in probe else "/readyz" in " ".join(probe["exec"]["command"])
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     # Backend keys come from Secrets, never from values.
@@ -236,3 +237,37 @@ def test_deployment_is_hardened_and_probed(rendered):
 
 def test_dashboard_is_valid_json():
     assert json.loads((CHART / "dashboards" / "slipstream.json").read_text())["panels"]
+
+
+def test_probe_and_scrape_send_the_ops_key_when_one_is_required(chart, fleet, tmp_path):
+    # The production values put /metrics and /readyz behind an ops key: the exec readiness probe
+    # must pass against a real gateway that requires it, and fail without the key.
+    import os
+    import subprocess
+
+    from app.auth import hash_key
+    from tests.conftest import gateway_config, start_gateway
+
+    objects = [d for n, t in chart.render(values_of("production-values"), name=RELEASE, namespace=NAMESPACE, is_install=True).items()
+               if n.endswith(".yaml") for d in yaml.safe_load_all(t) if d]
+    container = gateway_deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+    assert any(e["name"] == "SLIPSTREAM_OPS_KEY" and "secretKeyRef" in e["valueFrom"] for e in container["env"])
+    for sm in by_kind(objects, "ServiceMonitor"):
+        assert sm["spec"]["endpoints"][0]["authorization"]["credentials"]["name"] == "slipstream-ops-key"
+    command = container["readinessProbe"]["exec"]["command"]
+
+    key = "sk-ops-0123456789"
+    config = gateway_config(fleet, 0)
+    config["auth"]["ops_keys"] = [hash_key(key)]
+    gw = start_gateway(tmp_path, fleet, config)
+    try:
+        probe = [c.replace("127.0.0.1:8080", f"127.0.0.1:{gw.port}") for c in command]
+        probe[0] = os.environ.get("PYTHON", __import__("sys").executable)
+
+        def run(k: str) -> int:
+            return subprocess.run(probe, env={**os.environ, "SLIPSTREAM_OPS_KEY": k}, capture_output=True, timeout=20).returncode
+
+        assert run(key) == 0
+        assert run("sk-wrong") != 0
+    finally:
+        gw.process.stop()

@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--judge-key", default="")
     ap.add_argument("--judge-llama", action="store_true", help="start scripts/llama-server (SmolLM2-135M) as the judge")
     ap.add_argument("--judge-concurrency", type=int, default=2)
+    ap.add_argument("--judge-from", type=float, default=0.70, help="judge only pairs at least this similar")
     ap.add_argument("--show", type=int, default=15, help="wrong answers to list at the default")
     args = ap.parse_args()
 
@@ -117,7 +118,7 @@ def main() -> int:
         if args.judge_llama:
             proc, url, model = start_llama(Path("/tmp/slipstream-bench-judge.log"))
         try:
-            todo = [i for i in range(len(pairs)) if sims[i] >= THRESHOLDS[0] and scoped[i]]
+            todo = [i for i in range(len(pairs)) if sims[i] >= args.judge_from and scoped[i]]
             t0 = time.perf_counter()
             verdicts = asyncio.run(judge_all([pairs[i] for i in todo], url, model, args.judge_key, args.judge_concurrency))
             judge = np.zeros(len(pairs), bool)
@@ -136,6 +137,9 @@ def main() -> int:
     for t in THRESHOLDS:
         cells = []
         for name, ok in configs.items():
+            if "judge" in name and t < args.judge_from:
+                cells.append("not judged")
+                continue
             served, wrong = rates((sims >= t) & scoped & ok, same)
             cells.append(f"{served:.1%} / {wrong:.1%}")
             if name not in lowest and wrong <= MAX_WRONG:

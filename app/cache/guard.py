@@ -125,7 +125,14 @@ def mismatch(a: str, b: str) -> str | None:
         only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
         pairs = _typo_pairs(ta, tb, only_a, only_b)
         if pairs is None:
-            return _why(only_a, only_b)
+            # Light words on either side may go; what is left must pair up as typos.
+            heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
+            heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
+            pairs = _typo_pairs(ta, tb, heavy_a, heavy_b)
+            if pairs is None:
+                return _why(heavy_a or only_a, heavy_b or only_b)
+            ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
+            cb = [c for c in cb if c not in lx.LIGHT or c not in only_b]
         cb = [pairs.get(c, c) for c in cb]
     if _roles(ca) != _roles(cb):
         return "role"

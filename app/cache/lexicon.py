@@ -46,6 +46,15 @@ CONTRACTIONS: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
 # Auxiliaries too ("does X cover Y" / "is Y covered"): tense stays, since "was" and "did" are kept.
 IGNORABLE = frozenset("a an the of just really actually basically simply here be do".split())
 
+# Words a rewording adds or drops without changing what is asked: pronouns, non-role prepositions,
+# conjunctions, "what/how/which" and frame verbs ("explain", "describe"). Never role words, negations,
+# modals or degree words ("best", "most"), and only ever as an unmatched word, never in place of one.
+LIGHT = frozenset(
+    "what how which i you we it this that these those there in on at for about and or "
+    "explain describe tell show define give list know some any also exactly mean meaning like "
+    "please kind sort type way ways".split()
+)
+
 # Inflection and function-word variants that ask the same thing.
 CANONICAL = {
     "is": "be", "are": "be", "am": "be", "be": "be", "were": "was", "does": "do", "has": "have", "could": "can",

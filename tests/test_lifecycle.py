@@ -108,3 +108,35 @@ def test_hedging_answers_from_the_second_backend_when_the_first_is_late():
     assert status == 200
     assert took < 0.4
     assert len(set(backends)) == 2  # the hedge went to the other backend
+
+
+def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slot():
+    """Shutdown past its grace period cancels the response task: the client still gets an error event."""
+    from app import pipeline
+    from app.request import Endpoint
+    from tests.scripted import KEY
+    import orjson
+
+    t = ScriptedTransport(lambda name, n: Stream(events=chunks("x" * 100), gap_s=0.01))
+
+    async def scenario(gw):
+        response = await pipeline.handle(gw, Endpoint.CHAT, orjson.dumps(STREAM), {"authorization": f"Bearer {KEY}"},
+                                         "/v1/chat/completions")
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            await asyncio.sleep(3600)
+
+        task = asyncio.ensure_future(response({"type": "http"}, receive, send))
+        await asyncio.sleep(0.1)
+        task.cancel()  # what the server does to a request still running when it stops
+        await asyncio.gather(task, return_exceptions=True)
+        last = sent[-1]
+        return last.get("more_body"), last.get("body", b""), in_flight(gw), t.open_streams
+
+    more, body, held, open_streams = run(config(), t, scenario)
+    assert more is False and body.startswith(b'data: {"error"')
+    assert held == {"a": 0, "b": 0} and open_streams == 0

@@ -1,0 +1,102 @@
+"""Bounded fuzzing of the real gateway: odd bodies, headers and routes never get a 500, and every error
+is in OpenAI's shape. Hypothesis drives a fixed number of examples against the session's gateway process.
+"""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ACME_KEY, GLOBEX_KEY
+
+# Each example is one HTTP call; the whole test stays within a few seconds' worth of calls.
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                           max_leaves=12)
+parts = st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", "input_audio", "x"])},
+                                       optional={"text": json_values, "image_url": json_values}), max_size=3)
+messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool"]) | json_values},
+                                          optional={"content": st.text(max_size=40) | parts | json_values,
+                                                    "name": json_values, "tool_calls": json_values}), max_size=3) | json_values
+PARAMS = ["stream", "stream_options", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "seed",
+          "stop", "logprobs", "tools", "response_format", "ignore_eos", "user", "metadata"]
+
+
+@st.composite
+def bodies(draw):
+    body = {"model": draw(st.sampled_from(["chat", "embed", "tgi", "slow", "nope", "", "ché", "模型"]) | json_values)}
+    endpoint = draw(st.sampled_from(["chat/completions", "completions", "embeddings"]))
+    if endpoint == "chat/completions" or draw(st.booleans()):
+        body["messages"] = draw(messages)
+    if endpoint != "chat/completions" or draw(st.booleans()):
+        body["prompt" if endpoint == "completions" else "input"] = draw(
+            st.text(max_size=30) | st.lists(st.text(max_size=5) | st.integers(0, 50), max_size=3) | json_values)
+    for name in draw(st.lists(st.sampled_from(PARAMS), max_size=4, unique=True)):
+        small = st.integers(-3, 8) | st.booleans() | st.none()
+        body[name] = draw(small | json_values if name in ("max_tokens", "n", "max_completion_tokens") else json_values)
+    if isinstance(body.get("max_tokens"), int) and body["max_tokens"] > 8:
+        body["max_tokens"] = 8  # the simulator would generate them all
+    body.pop("max_completion_tokens", None) if isinstance(body.get("max_completion_tokens"), int) else None
+    if isinstance(body.get("n"), int) and body["n"] > 3:
+        body["n"] = 3
+    return endpoint, body
+
+
+header_values = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30)
+headers = st.dictionaries(st.sampled_from(["x-slipstream-timeout-ms", "x-slipstream-cache-ttl", "cache-control",
+                                           "traceparent", "x-slipstream-priority", "x-slipstream-server-timing",
+                                           "x-slipstream-cache-threshold", "content-type"]), header_values, max_size=3)
+
+
+def _check_error(r: httpx.Response) -> None:
+    assert r.status_code != 500 and r.status_code < 600, r.text[:300]
+    if r.status_code >= 400:
+        error = r.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, error
+        assert isinstance(error["message"], str) and error["message"]
+
+
+@pytest.fixture(scope="module")
+def http(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=20) as client:
+        yield client
+
+
+@FUZZ
+@given(case=bodies(), extra=headers, key=st.sampled_from([ACME_KEY, GLOBEX_KEY]))
+def test_fuzzed_bodies_and_headers_never_500(http, case, extra, key):
+    endpoint, body = case
+    r = http.post(f"/v1/{endpoint}", content=orjson.dumps(body),
+                  headers={"authorization": f"Bearer {key}", "content-type": "application/json",
+                           "x-slipstream-timeout-ms": "3000", **extra})
+    _check_error(r)
+    if r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
+        last = [e for e in r.text.split("\n\n") if e.startswith("data: ")][-1]
+        assert last == "data: [DONE]" or last.startswith('data: {"error"'), last
+
+
+@FUZZ
+@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode),
+       endpoint=st.sampled_from(["chat/completions", "completions", "embeddings"]))
+def test_fuzzed_raw_bytes_never_500(http, raw, endpoint):
+    r = http.post(f"/v1/{endpoint}", content=raw, headers={"authorization": f"Bearer {ACME_KEY}"})
+    _check_error(r)
+    assert r.status_code >= 400
+
+
+@FUZZ
+@given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]),
+       path=st.sampled_from(["/v1/models", "/v1/models/chat", "/v1/chat/completions", "/metrics", "/readyz",
+                             "/healthz", "/admin/backends", "/admin/route/explain", "/admin/reload", "/v1", "/"])
+       | st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="#?%"), max_size=30).map(lambda p: "/" + p),
+       auth=st.sampled_from([None, f"Bearer {ACME_KEY}", "Bearer nope", "Basic x", ""]))
+def test_fuzzed_routes_never_500(http, method, path, auth):
+    r = http.request(method, path, headers={"authorization": auth} if auth is not None else {})
+    assert r.status_code != 500 and r.status_code < 600, (method, path, r.text[:200])
+    if r.status_code >= 400 and method != "HEAD":
+        assert set(r.json()["error"]) == {"message", "type", "param", "code"}

@@ -18,7 +18,7 @@ from app.config import ModelAlias
 from app.deadline import Deadline
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
-from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus
+from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
 from app.hedge import hedged
 from app.owner import AttemptOwner
 from app.record import AttemptRecord, Event, RequestRecord
@@ -224,6 +224,8 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
     with_policy(ctx, spec)
 
     async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
+        if deadline.expired:  # spent before this attempt began (a slow cache lookup, a long wait): take no slot
+            raise UpstreamTimeout("the request's deadline passed before a backend was tried", code="deadline_exceeded")
         record.attempts += 1
         routed_at = time.perf_counter()
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline)

@@ -68,37 +68,30 @@ class FastPath:
 
 async def _unless_client_leaves(call, receive: Receive) -> Response | None:
     """Run the pipeline while watching for `http.disconnect`; if the client leaves first, cancel the
-    call (which closes the upstream connection and frees the backend slot) and return None."""
-    task = asyncio.ensure_future(call)
+    call (which closes the upstream connection and frees the backend slot) and return None.
+
+    The call runs in this task (one watcher task per request, not two): the watcher cancels it.
+    """
+    task = asyncio.current_task()
+    state = [False, False]  # [call finished, client gone]
+
+    def on_disconnect(watch: asyncio.Future) -> None:
+        if not watch.cancelled() and watch.exception() is None and not state[0]:
+            state[1] = True
+            task.cancel()
+
     watch = asyncio.ensure_future(wait_for_disconnect(receive))
+    watch.add_done_callback(on_disconnect)
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        watch.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
-        _close_unsent(task)
+        return await call
+    except asyncio.CancelledError:
+        if state[1]:
+            task.uncancel()
+            return None
         raise
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        _close_unsent(task)
-        return None
-    if watch.done():  # gone in the same instant the answer was ready
-        _close_unsent(task)
-        return None
-    watch.cancel()
-    await asyncio.gather(watch, return_exceptions=True)
-    return task.result()
-
-
-def _close_unsent(task: asyncio.Task) -> None:
-    """A response that will never be sent still owns its attempt: close it."""
-    if task.done() and not task.cancelled() and task.exception() is None:
-        close = getattr(task.result(), "on_close", None)
-        if close is not None:
-            task.result().on_close = None
-            close()
+    finally:
+        state[0] = True
+        watch.cancel()
 
 
 def error_response(err: GatewayError) -> Response:

@@ -225,3 +225,22 @@ def test_deadline_bounds_the_wait_for_a_slot():
     statuses, codes, took = run(cfg, t, scenario)
     assert statuses == [504] * 6 and set(codes) == {"deadline_exceeded"}
     assert took < 1.3
+
+
+def test_deadline_bounds_a_slow_cache_lookup():
+    """An embedder or cache store that stalls (a huge prompt, a slow Redis) costs at most the deadline."""
+    t = ScriptedTransport(lambda name, n: Reply())
+
+    async def scenario(gw):
+        async def stalled(*args):
+            await asyncio.sleep(5)
+
+        gw.cache.lookup = stalled
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        answer = await call(gw, {**CHAT, "temperature": 0}, headers={"x-slipstream-timeout-ms": "300"})
+        return answer, loop.time() - start
+
+    answer, took = run(config(), t, scenario)
+    assert took < 0.6
+    assert answer.status == 504 and answer.error["code"] == "deadline_exceeded"

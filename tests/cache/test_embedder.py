@@ -93,3 +93,25 @@ def test_late_embedding_fails_open():
             await e.aclose()
 
     asyncio.run(main())
+
+
+def test_a_spent_deadline_skips_the_semantic_lookup():
+    """The lookup takes the request's deadline: with none left it is a miss at once, never a wait."""
+    from app.cache.service import CachePlan, Cache
+    from app.cache.store import MemoryStore
+    from app.cache.keys import SemanticQuery
+    from app.config import CacheConfig, CachePolicy
+    from app.deadline import Deadline
+
+    async def main():
+        e = Embedder(EmbeddingConfig())
+        await e.start()
+        cache = Cache(CacheConfig(), MemoryStore(10), e)
+        try:
+            plan = CachePlan(CachePolicy(), lookup=True, semantic=SemanticQuery("scope", "How do I reset my router?"))
+            return await cache.lookup(plan, Deadline(0.0)), cache.stats.embed_timeouts
+        finally:
+            await cache.aclose()
+
+    hit, timeouts = asyncio.run(main())
+    assert hit is None and timeouts == 1

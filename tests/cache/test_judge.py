@@ -95,3 +95,10 @@ def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
         assert (h["x-slipstream-cache"], h["x-slipstream-cache-verifier"]) == ("semantic-hit", "guard")
     finally:
         gw.process.stop()
+
+
+def test_judge_alias_must_be_another_model_alias(tmp_path):
+    from tests.test_config import GOOD, error_for
+
+    judged = GOOD.replace("chat: {backends: [a]}", "chat: {backends: [a], cache: {semantic: {enabled: true, judge: {alias: nope}}}}")
+    assert "models.chat.cache.semantic.judge.alias: 'nope' is not another model alias" in error_for(tmp_path, judged)

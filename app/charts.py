@@ -65,8 +65,9 @@ def line_chart(title: str, xlabel: str, ylabel: str, series: dict[str, list[tupl
     elif len(xs) <= 6 and all(float(x).is_integer() for x in xs):
         xt, x_lo, x_hi = xs, xs[0], xs[-1]  # a few measured settings: tick each one
     else:
-        xt = nice_ticks(min(xs), max(xs))
-        x_lo, x_hi = xt[0], xt[-1]
+        # Round ticks inside the data's range; the axis ends where the data does, not at the next tick.
+        xt = [t for t in nice_ticks(min(xs), max(xs)) if min(xs) - 1e-9 <= t <= max(xs) + 1e-9] or xs
+        x_lo, x_hi = min(xs[0], xt[0]), max(xs[-1], xt[-1])
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
     legend_w = 28 + _CHAR_W * max(len(name) for name in series)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from app.charts import line_chart, nice_ticks, tick_label
 
 
@@ -51,3 +53,11 @@ def test_empty_and_single_point_series():
     assert "no data" in line_chart("t", "x", "y", {"a": []})
     svg = line_chart("t", "x", "y", {"a": [(1, 5.0)]})
     assert svg.count("<circle") == 1 and "<polyline" not in svg
+
+
+def test_a_time_axis_ends_with_the_data_and_ticks_round_values():
+    svg = line_chart("E2E", "seconds", "ms", {"a": [(2.0, 1.0), (7.3, 2.0), (20.2, 3.0)]}, log_x=False)
+    assert _numbers(svg, "middle") == ["5", "10", "15", "20"]
+    circles = [float(x) for x in re.findall(r'<circle cx="([\d.]+)"', svg)]
+    plot = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)
+    assert max(circles) == pytest.approx(float(plot.group(1)) + float(plot.group(2)), abs=0.2)  # last point on the edge

@@ -129,8 +129,9 @@ def report(name: str, results: list[Result]) -> dict:
     pe = [abs(r.predicted_e2e_s - r.e2e_s) / r.e2e_s for r in ok if r.predicted_e2e_s and r.e2e_s > 0]
     row["ttft_pred_err_p50"] = statistics.median(pt) if pt else float("nan")
     row["e2e_pred_err_p50"] = statistics.median(pe) if pe else float("nan")
-    net = [r.timing["network"] for r in ok if r.timing and "network" in r.timing]
-    queue = [r.timing.get("queue", 0.0) for r in ok if r.timing]
+    # Server-Timing is in ms already; percentile() takes seconds.
+    net = [r.timing["network"] / 1000 for r in ok if r.timing and "network" in r.timing]
+    queue = [r.timing.get("queue", 0.0) / 1000 for r in ok if r.timing]
     row["network_ms_p50"], row["network_ms_p99"] = percentile(net, 50), percentile(net, 99)
     row["queue_ms_p50"], row["queue_ms_p99"] = percentile(queue, 50), percentile(queue, 99)
     return row
@@ -189,11 +190,12 @@ async def main() -> None:
         quick.stop()
         slow.stop()
     print()
+    print("(times in ms; prediction errors are medians of |predicted - measured| / measured)")
     print(f"{'strategy':<18} {'req':>4} {'err':>4} {'quick%':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} "
           f"{'E2E p99':>8} {'TTFT err':>9} {'E2E err':>8} {'net p50':>8} {'net p99':>8} {'queue p50':>9} {'queue p99':>9}")
     for r in rows:
-        print(f"{r['strategy']:<18} {r['requests']:>4} {r['errors']:>4} {r['quick_share']:>7.0%} {r['ttft_p50']:>9.3f} "
-              f"{r['ttft_p99']:>9.3f} {r['e2e_p50']:>8.3f} {r['e2e_p99']:>8.3f} {r['ttft_pred_err_p50']:>9.0%} "
+        print(f"{r['strategy']:<18} {r['requests']:>4} {r['errors']:>4} {r['quick_share']:>7.0%} {r['ttft_p50']:>9.0f} "
+              f"{r['ttft_p99']:>9.0f} {r['e2e_p50']:>8.0f} {r['e2e_p99']:>8.0f} {r['ttft_pred_err_p50']:>9.0%} "
               f"{r['e2e_pred_err_p50']:>8.0%} {r['network_ms_p50']:>8.2f} {r['network_ms_p99']:>8.2f} "
               f"{r['queue_ms_p50']:>9.1f} {r['queue_ms_p99']:>9.1f}")
     p = rows[0]

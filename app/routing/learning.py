@@ -95,13 +95,11 @@ class Learner:
         output = record.usage.completion_tokens if record.usage else 0
         model.observe_latency(a.end - a.start)
         if a.stream and a.first_event:
-            if s.backend.adapter.headers_at_slot and a.headers:
-                # The queue was before the headers: from them to the first event is the prefill as a
-                # first token sees it (the report's prompt_ms plus what it leaves out: tokenising, the
-                # first sampling, the event's trip), per processed token as the report counts them.
-                model.observe_prefill(prompt, a.first_event - a.headers)
-            elif r.prefill_s is not None:
+            if r.prefill_s is not None:
                 model.observe_prefill(prompt, r.prefill_s)
+            elif s.backend.adapter.headers_at_slot and a.headers:
+                # The queue was before the headers: from headers to the first event was prefill.
+                model.observe_prefill(prompt, a.first_event - a.headers)
             model.observe_decode(output, a.end - a.first_event, a.load)
             return
         ahead = max(0, a.load - 1)

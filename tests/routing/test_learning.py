@@ -99,10 +99,9 @@ def test_prefill_is_learned_per_processed_token():
     t, model = telemetry("llamacpp")
     for i in range(6):
         r = RequestRecord("id", "chat", 0.0, usage=Usage(433, 10), prompt_tokens_hint=433)
-        # The first time all 433 tokens were processed in 2 s; then llama.cpp reused 432 from its cache.
-        # (On llama.cpp the window from headers, sent at slot assignment, to the first event is prefill.)
-        a = stream_attempt(load=1, wait=2.0 if i == 0 else 0.02, flavor="llamacpp")
+        a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
         a.end = a.first_event + 0.1
+        # The first time all 433 tokens were processed in 2 s; then llama.cpp reused 432 from its cache.
         processed = 433 if i == 0 else 1
         a.report = BackendReport(prefill_s=2.0 if i == 0 else 0.02, prompt_tokens=433,
                                  prompt_processed=processed, prompt_cached=433 - processed)

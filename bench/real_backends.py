@@ -146,6 +146,7 @@ async def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--calibrate-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dump", default=None, help="write every request's predicted and measured figures (JSON)")
     args = ap.parse_args()
     llama_server_paths()
     tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
@@ -178,10 +179,12 @@ async def main() -> None:
         print(f"capacity {capacity:.2f} req/s (closed loop, c={2 * args.slots * 2}); offered {rate:.2f} req/s "
               f"({args.load:.0%}), {n} requests per strategy, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}",
               flush=True)
-        rows = []
+        rows, dump = [], {}
         for s in STRATEGIES:
             texts = [prompt(rng, rng.randint(20, 80)) for _ in arrivals]  # distinct prompts: no cache hits
-            rows.append(report(s, await open_loop(url, s, arrivals, texts, args.max_tokens)))
+            results = await open_loop(url, s, arrivals, texts, args.max_tokens)
+            rows.append(report(s, results))
+            dump[s] = [r.__dict__ for r in results]
             print(f"  {s}: done", flush=True)
     finally:
         stop.set()
@@ -189,6 +192,8 @@ async def main() -> None:
         gw.stop()
         quick.stop()
         slow.stop()
+    if args.dump:
+        Path(args.dump).write_bytes(orjson.dumps(dump, option=orjson.OPT_INDENT_2))
     print()
     print("(times in ms; prediction errors are medians of |predicted - measured| / measured)")
     print(f"{'strategy':<18} {'req':>4} {'err':>4} {'quick%':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} "

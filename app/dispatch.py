@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 
 from app.config import ModelAlias
-from app.deadline import Deadline
+from app.deadline import NO_DEADLINE, Deadline
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
 from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
@@ -59,8 +59,14 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     record.prefix = ctx.prefix
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
-    _shed_if_unmeetable(gw, ctx, chain)
+    try:
+        _shed_if_unmeetable(gw, ctx, chain)
+    except TargetUnmeetable:
+        record.target_result = "shed"
+        raise
     _order_wait_by_target(gw, ctx, chain[0])
+    if ctx.target:
+        record.target_result = "met" if _can_meet(gw, ctx, chain[0], NO_DEADLINE) else "unmeetable"
     errors: dict[str, GatewayError] = {}
     held: list[tuple[AttemptOwner, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
     i, attempts, reason = 0, 0, None

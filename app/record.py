@@ -124,6 +124,8 @@ class RequestRecord:
     # Observers of the request's end (admission settles its reservation): run once, by the record stage.
     on_end: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     prefix: Any = None  # the prompt's block keys (app.routing.prefix_index.PromptBlocks)
+    # With a latency target: "met" (predicted), "unmeetable" (served degraded or by a fallback), "shed".
+    target_result: str | None = None
 
     @property
     def duration_s(self) -> float:

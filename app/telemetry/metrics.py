@@ -59,6 +59,9 @@ class Metrics:
                                        ["slipstream_backend"], registry=r)
         self.prefix_prompt = Counter("slipstream_prefix_prompt_tokens", "Prompt tokens of requests whose cached tokens were reported.",
                                      ["slipstream_backend"], registry=r)
+        self.targets = Counter("slipstream_latency_target_requests",
+                               "Requests with a latency target: met (as predicted at routing), unmeetable, shed.",
+                               ["gen_ai_request_model", "result"], registry=r)
         self.prefix_requests = Counter("slipstream_prefix_requests",
                                        "Requests by predicted vs reported prefix hit: hit, miss, false_hit (predicted, not reused), missed_hit.",
                                        ["slipstream_backend", "result"], registry=r)
@@ -97,6 +100,8 @@ class Metrics:
             self.retries.labels(record.alias).inc(record.retries)
         if record.fallback:
             self.fallbacks.labels(record.alias, record.fallback).inc()
+        if record.target_result and record.alias:
+            self.targets.labels(record.alias, record.target_result).inc()
 
     def observe_prefix(self, backend: str, predicted_share: float, cached: int, total: int) -> None:
         """One request's predicted prefix match (a share of its prompt) against the reported reuse."""

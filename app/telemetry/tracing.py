@@ -147,6 +147,8 @@ class Tracing:
         })
         if record.fallback:
             span.set_attribute("slipstream.fallback", record.fallback)
+        if record.target_result:
+            span.set_attribute("slipstream.latency_target.result", record.target_result)
         if record.response_model:
             span.set_attribute("gen_ai.response.model", record.response_model)
         if record.usage is not None:

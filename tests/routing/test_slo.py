@@ -114,6 +114,13 @@ def test_a_sheddable_request_with_a_reachable_target_is_served(gateway):
     assert post(gateway, {"x-slipstream-ttft-slo-ms": "20000", "x-slipstream-priority": "batch"}).status_code == 200
 
 
+def test_metrics_count_requests_by_latency_target_result(gateway):
+    post(gateway, {"x-slipstream-ttft-slo-ms": "0.5", "x-slipstream-priority": "batch"})
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    assert 'slipstream_latency_target_requests_total{gen_ai_request_model="m",result="shed"}' in text
+    assert 'result="unmeetable"' in text or 'result="met"' in text
+
+
 def test_a_malformed_target_is_a_400(gateway):
     r = post(gateway, {"x-slipstream-ttft-slo-ms": "fast"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "x-slipstream-ttft-slo-ms"

@@ -46,6 +46,10 @@ class OnnxEncoder:
         self._session = ort.InferenceSession(str(ensure_model(quantization)), opts, providers=["CPUExecutionProvider"])
         tok = Tokenizer.from_file(str(source_dir() / "tokenizer.json"))
         tok.enable_truncation(max_length=WINDOW_TOKENS)
+        # The shipped tokenizer.json pads every text to 128 word pieces: a 12-token question then costs
+        # ten times its own length (int8 ~17 ms instead of ~2 ms per text here). `_run` pads a batch
+        # only to its longest row.
+        tok.no_padding()
         self._tok = tok
 
     def encode(self, texts: list[str]) -> np.ndarray:

@@ -241,8 +241,9 @@ def test_redis_killed_mid_run_follows_the_policy(fleet, own_redis, tmp_path):
         # Back: the limits apply again (the counters were in the Redis that went away, so they start full).
         own_redis.start()  # on the same port
         assert wait_until(lambda: post(fail_closed).status_code == 200, 5)
-        codes = [post(fail_open).status_code for _ in range(3)]
-        assert codes[-1] == 429
+        # The open gateway may still be inside its short skip window (or reconnecting) for a call or
+        # two, admitting them uncounted; once it asks Redis again, the shared counter runs out.
+        assert wait_until(lambda: post(fail_open).status_code == 429, 5)
     finally:
         fail_open.process.stop()
         fail_closed.process.stop()

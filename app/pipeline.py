@@ -161,7 +161,7 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
     return Response(redact(payload, reply.backend), reply.status, safe_headers(headers), media_type="application/json",
-                    background=BackgroundTask(gw.telemetry.finish, record))
+                    background=BackgroundTask(gw.telemetry.finish_after_response, record))
 
 
 def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, record: RequestRecord,
@@ -215,7 +215,7 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
     if gw.config.telemetry.server_timing:
         headers["server-timing"] = _server_timing(record, [], time.perf_counter())
     record.finished = time.perf_counter()
-    background = BackgroundTask(gw.telemetry.finish, record)
+    background = BackgroundTask(gw.telemetry.finish_after_response, record)
     if req.stream:
         response = SSEResponse(replay(replay_events(body, req.client_wants_usage)), headers)
         response.background = background

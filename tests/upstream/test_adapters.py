@@ -156,7 +156,7 @@ def test_llamacpp_request_caused_5xx():
 
 
 def test_llamacpp_model_path_is_not_a_model_name():
-    assert LLAMA.reported_model("/root/.cache/slipstream/smollm2/model.gguf", "smollm2") == "smollm2"
+    assert LLAMA.reported_model("/models/smollm2/model.gguf", "smollm2") == "smollm2"
     assert LLAMA.reported_model("smol", "smollm2") == "smol"
 
 

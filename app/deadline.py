@@ -9,6 +9,20 @@ from app.errors import InvalidRequest
 DEADLINE_HEADER = "x-slipstream-timeout-ms"
 
 
+def positive_ms(value: str | None, name: str) -> float | None:
+    """A header of positive, finite milliseconds, in seconds (None when absent); anything else is the
+    client's error, named by `name`, never ignored."""
+    if value is None:
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = -1.0
+    if not ms > 0 or ms == float("inf"):  # `not ms > 0` also refuses NaN
+        raise InvalidRequest(f"{name} must be a positive number of milliseconds", param=name)
+    return ms / 1000
+
+
 class Deadline:
     """An absolute end time on the monotonic clock, or none at all."""
 
@@ -20,15 +34,8 @@ class Deadline:
     @classmethod
     def from_header(cls, value: str | None) -> Deadline:
         """Parse `x-slipstream-timeout-ms`; a bad value is the client's error, not ignored."""
-        if value is None:
-            return NO_DEADLINE
-        try:
-            ms = float(value)
-        except ValueError:
-            ms = -1.0
-        if not ms > 0 or ms != ms or ms == float("inf"):
-            raise InvalidRequest(f"{DEADLINE_HEADER} must be a positive number of milliseconds", param=DEADLINE_HEADER)
-        return cls(time.monotonic() + ms / 1000)
+        seconds = positive_ms(value, DEADLINE_HEADER)
+        return NO_DEADLINE if seconds is None else cls(time.monotonic() + seconds)
 
     def remaining(self) -> float:
         """Seconds left (inf without a deadline; never negative)."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.errors import InvalidRequest
+from app.deadline import positive_ms
 from app.routing.predict import estimate
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ NO_TARGET = LatencyTarget()
 
 def from_headers(headers: Mapping[str, str]) -> LatencyTarget:
     """The request's own targets; a malformed value is the client's error, never ignored."""
-    return LatencyTarget(_ms(headers, TTFT_SLO_HEADER), _ms(headers, TPOT_SLO_HEADER), "header")
+    return LatencyTarget(positive_ms(headers.get(TTFT_SLO_HEADER), TTFT_SLO_HEADER),
+                         positive_ms(headers.get(TPOT_SLO_HEADER), TPOT_SLO_HEADER), "header")
 
 
 def for_alias(requested: LatencyTarget, spec: ModelAlias) -> LatencyTarget:
@@ -83,19 +84,6 @@ def best_fit(pool: Sequence[BackendState], ctx: RouteContext, chosen: int) -> tu
 
 def _cost(c: BackendState) -> float:
     return getattr(c.backend.config, "cost", 1.0)
-
-
-def _ms(headers: Mapping[str, str], name: str) -> float | None:
-    value = headers.get(name)
-    if value is None:
-        return None
-    try:
-        ms = float(value)
-    except ValueError:
-        ms = -1.0
-    if not ms > 0 or ms == float("inf"):
-        raise InvalidRequest(f"{name} must be a positive number of milliseconds", param=name)
-    return ms / 1000
 
 
 def _s(ms: float | None) -> float | None:

@@ -215,11 +215,14 @@ def sim_fleet(tmp: Path, n: int, cache_tokens: int) -> Backends:
 def llama_fleet(tmp: Path, n: int, slots: int) -> Backends:
     binary, model = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], check=True,
                                    capture_output=True, text=True).stdout.split()
+    # The flags scripts/llama-server starts every server with (--no-repack: never the AMX path).
+    safe = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-args"], check=True,
+                          capture_output=True, text=True).stdout.split()
     urls, procs = {}, []
     for i in range(n):
         port = free_port()
         p = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
-                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m"],
+                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m", *safe],
                              stdout=open(tmp / f"llama-{port}.log", "wb"), stderr=subprocess.STDOUT)
         procs.append(p)
         wait_listening(port, p, timeout=120)

@@ -38,9 +38,16 @@ def source_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Built graphs live outside the repository: $SLIPSTREAM_MODEL_DIR or ~/.cache/slipstream/models."""
+    """Built graphs live outside the repository: $SLIPSTREAM_MODEL_DIR, else the models folder of the
+    set-up cache ($SLIPSTREAM_CACHE, else $XDG_CACHE_HOME/slipstream or ~/.cache/slipstream, as the scripts use)."""
     env = os.environ.get("SLIPSTREAM_MODEL_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "slipstream" / "models"
+    if env:
+        return Path(env)
+    cache = os.environ.get("SLIPSTREAM_CACHE")
+    if cache:
+        return Path(cache).absolute() / "models"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "slipstream" / "models"
 
 
 def weights_digest(src: Path) -> str:

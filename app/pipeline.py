@@ -71,16 +71,26 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     tenant.check_model(req.alias)
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
     target = latency_target(headers)
-    # admission: limits, priority (429s here; the reservation is settled when the record ends)
-    await gw.admission.admit(tenant, req, headers, deadline, record)
     if gw.telemetry.tracing.enabled:
         record.params = {k: req.body[k] for k in _TRACED_PARAMS if k in req.body}
         if gw.telemetry.tracing.capture_content:
             record.body = dict(req.body)
-    # cache
+    # cache, exact: a stored answer takes no backend, slot or tokens, so it is served before admission
+    # and never refused for the tenant's limits (README "Cache hits and limits")
     plan = gw.cache.plan(tenant.name, req, gw.config.models[req.alias].cache, headers)
+    exact_s = 0.0
     if plan.status != "bypass":
-        record.cache_start = time.perf_counter()
+        t0 = time.perf_counter()
+        hit = await gw.cache.lookup_exact(plan)
+        exact_s = time.perf_counter() - t0
+        if hit is not None:
+            record.cache_start, record.cache_end, record.cache = t0, t0 + exact_s, plan.status
+            return _serve_hit(gw, hit, req, plan, record)
+    # admission: limits, priority (429s here; the reservation is settled when the record ends)
+    await gw.admission.admit(tenant, req, headers, deadline, record)
+    # cache, semantic: after admission, since its embedding costs CPU the limits protect
+    if plan.status != "bypass":
+        record.cache_start = time.perf_counter() - exact_s  # the stage's time: both lookups, not admission
         hit = await _lookup(gw, plan, deadline)
         record.cache_end, record.embed_s, record.similarity = time.perf_counter(), plan.embed_s, plan.similarity
         record.cache = plan.status
@@ -109,13 +119,13 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
 
 
 async def _lookup(gw: Gateway, plan: CachePlan, deadline: Deadline) -> Hit | None:
-    """The cache lookup (embedding included), bounded by the request's deadline: a lookup that would
+    """The semantic cache lookup (after an exact miss), bounded by the request's deadline: a lookup that would
     outlast it is a miss, and the dispatch after it then fails fast on the spent deadline."""
     if deadline.at is None:
-        return await gw.cache.lookup(plan, deadline)
+        return await gw.cache.lookup_semantic(plan, deadline)
     try:
         async with asyncio.timeout(deadline.remaining()):
-            return await gw.cache.lookup(plan, deadline)
+            return await gw.cache.lookup_semantic(plan, deadline)
     except TimeoutError:
         plan.status = "miss"
         return None

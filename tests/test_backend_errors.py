@@ -235,7 +235,7 @@ def test_deadline_bounds_a_slow_cache_lookup():
         async def stalled(*args):
             await asyncio.sleep(5)
 
-        gw.cache.lookup = stalled
+        gw.cache.lookup_semantic = stalled
         loop = asyncio.get_running_loop()
         start = loop.time()
         answer = await call(gw, {**CHAT, "temperature": 0}, headers={"x-slipstream-timeout-ms": "300"})

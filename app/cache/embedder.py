@@ -16,11 +16,18 @@ import numpy as np
 from app.config import EmbeddingConfig
 
 DIM = 384
-# The model was trained on at most 256 word pieces; longer input is truncated to them anyway.
+# The model was trained on at most 256 word pieces and reads no more. Two long texts that share their
+# first 256 word pieces would get the same vector (cosine 1.0), so a text beyond the window is never
+# embedded: it gets the zero vector (`BEYOND_WINDOW`), which the cache treats as "exact match only".
 WINDOW_TOKENS = 256
 # Cut text before tokenising so a huge prompt costs no more than a full window: 256 word pieces
 # almost never span more than 8 characters each, spaces included.
 WINDOW_CHARS = WINDOW_TOKENS * 8
+
+
+def beyond_window(vector: np.ndarray) -> bool:
+    """The encoder's answer for a text longer than the model's window: no vector at all."""
+    return not vector.any()
 
 
 def model_id(quantization: str) -> str:
@@ -53,12 +60,21 @@ class OnnxEncoder:
         self._tok = tok
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        encs = self._tok.encode_batch([t[:WINDOW_CHARS] for t in texts])
+        """One unit vector per text; the zero vector for a text beyond the window (see WINDOW_TOKENS)."""
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        # The character cut keeps a huge prompt from costing more than a window to tokenise; a text cut
+        # there, or truncated by the tokenizer (`overflowing`), is beyond the window.
+        encs = self._tok.encode_batch([t[:WINDOW_CHARS + 1] for t in texts])
+        fits = [i for i, (t, e) in enumerate(zip(texts, encs)) if len(t) <= WINDOW_CHARS and not e.overflowing]
+        if not fits:
+            return out
         if self.quantization == "int8":
             # Dynamic quantisation scales activations per tensor, so a batch mate (or its padding)
             # would shift a text's vector: run int8 one text at a time, so a text always gets one vector.
-            return np.concatenate([self._run([e.ids]) for e in encs])
-        return self._run([e.ids for e in encs])
+            out[fits] = np.concatenate([self._run([encs[i].ids]) for i in fits])
+        else:
+            out[fits] = self._run([encs[i].ids for i in fits])
+        return out
 
     def _run(self, rows: list[list[int]]) -> np.ndarray:
         ids = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.int64)  # [PAD] is id 0

@@ -1,8 +1,10 @@
 """Cache keys and scopes, built from explicit fields of the canonical request.
 
 The exact key covers everything that can change an answer: tenant, alias, endpoint and the whole
-body except fields that only change how it is delivered. A semantic scope is the same minus the text
-of the last user turn, which is what gets embedded and compared.
+body except fields that only change how it is delivered. A semantic scope is the same minus the
+texts of the conversation's user and assistant turns: the last user turn is embedded and compared,
+and the earlier ones must match turn by turn by the same rules (app/cache/service.py). System
+prompts, the roles and order of the turns, and every parameter stay in the scope, exactly.
 """
 
 from __future__ import annotations
@@ -47,10 +49,27 @@ def is_deterministic(body: dict) -> bool:
     return body.get("temperature") == 0 or body.get("seed") is not None
 
 
+# Marks a stored question that carries its conversation (entries of single questions stay plain text).
+_CONVERSATION = "\x00conversation:"
+
+
 @dataclass(frozen=True, slots=True)
 class SemanticQuery:
-    scope: str  # digest of tenant, alias, endpoint, earlier turns (system prompt included) and parameters
+    scope: str  # digest of tenant, alias, endpoint, system prompts, the turns' roles and parameters
     text: str  # the last user turn, embedded and compared
+    history: tuple[str, ...] = ()  # the earlier user and assistant turns' texts, in order
+
+    def stored(self) -> str:
+        """The question as the store keeps it beside its vector: with its history, if it has one."""
+        return _CONVERSATION + orjson.dumps([self.text, self.history]).decode() if self.history else self.text
+
+
+def parse_stored(stored: str) -> tuple[str, tuple[str, ...]]:
+    """(last turn, earlier turns) of a stored question."""
+    if stored.startswith(_CONVERSATION):
+        text, history = orjson.loads(stored[len(_CONVERSATION):])
+        return text, tuple(history)
+    return stored, ()
 
 
 def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
@@ -64,9 +83,9 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
         text = _plain_text(last.get("content"))
         if last.get("role") != "user" or text is None or any(_has_media(m) for m in messages):
             return None
-        earlier = messages[:-1]
+        earlier, history = _conversation(messages[:-1])
     elif req.endpoint is Endpoint.COMPLETIONS and isinstance(body.get("prompt"), str):
-        text, earlier = body["prompt"], []
+        text, earlier, history = body["prompt"], [], ()
     else:
         return None
     if not text.strip():
@@ -74,7 +93,26 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
     params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in ("messages", "prompt")}
     params["model"] = req.alias
     scope = _digest(tenant.encode(), req.endpoint.value.encode(), _canonical(earlier), _canonical(params))
-    return SemanticQuery(scope, text)
+    return SemanticQuery(scope, text, history)
+
+
+def _conversation(earlier: list) -> tuple[list, tuple[str, ...]]:
+    """(what of the earlier turns stays exact in the scope, the turn texts compared by meaning).
+
+    Plain user and assistant turns are compared by meaning: the scope keeps only their role, so the
+    order of turns must be the same. System prompts, and any turn with more than a role and plain
+    text (a name, tool calls, a tool result), stay in the scope word for word.
+    """
+    exact: list = []
+    texts: list[str] = []
+    for m in earlier:
+        text = _plain_text(m.get("content")) if isinstance(m, dict) else None
+        if text is not None and m.get("role") in ("user", "assistant") and set(m) <= {"role", "content"}:
+            exact.append(m["role"])
+            texts.append(text)
+        else:
+            exact.append(m)
+    return exact, tuple(texts)
 
 
 def _plain_text(content: object) -> str | None:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache.embedder import Embedder
+from app.cache import guard
+from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
 from app.cache.judge import AskFn, LlmJudge
-from app.cache.keys import SemanticQuery, exact_key, is_deterministic, semantic_query
+from app.cache.keys import SemanticQuery, exact_key, is_deterministic, parse_stored, semantic_query
 from app.cache.store import CacheStore
 from app.cache.verify import GuardVerifier, Verifier, verify_all
 from app.cache.writer import StoreWriter, WriteOp, WriterStats
@@ -32,6 +34,7 @@ TTL_HEADER = "x-slipstream-cache-ttl"
 THRESHOLD_HEADER = "x-slipstream-cache-threshold"
 _LOG_EVERY_S = 10.0
 _NEIGHBOURS = 4
+_TURN_VECTORS_MAX = 4096
 _GUARD = GuardVerifier()
 
 
@@ -64,6 +67,8 @@ class CacheStats:
     stale_served: int = 0
     guard_rejections: int = 0
     judge_rejections: int = 0
+    history_rejections: int = 0
+    beyond_window: int = 0  # semantic lookups skipped: the last turn is longer than the model reads
     embed_timeouts: int = 0
     errors: int = 0
 
@@ -82,6 +87,9 @@ class Cache:
     _pending: set = field(default_factory=set)
     _judges: dict = field(default_factory=dict)
     _writer: StoreWriter | None = None
+    # Vectors of earlier turns that differed from a candidate's, so a conversation's history is
+    # embedded once, not once per follow-up.
+    _turn_vectors: OrderedDict = field(default_factory=OrderedDict)
 
     @property
     def writer_stats(self):
@@ -123,17 +131,26 @@ class Cache:
         `deadline` (anything with `remaining()` seconds) bounds the embedding and the verifiers: what
         is not done in time is a miss, so a tight deadline never waits on the cache.
         """
+        return await self.lookup_exact(plan) or await self.lookup_semantic(plan, deadline)
+
+    async def lookup_exact(self, plan: CachePlan) -> Hit | None:
+        """The exact entry, if fresh: one store read, no model. A miss here is counted by lookup_semantic."""
+        if not plan.lookup or plan.exact_key is None:
+            return None
+        raw = await self._safe(self.store.get(plan.exact_key))
+        answer = CachedAnswer.from_bytes(raw) if raw else None
+        if answer is not None and answer.fresh:
+            self.stats.hits += 1
+            plan.status = "hit"
+            return Hit(answer, "hit")
+        plan.stale = answer
+        return None
+
+    async def lookup_semantic(self, plan: CachePlan, deadline=None) -> Hit | None:
+        """The semantic lookup after an exact miss (see `lookup`); counts the miss."""
         if not plan.lookup:
             self.stats.bypassed += 1
             return None
-        if plan.exact_key is not None:
-            raw = await self._safe(self.store.get(plan.exact_key))
-            answer = CachedAnswer.from_bytes(raw) if raw else None
-            if answer is not None and answer.fresh:
-                self.stats.hits += 1
-                plan.status = "hit"
-                return Hit(answer, "hit")
-            plan.stale = answer
         if plan.semantic is not None:
             hit = await self._semantic_lookup(plan, deadline)
             if hit is not None:
@@ -151,17 +168,27 @@ class Cache:
         if plan.vector is None:
             self.stats.embed_timeouts += 1
             return None  # the embedding was late or failed: a miss, never an error
+        if beyond_window(plan.vector):
+            # Longer than the model reads: two such texts sharing their opening would look identical,
+            # so this question is looked up and stored exactly only.
+            self.stats.beyond_window += 1
+            plan.semantic, plan.vector = None, None
+            return None
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
         verifiers = self._verifiers(policy)
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
-            ok, by = await verify_all(verifiers, q.text, n.query, left)
+            cached, history = parse_stored(n.query)
+            ok, by = await verify_all(verifiers, q.text, cached, left)
             if not ok:
                 if by.startswith("guard:"):
                     self.stats.guard_rejections += 1
                 else:
                     self.stats.judge_rejections += 1
+                continue
+            if not await self._same_history(q.history, history, plan.threshold, policy.guard, left):
+                self.stats.history_rejections += 1
                 continue
             answer = CachedAnswer.from_bytes(n.answer)
             if answer is None:
@@ -170,6 +197,46 @@ class Cache:
             plan.status, plan.similarity, plan.verifier = "semantic-hit", n.similarity, by
             return Hit(answer, "semantic-hit", n.similarity, by)
         return None
+
+    async def _same_history(self, asked: tuple[str, ...], cached: tuple[str, ...], threshold: float, use_guard: bool,
+                            left) -> bool:
+        """Earlier turns match pairwise by the last turn's rules: the same text, or similarity at the
+        threshold and (with the guard on) every content word aligned. The scope already made the roles
+        and their order, the system prompts and the parameters equal."""
+        if len(asked) != len(cached):
+            return False
+        differ = [(a, c) for a, c in zip(asked, cached) if a != c]
+        if not differ:
+            return True
+        if any(len(t) > WINDOW_CHARS for pair in differ for t in pair):
+            return False  # beyond the model's window: such turns must be equal (and the guard never reads a huge text)
+        if use_guard and any(guard.mismatch(c, a) is not None for a, c in differ):
+            return False  # microseconds: before any embedding
+        vectors = await self._vectors([t for pair in differ for t in pair], left)
+        if vectors is None:
+            return False  # late: a miss
+        for i in range(len(differ)):
+            va, vc = vectors[2 * i], vectors[2 * i + 1]
+            if beyond_window(va) or beyond_window(vc) or float(va @ vc) < threshold:
+                return False
+        return True
+
+    async def _vectors(self, texts: list[str], left) -> list[np.ndarray] | None:
+        memo = self._turn_vectors
+        todo = list(dict.fromkeys(t for t in texts if t not in memo))
+        if todo:
+            timeout = min(self.config.embedding.timeout_ms / 1000, left())
+            got = await asyncio.gather(*(self.embedder.embed(t, timeout) for t in todo))
+            if any(v is None for v in got):
+                self.stats.embed_timeouts += 1
+                return None
+            for t, v in zip(todo, got):
+                memo[t] = v
+                while len(memo) > _TURN_VECTORS_MAX:
+                    memo.popitem(last=False)
+        for t in texts:
+            memo.move_to_end(t)
+        return [memo[t] for t in texts]
 
     def _verifiers(self, policy: SemanticCachePolicy) -> list[Verifier]:
         out: list[Verifier] = [_GUARD] if policy.guard else []
@@ -215,9 +282,9 @@ class Cache:
             ttl = plan.ttl_s or plan.policy.semantic.ttl_s
             # The lookup's vector, or (when that embedding was late) one made now, off the request's path.
             vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text, 10.0)
-            if vector is not None:
+            if vector is not None and not beyond_window(vector):
                 entry = CachedAnswer(body, now, now + ttl).to_bytes()
-                self.writer.submit(WriteOp(entry, ttl, scope=plan.semantic.scope, vector=vector, query=plan.semantic.text))
+                self.writer.submit(WriteOp(entry, ttl, scope=plan.semantic.scope, vector=vector, query=plan.semantic.stored()))
         self.stats.stores += 1
 
     async def _safe(self, coro):

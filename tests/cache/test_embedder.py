@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache.embedder import WINDOW_CHARS, Embedder, OnnxEncoder, model_id
+from app.cache.embedder import WINDOW_CHARS, Embedder, OnnxEncoder, beyond_window, model_id
 from app.cache.onnx_export import model_path
 from app.config import EmbeddingConfig
 
@@ -51,10 +51,16 @@ def test_a_text_gets_the_same_vector_whatever_its_batch(encoder):
     assert np.abs(alone - batched).max() < 1e-5
 
 
-def test_input_is_cut_at_the_model_window_before_tokenising(encoder):
-    head = "word " * (WINDOW_CHARS // 5)
-    huge = head + "tail " * 200_000  # 1 MB: tokenising all of it would cost far more than a window
-    assert np.abs(encoder.encode([huge])[0] - encoder.encode([head])[0]).max() < 1e-5
+def test_a_text_beyond_the_window_gets_no_vector(encoder):
+    """The model reads 256 word pieces: past them it would give two texts that share their opening
+    the same vector, so such a text gets the zero vector (exact match only), and costs no more than a
+    window to tokenise however long it is."""
+    head = "word " * 250  # 252 word pieces with [CLS] and [SEP]
+    fits, over, huge = head, head + "tail " * 10, head + "tail " * 200_000  # the last one is 1 MB
+    vectors = encoder.encode([fits, over, huge, "short"])
+    assert beyond_window(vectors[1]) and beyond_window(vectors[2])
+    assert not beyond_window(vectors[0]) and not beyond_window(vectors[3])
+    assert len(head) <= WINDOW_CHARS
 
 
 def test_model_id_and_graph_file_name_the_quantisation():

@@ -76,18 +76,21 @@ async def backends(request: Request) -> Response:
 async def explain(request: Request) -> Response:
     """What would be chosen for this request body, and why; nothing is sent to any backend."""
     _require_admin(request)
-    gw = request.app.state.gateway
-    raw = await request.body()
+    return _json(explain_body(request.app.state.gateway, await request.body(), request.headers))
+
+
+def explain_body(gw, raw: bytes, headers) -> dict:
+    """The explanation /admin/route/explain answers with (the console's route explain shows the same)."""
     endpoint = Endpoint.COMPLETIONS if b'"prompt"' in raw and b'"messages"' not in raw else Endpoint.CHAT
     req = parse_request(endpoint, raw)
     if req.alias not in gw.config.models:
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
-    deadline = Deadline.from_header(request.headers.get(DEADLINE_HEADER))
+    deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     aliases = []
     for alias in chain:
         ctx = route_context(req)
-        ctx.requested_target = latency_target(request.headers)
+        ctx.requested_target = latency_target(headers)
         with_policy(ctx, gw.config.models[alias])
         # The router's own decision (Router.decide), the one dispatch and its deadline check take.
         choice = gw.router.decide(alias, ctx)
@@ -118,15 +121,19 @@ async def explain(request: Request) -> Response:
             "meets_deadline": None if budget is None or predicted is None else predicted <= budget,
         })
     taken = next((a["alias"] for a in aliases if a["meets_deadline"] is not False and a["choice"]), aliases[-1]["alias"])
-    return _json({"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": route_context(req).prompt_tokens},
-                  "would_use": taken, "chain": aliases})
+    return {"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": route_context(req).prompt_tokens},
+            "would_use": taken, "chain": aliases}
 
 
 @router.get("/tenants")
 async def tenants(request: Request) -> Response:
     """Each tenant's limits, current usage (from the shared limiter), priority, and admission counts."""
     _require_admin(request)
-    gw = request.app.state.gateway
+    return _json(await tenants_view(request.app.state.gateway))
+
+
+async def tenants_view(gw) -> dict:
+    """What /admin/tenants answers (and the console's tenants table shows)."""
     adm = gw.admission
     usage = await adm.usage()
     queued = gw.router.queue.by_tenant()
@@ -150,7 +157,7 @@ async def tenants(request: Request) -> Response:
     store = {"store": adm.config.store, "on_redis_error": adm.config.on_redis_error, "errors": dict(adm.counters.errors)}
     if "error" in usage:
         store["error"] = usage["error"]
-    return _json({"limiter": store, "window_s": adm.config.window_s, "tenants": out})
+    return {"limiter": store, "window_s": adm.config.window_s, "tenants": out}
 
 
 def _prefix_effect(s, ctx) -> dict | None:

@@ -340,6 +340,8 @@ class TelemetryConfig(Strict):
     # Backends that publish their load (llama.cpp /props + /metrics, vLLM /metrics, TGI /info): ask for
     # slots, running and waiting requests this often; 0 = never.
     scrape_interval_s: float = Field(5.0, ge=0)
+    # The last this many finished requests, kept in memory for the operator console (/console); 0 = none.
+    recent_requests: int = Field(1000, ge=0, le=100_000)
 
 
 class ReliabilityConfig(Strict):

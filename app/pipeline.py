@@ -73,8 +73,8 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     target = latency_target(headers)
     if gw.telemetry.tracing.enabled:
         record.params = {k: req.body[k] for k in _TRACED_PARAMS if k in req.body}
-        if gw.telemetry.tracing.capture_content:
-            record.body = dict(req.body)
+    if gw.telemetry.tracing.capture_content:  # for spans and the console's request view
+        record.body = dict(req.body)
     # cache, exact: a stored answer takes no backend, slot or tokens, so it is served before admission
     # and never refused for the tenant's limits (README "Cache hits and limits")
     plan = gw.cache.plan(tenant.name, req, gw.config.models[req.alias].cache, headers)
@@ -160,6 +160,8 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
     payload = reply.body
     if body is not None:
         _note_answer(record, body, reply.backend)
+        if record.body is not None:  # content capture is on
+            record.output_text = _answer_text(body)
         # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
         attempt.report = reply.backend.adapter.report_from_body(body).merged(attempt.report)
         payload = _name_alias(payload, body, record.alias)
@@ -259,6 +261,15 @@ def _note_answer(record: RequestRecord, body: dict, backend) -> None:
     for choice in body.get("choices") or ():
         if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
             record.finish_reasons.append(choice["finish_reason"])
+
+
+def _answer_text(body: dict) -> str | None:
+    """The first choice's text (chat or completions), for content capture."""
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = first.get("message")
+    text = message.get("content") if isinstance(message, dict) else first.get("text")
+    return text if isinstance(text, str) else None
 
 
 def _name_alias(payload: bytes, body: dict, alias: str) -> bytes:

@@ -88,6 +88,8 @@ class Reloader:
                     kept.ttl_s = fresh.ttl_s
                     new.router.states[name].prefixes = kept
             new.admission.adopt(old.admission)
+            if new.telemetry.recent.size == old.telemetry.recent.size:
+                new.telemetry.recent = old.telemetry.recent  # the console's history outlives a reload
             self.state.gateway = new
             if self.metrics is not None:
                 self.metrics.draining(old)

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app import admin, intake
+from app.console import routes as console
 from app.admin import require_ops_key
 from app.auth import authorization_of
 from app.config import GatewayConfig, load_config
@@ -63,6 +64,8 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
         finally:
             if app.state.reloader is not None:
                 await app.state.reloader.aclose()
+            if getattr(app.state, "console", None) is not None:
+                await app.state.console.aclose()
             await app.state.gateway.aclose()
 
     app = FastAPI(title="Slipstream", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -85,6 +88,7 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
         return Response(body, media_type=_JSON)
 
     app.include_router(admin.router)
+    app.include_router(console.router)
 
     if config.telemetry.metrics:
 

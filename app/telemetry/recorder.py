@@ -10,6 +10,7 @@ from app.config import TelemetryConfig
 from app.record import AttemptRecord, RequestRecord
 from app.routing.latency_model import LatencyModel
 from app.telemetry.metrics import Metrics
+from app.telemetry.recent import RecentRequests
 from app.telemetry.tracing import OPERATIONS, Tracing
 
 log = logging.getLogger("slipstream.request")
@@ -24,6 +25,8 @@ class Telemetry:
         # The process's metrics, when given (they outlive a config reload); otherwise this gateway's own.
         self.metrics = (metrics or Metrics()) if config.metrics else None
         self.models = models
+        # The console's ring of recent requests (a reload hands the old one on: app.reload).
+        self.recent = RecentRequests(config.recent_requests)
 
     def start_request(self, record: RequestRecord, path: str, traceparent: str | None) -> None:
         self.tracing.start_request(record, "POST", path, traceparent)
@@ -47,6 +50,7 @@ class Telemetry:
             self.metrics.observe(record, OPERATIONS.get(record.endpoint, record.endpoint))
         if self.tracing.enabled:
             self.tracing.finish(record, self.models, record.params)
+        self.recent.add(record)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "request %s tenant=%s alias=%s backend=%s stream=%s status=%s outcome=%s attempts=%d fallback=%s cache=%s ms=%.1f",

@@ -1,0 +1,106 @@
+"""Who may use the console: an admin key, sent as a bearer token or exchanged once for a session cookie.
+
+The cookie is signed with a secret of this process (it never holds the key) and names the admin key
+by its digest prefix, so taking a key out of `auth.admin_keys` ends its sessions at the next reload.
+A browser sends the cookie on its own, so every change (POST) needs the CSRF token the page got from
+/console/api/session, and an Origin, when sent, must be this host: another site's form can do neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from app.auth import authorization_of, hash_key
+from app.errors import PermissionDenied, Unauthorized
+
+COOKIE = "slipstream_console"
+CSRF_HEADER = "x-csrf-token"
+SESSION_S = 8 * 3600
+_SECRET = secrets.token_bytes(32)  # per process: a restart signs everyone out
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    key_id: str  # the admin key's digest prefix: who did what, never the key
+    via_cookie: bool
+    cookie: str = ""
+
+    @property
+    def csrf(self) -> str:
+        return _sign("csrf." + self.cookie)[:32] if self.via_cookie else ""
+
+
+def _sign(message: str) -> str:
+    return hmac.new(_SECRET, message.encode(), hashlib.sha256).hexdigest()
+
+
+def key_id(digest: str) -> str:
+    return digest[:12]
+
+
+def check_key(admin_keys: tuple[str, ...], key: str) -> str | None:
+    """The matching admin key digest for a clear key, or None."""
+    digest = hash_key(key.strip()) if key.strip() else ""
+    match = None
+    for k in admin_keys:
+        if hmac.compare_digest(digest, k):
+            match = k
+    return match
+
+
+def session_cookie(digest: str, now: float | None = None) -> str:
+    expires = int((now or time.time()) + SESSION_S)
+    body = f"{expires}.{key_id(digest)}"
+    return f"{body}.{_sign(body + '.' + digest)}"
+
+
+def _from_cookie(admin_keys: tuple[str, ...], value: str) -> str | None:
+    parts = value.split(".")
+    if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) < time.time():
+        return None
+    body = f"{parts[0]}.{parts[1]}"
+    for digest in admin_keys:
+        if key_id(digest) == parts[1] and hmac.compare_digest(parts[2], _sign(body + "." + digest)):
+            return digest
+    return None
+
+
+def operator(request: Request) -> Operator:
+    """The admin behind this request, or 401."""
+    keys = request.app.state.gateway.config.auth.admin_keys
+    header = authorization_of(request)
+    if header:
+        scheme, _, key = header.partition(" ")
+        digest = check_key(keys, key) if scheme.lower() == "bearer" else None
+        if digest is None:
+            raise Unauthorized("an admin key is required for the console")
+        return Operator(key_id(digest), via_cookie=False)
+    cookie = request.cookies.get(COOKIE, "")
+    digest = _from_cookie(keys, cookie) if cookie else None
+    if digest is None:
+        raise Unauthorized("an admin key is required for the console")
+    return Operator(key_id(digest), via_cookie=True, cookie=cookie)
+
+
+def same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None:  # not a browser's cross-site request (curl, a same-origin GET)
+        return True
+    host = request.headers.get("host", "")
+    return origin.split("://", 1)[-1] == host
+
+
+def operator_for_change(request: Request) -> Operator:
+    """As `operator`, for a request that changes something: cross-site requests are refused."""
+    who = operator(request)
+    if not same_origin(request):
+        raise PermissionDenied("cross-origin request refused", code="csrf_refused")
+    if who.via_cookie and not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), who.csrf):
+        raise PermissionDenied("missing or wrong CSRF token", code="csrf_refused")
+    return who

@@ -1,0 +1,274 @@
+"""What each console page shows, as bounded JSON built from state the gateway already keeps: the
+router's backend states and latency models, the ring of recent requests, the cache's and the
+limiter's counters. Nothing here runs per request; it runs when a page asks (and app.console.routes
+caches each answer for a second, so ten open tabs cost what one does).
+
+Every timing says where it came from: `measured` (gateway clock), `reported` (the backend said so),
+`estimated` (the latency model).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+from app.record import Outcome, RequestRecord
+from app.routing.health import BreakerState
+from app.telemetry.stages import Stage
+from app.telemetry.tracing import attempt_stages
+
+# Bounds on what one answer carries, whatever the traffic.
+ROWS = 100
+POINTS = 120
+WINDOW_S = 300.0
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
+def _q(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def wall_clock(record_instant: float, now_perf: float, now_wall: float) -> float:
+    """A perf_counter instant as Unix time."""
+    return now_wall - (now_perf - record_instant)
+
+
+def gateway_added_s(record: RequestRecord) -> float | None:
+    """Total minus upstream (all attempts and the waits between them) minus the cache: the gateway's
+    own time, measured. None when no upstream call finished (a cache hit has its own figure)."""
+    if not record.finished or not record.attempt_log:
+        return None
+    first, last = record.attempt_log[0], record.attempt_log[-1]
+    if not last.end:
+        return None
+    cache = record.cache_end - record.cache_start if record.cache_end else 0.0
+    return max(0.0, record.duration_s - cache - (last.end - first.start))
+
+
+def _measured(record: RequestRecord) -> tuple[float | None, float | None]:
+    """The final attempt's measured TTFT (streams) and E2E, from the attempt's start (what was predicted)."""
+    if not record.attempt_log or record.outcome is not Outcome.OK:
+        return None, None
+    a = record.attempt_log[-1]
+    if a.error_type or not a.end:
+        return None, None
+    ttft = a.first_event - a.start if a.stream and a.first_event else None
+    return ttft, a.end - a.start
+
+
+def _recent(gw, now: float) -> list[RequestRecord]:
+    return [r for r in gw.telemetry.recent if r.finished and now - r.finished <= WINDOW_S]
+
+
+def _state_of(s, now: float) -> tuple[str, float]:
+    """healthy | ejected (breaker open: cooldown left) | probing (half-open) | rate_limited (429 cooling)."""
+    if s.breaker.state is BreakerState.OPEN:
+        return "ejected", s.breaker.seconds_until_available(now)
+    if s.breaker.state is BreakerState.HALF_OPEN:
+        return "probing", 0.0
+    if s.limited_until > now:
+        return "rate_limited", s.limited_until - now
+    return "healthy", 0.0
+
+
+def fleet(gw) -> dict:
+    now_m, now_p, now_w = time.monotonic(), time.perf_counter(), time.time()
+    records = _recent(gw, now_p)
+    per_backend: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if r.attempt_log:
+            per_backend[r.attempt_log[-1].backend].append(r)
+    routed = sum(len(v) for v in per_backend.values())
+    queued = gw.router.queue.by_tenant() if hasattr(gw.router.queue, "by_tenant") else {}
+    out = []
+    for name, s in gw.router.states.items():
+        state, cooldown = _state_of(s, now_m)
+        snap = s.model.snapshot(now_m)
+        mine = per_backend.get(name, [])
+        points, ttft_err, e2e_err = [], [], []
+        for r in mine:
+            a = r.attempt_log[-1]
+            ttft, e2e = _measured(r)
+            if e2e is None or a.predicted is None:
+                continue
+            e2e_err.append(abs(a.predicted.e2e_s - e2e) / e2e if e2e > 0 else 0.0)
+            if ttft is not None and ttft > 0:
+                ttft_err.append(abs(a.predicted.ttft_s - ttft) / ttft)
+            points.append([round(wall_clock(a.start, now_p, now_w), 3), _ms(a.predicted.ttft_s) if ttft is not None else None,
+                           _ms(ttft), _ms(a.predicted.e2e_s), _ms(e2e)])
+        load = gw.backend_load.get(name)
+        slots = s.model.slots
+        out.append({
+            "name": name, "model": s.backend.config.model, "flavor": s.backend.config.flavor,
+            "state": state, "cooldown_s": round(cooldown, 2), "breaker": s.breaker.state.value, "trips": s.breaker.trips,
+            "inflight": s.inflight, "max_concurrency": s.capacity,
+            "slots": slots, "slots_source": s.model.slots_source,
+            "backend_waiting": None if s.scraped_waiting is None else s.scraped_waiting,
+            "backend_running": None if load is None else load.running,
+            "learned": {
+                "net_ms": _ms(snap["net_s"]), "residual_queue_ms": _ms(snap["residual_queue_s"]),
+                "prefill_tokens_per_s": None if snap["prefill_tokens_per_s"] is None else round(snap["prefill_tokens_per_s"]),
+                "prefill_overhead_ms": _ms(snap["prefill_overhead_s"]), "tpot_ms": _ms(snap["tpot_s"]),
+                # Slowdown under batch: TPOT at a full batch over TPOT alone.
+                "batch_slowdown": round(s.model.tpot(slots or s.capacity, now_m) / s.model.tpot(1, now_m), 3)
+                if s.model.tpot(1, now_m) > 0 else None, "batch_of": slots or s.capacity,
+                "tpot_growth": snap["tpot_growth"], "output_tokens": round(snap["output_tokens"], 1),
+                "failure_rate": round(snap["failure_rate"], 4), "samples": snap["samples"], "source": "estimated",
+            },
+            # Whatever else the latency model publishes (figures other work adds show up here as they land).
+            "model_extra": {k: v for k, v in snap.items() if k not in _SHOWN},
+            "prefix": {"accuracy": round(s.prefixes.accuracy, 4), "verified_requests": s.prefixes.verified},
+            "requests": len(mine), "share": round(len(mine) / routed, 4) if routed else 0.0,
+            "median_error": {"ttft": _round(statistics.median(ttft_err)) if ttft_err else None,
+                             "e2e": _round(statistics.median(e2e_err)) if e2e_err else None, "n": len(e2e_err)},
+            "series": _thin(points),
+        })
+    return {"now": round(now_w, 3), "window_s": WINDOW_S, "queued": gw.router.queued, "queued_by_tenant": queued,
+            "backends": out, "overhead": overhead(records, now_p, now_w), "capture_content": gw.telemetry.tracing.capture_content}
+
+
+_SHOWN = {"net_s", "residual_queue_s", "slots", "slots_source", "slots_at_least", "prefill_tokens_per_s", "prefill_overhead_s",
+          "tpot_s", "tpot_growth", "output_tokens", "failure_rate", "observed_latency_s", "samples"}
+
+
+def _round(v: float) -> float:
+    return round(v, 4)
+
+
+def _thin(points: list[list]) -> list[list]:
+    """At most POINTS points: the newest, evenly spaced."""
+    if len(points) <= POINTS:
+        return points
+    step = len(points) / POINTS
+    return [points[int(i * step)] for i in range(POINTS - 1)] + [points[-1]]
+
+
+def overhead(records: list[RequestRecord], now_p: float, now_w: float, buckets: int = 30) -> dict:
+    """Gateway added time (total minus upstream minus cache) at p50 and p99: now (the last minute) and
+    over the window in buckets, for the chart."""
+    pairs = [(r.finished, g) for r in records if (g := gateway_added_s(r)) is not None]
+    last_min = [g for t, g in pairs if now_p - t <= 60]
+    series = []
+    if pairs:
+        lo = min(t for t, _ in pairs)
+        width = max((now_p - lo) / buckets, 1.0)
+        grouped: dict[int, list[float]] = defaultdict(list)
+        for t, g in pairs:
+            grouped[min(int((t - lo) / width), buckets - 1)].append(g)
+        for i in sorted(grouped):
+            v = grouped[i]
+            series.append([round(wall_clock(lo + (i + 1) * width, now_p, now_w), 3), _ms(_q(v, 50)), _ms(_q(v, 99)), len(v)])
+    return {"p50_ms": _ms(_q(last_min, 50)), "p99_ms": _ms(_q(last_min, 99)), "n": len(last_min),
+            "source": "measured", "series": series}
+
+
+def request_row(r: RequestRecord, now_p: float, now_w: float) -> dict:
+    a = r.attempt_log[-1] if r.attempt_log else None
+    ttft, e2e = _measured(r)
+    retry_reasons = [x.error_type for x in r.attempt_log[:-1] if x.error_type] if r.attempt_log else []
+    if a is not None and a.error_type:
+        retry_reasons.append(a.error_type)
+    return {
+        "id": r.request_id, "at": round(wall_clock(r.received, now_p, now_w), 3), "endpoint": r.endpoint,
+        "alias": r.alias, "tenant": r.tenant, "backend": r.backend or (a.backend if a else ""),
+        "status": r.status, "outcome": r.outcome.value, "error": r.error_type, "cache": r.cache, "stream": r.stream,
+        "attempts": r.attempts, "retries": r.retries, "fallback": r.fallback, "errors": retry_reasons,
+        "target": r.target_result, "total_ms": _ms(r.duration_s), "ttft_ms": _ms(ttft), "e2e_ms": _ms(e2e),
+        "predicted_ttft_ms": _ms(a.predicted.ttft_s) if a is not None and a.predicted else None,
+        "predicted_e2e_ms": _ms(a.predicted.e2e_s) if a is not None and a.predicted else None,
+        "gateway_ms": _ms(gateway_added_s(r)),
+    }
+
+
+def requests(gw, limit: int = ROWS) -> dict:
+    now_p, now_w = time.perf_counter(), time.time()
+    ring = gw.telemetry.recent
+    rows = [request_row(r, now_p, now_w) for r in ring.newest(min(limit, ROWS))]
+    return {"now": round(now_w, 3), "ring_size": ring.size, "held": len(ring), "seen": ring.seq, "rows": rows,
+            "capture_content": gw.telemetry.tracing.capture_content}
+
+
+def _trace_id(r: RequestRecord) -> str | None:
+    span = r.span
+    if span is None:
+        return None
+    ctx = span.get_span_context()
+    return f"{ctx.trace_id:032x}" if ctx.trace_id else None
+
+
+def request_detail(gw, request_id: str) -> dict | None:
+    r = gw.telemetry.recent.find(request_id)
+    if r is None:
+        return None
+    now_p, now_w = time.perf_counter(), time.time()
+    t0 = r.received
+
+    def off(t: float) -> float:
+        return round((t - t0) * 1000, 3)
+
+    stages: list[dict] = []
+    if r.cache_end:
+        stages.append({"name": "cache", "start_ms": off(r.cache_start), "end_ms": off(r.cache_end), "source": "measured"})
+    attempts = []
+    for a in r.attempt_log:
+        attempts.append({
+            "number": a.number, "alias": a.alias, "backend": a.backend, "status": a.status, "error": a.error_type,
+            "load": a.load, "start_ms": off(a.start), "end_ms": off(a.end) if a.end else None,
+            "predicted": None if a.predicted is None else {
+                "queue_ms": _ms(a.predicted.queue_s), "ttft_ms": _ms(a.predicted.ttft_s), "e2e_ms": _ms(a.predicted.e2e_s),
+                "decode_tokens": round(a.predicted.decode_tokens, 1), "source": "estimated"},
+            "prefix": None if a.prefix is None else {"matched_blocks": a.prefix.blocks,
+                                                     "matched_tokens_estimated": round(a.prefix.matched_tokens, 1)},
+            "reported_cached_tokens": a.cached_reported,
+        })
+        if a is not r.attempt_log[-1] and a.end:
+            stages.append({"name": f"attempt {a.number} ({a.backend}, {a.error_type or a.status})",
+                           "start_ms": off(a.start), "end_ms": off(a.end), "source": "measured"})
+    final = r.attempt_log[-1] if r.attempt_log else None
+    model = gw.models.get(final.backend) if final is not None else None
+    if final is not None and model is not None and final.end and not final.error_type:
+        parts: list[Stage] = attempt_stages(r, final, model)
+        stages += [{"name": s.name, "start_ms": off(s.start), "end_ms": off(s.end), "source": s.source} for s in parts]
+    added = gateway_added_s(r)
+    out = {
+        "request": request_row(r, now_p, now_w), "trace_id": _trace_id(r), "stages": stages,
+        "gateway_ms": _ms(added), "total_ms": _ms(r.duration_s), "attempts": attempts,
+        "routes": [{"alias": d.alias, "strategy": d.strategy, "chosen": d.chosen, "reason": d.reason,
+                    "candidates": {k: round(v, 6) if isinstance(v, float) else v for k, v in d.candidates.items()}}
+                   for d in r.routes],
+        "events": [{"at_ms": off(e.at), "name": e.name, "attributes": e.attributes} for e in r.events[:20]],
+        "usage": None if r.usage is None else {"prompt_tokens": r.usage.prompt_tokens,
+                                               "completion_tokens": r.usage.completion_tokens, "source": "reported"},
+        "prompt_tokens_estimated": r.prompt_tokens_hint,
+        "capture_content": gw.telemetry.tracing.capture_content,
+    }
+    if gw.telemetry.tracing.capture_content and r.body is not None:
+        out["content"] = {"request": r.body, "answer": r.output_text}
+    return out
+
+
+def cache(gw) -> dict:
+    c = gw.cache
+    st = c.stats
+    looked = st.hits + st.semantic_hits + st.misses
+    w = c.writer_stats
+    return {
+        "store": c.config.store,
+        "lookups": looked, "exact_hits": st.hits, "semantic_hits": st.semantic_hits, "misses": st.misses,
+        "bypassed": st.bypassed, "stale_served": st.stale_served,
+        "exact_hit_rate": round(st.hits / looked, 4) if looked else None,
+        "semantic_hit_rate": round(st.semantic_hits / looked, 4) if looked else None,
+        "guard_rejections": st.guard_rejections, "verifier_rejections": st.judge_rejections,
+        "embed_timeouts": st.embed_timeouts, "store_errors": st.errors, "stores": st.stores,
+        "writer": {"written": w.written, "lost": w.lost, "batches": w.batches, "retries": w.retries},
+    }

@@ -1,0 +1,110 @@
+"""The console over HTTP, on the demo gateway: who may see it, what a cross-site request can do, and
+that no secret is ever in what it serves."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import yaml
+
+from app.console.routes import router
+from tests.console.browser import ADMIN_KEY, demo_config, traffic
+from tests.support import Process
+
+BACKEND_SECRET = "sk-backend-secret-do-not-show"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("console-http")
+    path, port = demo_config(tmp)
+    data = yaml.safe_load(path.read_text())
+    data["backends"]["big-a"]["api_key_env"] = "CONSOLE_TEST_BACKEND_KEY"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = Process(["serve", "--config", str(path)], tmp / "gateway.log", env={"CONSOLE_TEST_BACKEND_KEY": BACKEND_SECRET})
+    proc.wait_listening(port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        traffic(base, 12)
+        yield base
+    finally:
+        proc.stop()
+
+
+def every_route() -> list[tuple[str, str]]:
+    out = []
+    for r in router.routes:
+        path = r.path.replace("{name}", "console.js").replace("{request_id}", "x")
+        out += [(m, path) for m in r.methods if m != "HEAD"]
+    return out
+
+
+@pytest.mark.parametrize("method,path", every_route())
+def test_every_console_route_answers_401_without_the_admin_key(gw, method, path):
+    for headers in ({}, {"authorization": "Bearer not-the-admin-key"}, {"cookie": "slipstream_console=1.2.3"}):
+        r = httpx.request(method, gw + path, headers=headers, content=b"{}" if method == "POST" else None)
+        assert r.status_code == 401, (method, path, headers, r.status_code)
+
+
+def test_the_page_and_its_assets_come_from_the_gateway_itself(gw):
+    page = httpx.get(f"{gw}/console", headers=ADMIN)
+    assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+    assert "http" not in page.text.split("<body>")[0].replace('charset="utf-8"', ""), "nothing fetched from elsewhere"
+    for asset in ("console.js", "console.css"):
+        r = httpx.get(f"{gw}/console/static/{asset}", headers=ADMIN)
+        assert r.status_code == 200 and len(r.content) > 1000
+        text = r.text.replace("http://www.w3.org/2000/svg", "")  # the SVG namespace name, never fetched
+        assert "https://" not in text and "http://" not in text
+
+
+def sign_in(gw) -> httpx.Client:
+    client = httpx.Client(base_url=gw)
+    r = client.post("/console/login", data={"key": ADMIN_KEY})
+    assert r.status_code == 303 and "slipstream_console" in client.cookies
+    assert "httponly" in r.headers["set-cookie"].lower() and "samesite=strict" in r.headers["set-cookie"].lower()
+    return client
+
+
+def test_a_cookie_session_needs_the_csrf_token_to_change_anything(gw):
+    client = sign_in(gw)
+    assert client.get("/console/api/fleet").status_code == 200
+    change = {"patch": {"models": {"llama-70b": {"strategy": "round_robin"}}}}
+    r = client.post("/console/api/apply", json=change)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "csrf_refused"
+    token = client.get("/console/api/session").json()["csrf"]
+    r = client.post("/console/api/apply", json=change, headers={"x-csrf-token": token, "origin": "https://evil.example"})
+    assert r.status_code == 403, "another site's page cannot post, even with a token"
+    r = client.post("/console/api/apply", json=change, headers={"x-csrf-token": token, "origin": gw})
+    assert r.status_code == 200 and r.json()["applied"]
+    r = client.post("/console/api/rollback", json={}, headers={"x-csrf-token": token})
+    assert r.status_code == 200
+    audit = client.get("/console/api/policy").json()["audit"]
+    assert [a["action"] for a in audit[:2]] == ["rollback", "apply"]
+    assert all(a["who"].startswith("admin key ") and ADMIN_KEY not in a["who"] for a in audit)
+
+
+def test_a_change_that_does_not_validate_is_refused_and_nothing_changes(gw):
+    before = httpx.get(f"{gw}/console/api/policy", headers=ADMIN).json()["models"]
+    r = httpx.post(f"{gw}/console/api/apply", headers=ADMIN, json={"patch": {"models": {"llama-70b": {"strategy": "nope"}}}})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "change_refused"
+    assert httpx.get(f"{gw}/console/api/policy", headers=ADMIN).json()["models"] == before
+
+
+def test_no_backend_or_client_key_is_ever_served(gw):
+    bodies = [httpx.get(f"{gw}/console/api/{v}", headers=ADMIN).text for v in ("fleet", "requests", "cache", "policy", "session")]
+    rows = httpx.get(f"{gw}/console/api/requests", headers=ADMIN).json()["rows"]
+    bodies += [httpx.get(f"{gw}/console/api/requests/{r['id']}", headers=ADMIN).text for r in rows[:5]]
+    bodies.append(httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"request_id": rows[0]["id"]}).text)
+    for body in bodies:
+        assert BACKEND_SECRET not in body and ADMIN_KEY not in body and "Bearer any" not in body
+
+
+def test_live_views_are_bounded_and_built_at_most_once_a_second(gw):
+    traffic(gw, 30, hostile=False)
+    a = httpx.get(f"{gw}/console/api/requests", headers=ADMIN)
+    b = httpx.get(f"{gw}/console/api/requests", headers=ADMIN)
+    assert a.content == b.content, "a second look within the second gets the same answer, not a rebuild"
+    assert len(a.json()["rows"]) <= 100
+    fleet = httpx.get(f"{gw}/console/api/fleet", headers=ADMIN).json()
+    assert all(len(b["series"]) <= 120 for b in fleet["backends"])

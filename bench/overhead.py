@@ -18,20 +18,30 @@ limited-redis (the same limits on a real Redis started here: one Lua call per ad
 settlement). The limiter's cost is `limited-redis` minus `default`, printed per cell:
 
     python bench/overhead.py --variants default,limited-redis --conc 1,16 --modes json,stream --rounds 5
+
+The operator console's cost: `console` is `default` with the console open (a poller fetches what an
+open fleet page and an open requests page fetch, each every 3 s, for the whole run), `no-ring` is
+`default` without the ring of recent requests the console reads (telemetry.recent_requests: 0). The
+poller's payload sizes and update rate are printed at the end:
+
+    python bench/overhead.py --variants default,console,no-ring --conc 16 --modes json,stream --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -104,6 +114,51 @@ async def closed_loop(url: str, model: str, stream: bool, concurrency: int, seco
     return RunResult(latencies, ttfts, errors, elapsed)
 
 
+CONSOLE_KEY = "bench-admin"  # the console variant's admin key (sha256 in its config)
+CONSOLE_VIEWS = ("fleet", "requests")  # what an open fleet page and an open requests page each poll
+CONSOLE_PERIOD_S = 3.0
+
+
+@dataclass
+class ConsolePoller:
+    """An open console: each view fetched every CONSOLE_PERIOD_S, as the page does, until stopped."""
+
+    base: str
+    sizes: dict[str, list[int]] = field(default_factory=dict)
+    failures: int = 0
+    started: float = 0.0
+    stopped: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        self.started = time.perf_counter()
+        while not self._stop.is_set():
+            for view in CONSOLE_VIEWS:
+                req = urllib.request.Request(f"{self.base}/console/api/{view}", headers={"authorization": f"Bearer {CONSOLE_KEY}"})
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        self.sizes.setdefault(view, []).append(len(r.read()))
+                except OSError:
+                    self.failures += 1
+            self._stop.wait(CONSOLE_PERIOD_S)
+        self.stopped = time.perf_counter()
+
+    def start(self) -> None:
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        time.sleep(0.1)
+
+    def report(self) -> str:
+        span = (self.stopped or time.perf_counter()) - self.started
+        lines = [f"\nconsole open: {len(CONSOLE_VIEWS)} views polled every {CONSOLE_PERIOD_S:g} s for {span:.0f} s, {self.failures} failures"]
+        for view, sizes in self.sizes.items():
+            lines.append(f"  /console/api/{view}: {len(sizes)} fetches ({len(sizes) / span:.2f}/s), payload median "
+                         f"{statistics.median(sizes) / 1024:.1f} KiB, max {max(sizes) / 1024:.1f} KiB")
+        return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conc", default="1,16,64")
@@ -137,10 +192,14 @@ def main() -> int:
         receiver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "otlp_receiver.py"), str(port)])
         env_traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
     gateways = {}
+    pollers = []
     for v in variants:
         gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v], **LIMITS.get(v, {})},
                                     profile=tmp / f"profile-{v}.txt" if args.profile else None,
                                     env=env_traced if v == "traced" else env, workers=2 if v == "workers2" else 1)
+        if v == "console":
+            pollers.append(ConsolePoller(gateways[v].url))
+            pollers[-1].start()
     targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model)}
     targets.update({v: (f"{g.url}/v1/chat/completions", "zero") for v, g in gateways.items()})
     rows: dict[tuple[str, int, str], list[RunResult]] = {}
@@ -159,6 +218,8 @@ def main() -> int:
                               f"p50={percentile(res.latencies, 50):.2f}ms p99={percentile(res.latencies, 99):.2f}ms rps={res.rps:.0f}",
                               file=sys.stderr)
     finally:
+        for poller in pollers:
+            poller.stop()
         for g in gateways.values():
             g.stop()
         fleet.stop()
@@ -167,6 +228,8 @@ def main() -> int:
         if redis_proc is not None:
             redis_proc.terminate()
     print_table(rows, args, variants)
+    for poller in pollers:
+        print(poller.report())
     if args.profile:
         print(f"\nprofiles: {tmp}/profile-*.txt")
     return 0
@@ -179,10 +242,13 @@ TELEMETRY = {
     "workers2": {},
     "limited": {},
     "limited-redis": {},
+    "console": {},
+    "no-ring": {"recent_requests": 0},
 }
 # Limits on the open tenant that every call passes through but none reaches: the cost of checking.
 _NEVER_REACHED = {"requests_per_minute": 10**9, "tokens_per_minute": 10**12, "concurrent_requests": 10**6}
 LIMITS = {
+    "console": {"auth": {"mode": "open", "admin_keys": [hashlib.sha256(CONSOLE_KEY.encode()).hexdigest()]}},
     "limited": {"limits": {"tenants": {"local": {"limits": _NEVER_REACHED}}}},
     "limited-redis": {"limits": {"store": "redis", "key_prefix": "bench:", "tenants": {"local": {"limits": _NEVER_REACHED}}}},
 }
@@ -209,9 +275,9 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
         errs = sum(r.errors for r in d + g)
         print(f"| {variant} | {mode} | {c} | {med(d, p(50)):.2f} / {med(d, p(99)):.2f} | {med(g, p(50)):.2f} / {med(g, p(99)):.2f} | "
               f"{a50:.2f} / {a99:.2f} | {drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
-    limited = [v for v in variants if v.startswith("limited")]
+    limited = [v for v in variants if v.startswith("limited") or v in ("console", "no-ring")]
     if "default" in variants and limited:
-        print("\nWhat the limiter adds over `default`, same run (per-round differences, then the median):")
+        print("\nWhat each variant adds over `default`, same run (per-round differences, then the median):")
         print("| variant | mode | c | added p50 / p99 ms | RPS ratio |")
         print("|---|---|---|---|---|")
         for variant in limited:
@@ -221,7 +287,7 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
                     a50 = statistics.median(p(50)(x) - p(50)(y) for x, y in zip(g, base))
                     a99 = statistics.median(p(99)(x) - p(99)(y) for x, y in zip(g, base))
                     ratio = med(g, lambda r: r.rps) / med(base, lambda r: r.rps)
-                    print(f"| {variant} | {mode} | {c} | {a50:.3f} / {a99:.3f} | {ratio:.2f} |")
+                    print(f"| {variant} | {mode} | {c} | {a50:.3f} / {a99:.3f} | {ratio:.3f} |")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ PROGRESS_EVENTS = 8
 class CacheFill:
     """Assembles the streamed answer; hands it to `save` only when the stream ended complete."""
 
-    __slots__ = ("assembler", "_save")
+    __slots__ = ("_save", "assembler")
 
     def __init__(self, chat: bool, save: Callable[[dict], None]) -> None:
         self.assembler = StreamAssembler(chat)
@@ -28,10 +28,27 @@ class CacheFill:
             self._save(self.assembler.result())
 
 
+class CaptureAnswer:
+    """Content capture for a stream: the answer as the client got it, handed to `keep` at the end
+    (complete or not). Only attached while content capture is on."""
+
+    __slots__ = ("_keep", "assembler")
+
+    def __init__(self, chat: bool, keep: Callable[[dict], None]) -> None:
+        self.assembler = StreamAssembler(chat)
+        self._keep = keep
+
+    def on_event(self, data: bytes) -> None:
+        self.assembler.feed(data)
+
+    def on_end(self, complete: bool) -> None:
+        self._keep(self.assembler.result())
+
+
 class Progress:
     """Reports (events so far, now) every PROGRESS_EVENTS data events: the latency model's early TPOT."""
 
-    __slots__ = ("events", "_report")
+    __slots__ = ("_report", "events")
 
     def __init__(self, report: Callable[[int, float], None]) -> None:
         self.events = 0

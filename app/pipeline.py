@@ -20,7 +20,7 @@ from app.dispatch import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
-from app.observers import CacheFill, Progress
+from app.observers import CacheFill, CaptureAnswer, Progress
 from app.relay import MODEL_FIELD, SSEResponse, relay_events, replay, safe_headers
 from app.request import Endpoint, ParsedRequest, parse_request
 from app.telemetry.server_timing import server_timing, timing_summary
@@ -181,6 +181,9 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     model = gw.models[attempt.backend]
     observers: list = [Progress(partial(gw.router.learner.progress, attempt, owner.lease.state))]
+    if record.body is not None:  # content capture is on
+        observers.append(CaptureAnswer(req.endpoint is Endpoint.CHAT,
+                                       lambda body: setattr(record, "output_text", _answer_text(body))))
     if plan.store and not dispatched.fallback:
         served = stream.backend.config.model
         observers.append(CacheFill(req.endpoint is Endpoint.CHAT,

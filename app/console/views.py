@@ -16,6 +16,8 @@ from collections import defaultdict
 
 from app.record import Outcome, RequestRecord
 from app.routing.health import BreakerState
+from app.telemetry import recent as R
+from app.telemetry.recent import Entry, revive
 from app.telemetry.stages import Stage
 from app.telemetry.tracing import attempt_stages
 
@@ -59,20 +61,28 @@ def gateway_added_s(record: RequestRecord) -> float | None:
     return max(0.0, record.duration_s - cache - (last.end - first.start))
 
 
-def _measured(record: RequestRecord) -> tuple[float | None, float | None]:
+def _measured(e: Entry) -> tuple[float | None, float | None]:
     """The final attempt's measured TTFT (streams) and E2E, from the attempt's start (what was predicted)."""
-    if not record.attempt_log or record.outcome is not Outcome.OK:
+    if e[R.OUTCOME] != _OK or e[R.LAST_BACKEND] is None or e[R.LAST_ERROR] or not e[R.LAST_END]:
         return None, None
-    a = record.attempt_log[-1]
-    if a.error_type or not a.end:
-        return None, None
-    ttft = a.first_event - a.start if a.stream and a.first_event else None
-    return ttft, a.end - a.start
+    ttft = e[R.LAST_FIRST] - e[R.LAST_START] if e[R.LAST_STREAM] and e[R.LAST_FIRST] else None
+    return ttft, e[R.LAST_END] - e[R.LAST_START]
 
 
-def _recent(gw, now: float) -> list[RequestRecord]:
+_OK = Outcome.OK.value
+
+
+def _entry_added_s(e: Entry) -> float | None:
+    """gateway_added_s of an entry."""
+    if not e[R.FINISHED] or e[R.LAST_BACKEND] is None or not e[R.LAST_END]:
+        return None
+    cache = e[R.CACHE_END] - e[R.CACHE_START] if e[R.CACHE_END] else 0.0
+    return max(0.0, e[R.FINISHED] - e[R.RECEIVED] - cache - (e[R.LAST_END] - e[R.FIRST_START]))
+
+
+def _recent(gw, now: float) -> list[Entry]:
     """The newest SAMPLE finished requests of the window, oldest first."""
-    out = [r for r in gw.telemetry.recent.newest(SAMPLE) if r.finished and now - r.finished <= WINDOW_S]
+    out = [e for e in gw.telemetry.recent.newest(SAMPLE) if e[R.FINISHED] and now - e[R.FINISHED] <= WINDOW_S]
     out.reverse()
     return out
 
@@ -93,10 +103,10 @@ async def fleet(gw) -> dict:
     flight wait for one backend's figures at most, never the whole view's."""
     now_m, now_p, now_w = time.monotonic(), time.perf_counter(), time.time()
     records = _recent(gw, now_p)
-    per_backend: dict[str, list[RequestRecord]] = defaultdict(list)
-    for r in records:
-        if r.attempt_log:
-            per_backend[r.attempt_log[-1].backend].append(r)
+    per_backend: dict[str, list[Entry]] = defaultdict(list)
+    for e in records:
+        if e[R.LAST_BACKEND] is not None:
+            per_backend[e[R.LAST_BACKEND]].append(e)
     routed = sum(len(v) for v in per_backend.values())
     queued = gw.router.queue.by_tenant() if hasattr(gw.router.queue, "by_tenant") else {}
     out = []
@@ -106,16 +116,16 @@ async def fleet(gw) -> dict:
         snap = s.model.snapshot(now_m)
         mine = per_backend.get(name, [])
         points, ttft_err, e2e_err = [], [], []
-        for r in mine:
-            a = r.attempt_log[-1]
-            ttft, e2e = _measured(r)
-            if e2e is None or a.predicted is None:
+        for e in mine:
+            p_ttft, p_e2e = e[R.PRED_TTFT], e[R.PRED_E2E]  # estimated
+            ttft, e2e = _measured(e)
+            if e2e is None or p_e2e is None:
                 continue
-            e2e_err.append(abs(a.predicted.e2e_s - e2e) / e2e if e2e > 0 else 0.0)
+            e2e_err.append(abs(p_e2e - e2e) / e2e if e2e > 0 else 0.0)
             if ttft is not None and ttft > 0:
-                ttft_err.append(abs(a.predicted.ttft_s - ttft) / ttft)
-            points.append([round(wall_clock(a.start, now_p, now_w), 3), _ms(a.predicted.ttft_s) if ttft is not None else None,
-                           _ms(ttft), _ms(a.predicted.e2e_s), _ms(e2e)])
+                ttft_err.append(abs(p_ttft - ttft) / ttft)
+            points.append([round(wall_clock(e[R.LAST_START], now_p, now_w), 3), _ms(p_ttft) if ttft is not None else None,
+                           _ms(ttft), _ms(p_e2e), _ms(e2e)])
         load = gw.backend_load.get(name)
         slots = s.model.slots
         out.append({
@@ -163,10 +173,10 @@ def _thin(points: list[list]) -> list[list]:
     return [points[int(i * step)] for i in range(POINTS - 1)] + [points[-1]]
 
 
-def overhead(records: list[RequestRecord], now_p: float, now_w: float, buckets: int = 30) -> dict:
+def overhead(records: list[Entry], now_p: float, now_w: float, buckets: int = 30) -> dict:
     """Gateway added time (total minus upstream minus cache) at p50 and p99: now (the last minute) and
     over the window in buckets, for the chart."""
-    pairs = [(r.finished, g) for r in records if (g := gateway_added_s(r)) is not None]
+    pairs = [(e[R.FINISHED], g) for e in records if (g := _entry_added_s(e)) is not None]
     last_min = [g for t, g in pairs if now_p - t <= 60]
     series = []
     if pairs:
@@ -182,9 +192,18 @@ def overhead(records: list[RequestRecord], now_p: float, now_w: float, buckets: 
             "source": "measured", "series": series}
 
 
+def _record_measured(r: RequestRecord) -> tuple[float | None, float | None]:
+    if not r.attempt_log or r.outcome is not Outcome.OK:
+        return None, None
+    a = r.attempt_log[-1]
+    if a.error_type or not a.end:
+        return None, None
+    return (a.first_event - a.start if a.stream and a.first_event else None), a.end - a.start
+
+
 def request_row(r: RequestRecord, now_p: float, now_w: float) -> dict:
     a = r.attempt_log[-1] if r.attempt_log else None
-    ttft, e2e = _measured(r)
+    ttft, e2e = _record_measured(r)
     retry_reasons = [x.error_type for x in r.attempt_log[:-1] if x.error_type] if r.attempt_log else []
     if a is not None and a.error_type:
         retry_reasons.append(a.error_type)
@@ -203,23 +222,16 @@ def request_row(r: RequestRecord, now_p: float, now_w: float) -> dict:
 def requests(gw, limit: int = ROWS) -> dict:
     now_p, now_w = time.perf_counter(), time.time()
     ring = gw.telemetry.recent
-    rows = [request_row(r, now_p, now_w) for r in ring.newest(min(limit, ROWS))]
+    rows = [request_row(revive(e), now_p, now_w) for e in ring.newest(min(limit, ROWS))]
     return {"now": round(now_w, 3), "ring_size": ring.size, "held": len(ring), "seen": ring.seq, "rows": rows,
             "capture_content": gw.telemetry.tracing.capture_content}
 
 
-def _trace_id(r: RequestRecord) -> str | None:
-    span = r.span
-    if span is None:
-        return None
-    ctx = span.get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.trace_id else None
-
-
 def request_detail(gw, request_id: str) -> dict | None:
-    r = gw.telemetry.recent.find(request_id)
-    if r is None:
+    entry = next((e for e in gw.telemetry.recent.newest(gw.telemetry.recent.size) if e[R.ID] == request_id), None)
+    if entry is None:
         return None
+    r = revive(entry)
     now_p, now_w = time.perf_counter(), time.time()
     t0 = r.received
 
@@ -251,7 +263,7 @@ def request_detail(gw, request_id: str) -> dict | None:
         stages += [{"name": s.name, "start_ms": off(s.start), "end_ms": off(s.end), "source": s.source} for s in parts]
     added = gateway_added_s(r)
     out = {
-        "request": request_row(r, now_p, now_w), "trace_id": _trace_id(r), "stages": stages,
+        "request": request_row(r, now_p, now_w), "trace_id": entry[R.TRACE_ID], "stages": stages,
         "gateway_ms": _ms(added), "total_ms": _ms(r.duration_s), "attempts": attempts,
         "routes": [{"alias": d.alias, "strategy": d.strategy, "chosen": d.chosen, "reason": d.reason,
                     "candidates": {k: round(v, 6) if isinstance(v, float) else v for k, v in d.candidates.items()}}

@@ -27,7 +27,8 @@ import orjson
 import yaml
 
 from app.console.changes import deep_merge
-from app.record import Outcome, RequestRecord
+from app.record import Outcome
+from app.telemetry.recent import revive
 
 if TYPE_CHECKING:
     from app.whatif import Arrival
@@ -37,11 +38,12 @@ MAX_SPAN_S = 60.0
 JOB_TIMEOUT_S = 300.0
 
 
-def workload_from_ring(records: list[RequestRecord], aliases: set[str]) -> list[Arrival]:
+def workload_from_ring(entries, aliases: set[str]) -> list[Arrival]:
     """The newest proxied requests (at most MAX_REQUESTS over at most MAX_SPAN_S), as arrivals: each
     one's time, estimated prompt size, the tokens it got (else asked for), stream or not, alias."""
     from app.whatif import Arrival  # app.whatif imports the server, which imports the console
 
+    records = [revive(e) for e in entries]
     chosen = [r for r in records if r.alias in aliases and r.endpoint != "embeddings" and r.outcome is not Outcome.CLIENT_ERROR]
     chosen = chosen[-MAX_REQUESTS:]
     if not chosen:

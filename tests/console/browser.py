@@ -72,7 +72,7 @@ def ensure_browser() -> tuple[str, str] | str:
     browser, driver = browser_paths()
     if browser and driver:
         return browser, driver
-    run = subprocess.run([str(ROOT / "scripts/chromium")], capture_output=True, text=True, timeout=900)
+    run = subprocess.run([str(ROOT / "scripts/chromium")], check=False, capture_output=True, text=True, timeout=900)
     browser, driver = browser_paths()
     if browser and driver:
         return browser, driver

@@ -11,7 +11,7 @@ import os
 import httpx
 import pytest
 
-from tests.console.browser import ADMIN_KEY, HOSTILE, chrome, ensure_browser, sign_in, start_demo, traffic, wait_for
+from tests.console.browser import ADMIN_KEY, chrome, ensure_browser, sign_in, start_demo, traffic, wait_for
 
 By = pytest.importorskip("selenium.webdriver.common.by").By
 

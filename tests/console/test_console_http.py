@@ -108,3 +108,49 @@ def test_live_views_are_bounded_and_built_at_most_once_a_second(gw):
     assert len(a.json()["rows"]) <= 100
     fleet = httpx.get(f"{gw}/console/api/fleet", headers=ADMIN).json()
     assert all(len(b["series"]) <= 120 for b in fleet["backends"])
+
+
+def test_with_content_capture_on_both_json_and_streamed_answers_are_kept(gw):
+    rows = httpx.get(f"{gw}/console/api/requests", headers=ADMIN).json()["rows"]
+    for stream in (True, False):
+        row = next(r for r in rows if r["stream"] is stream and r["backend"])
+        detail = httpx.get(f"{gw}/console/api/requests/{row['id']}", headers=ADMIN).json()
+        assert detail["content"]["request"]["messages"][0]["role"] == "user"
+        assert isinstance(detail["content"]["answer"], str) and detail["content"]["answer"], stream
+
+
+def test_without_content_capture_no_text_is_kept_or_shown(tmp_path):
+    from tests.console.browser import start_demo
+
+    proc, base, _ = start_demo(tmp_path, capture_content=False)
+    try:
+        traffic(base, 4, hostile=False)
+        rows = httpx.get(f"{base}/console/api/requests", headers=ADMIN).json()["rows"]
+        detail = httpx.get(f"{base}/console/api/requests/{rows[0]['id']}", headers=ADMIN).json()
+        assert "content" not in detail and detail["capture_content"] is False
+        assert "tell me about gateways" not in httpx.get(f"{base}/console/api/requests", headers=ADMIN).text
+        explained = httpx.post(f"{base}/console/api/explain", headers=ADMIN, json={"request_id": rows[0]["id"]}).json()
+        assert "content capture is off" in explained["note"]
+    finally:
+        proc.stop()
+
+
+def test_an_uploaded_workload_is_replayed_against_both_policies(gw):
+    workload = "\n".join(f'{{"t": {i * 0.05:.2f}, "prompt_tokens": 50, "max_tokens": 8, "stream": {"true" if i % 2 else "false"}, '
+                         f'"model": "llama-70b"}}' for i in range(12))
+    change = {"patch": {"models": {"llama-70b": {"strategy": "least_inflight"}}}, "workload": workload}
+    r = httpx.post(f"{gw}/console/api/whatif", headers=ADMIN, json=change)
+    assert r.status_code == 202 and r.json()["requests"] == 12 and r.json()["source"] == "uploaded workload"
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{gw}/console/api/whatif", headers=ADMIN).json()
+        if job["status"] != "running":
+            break
+        time.sleep(0.5)
+    assert job["status"] == "done", job
+    assert [row["policy"] for row in job["result"]["rows"]] == ["current", "candidate"]
+    assert all(row["requests"] == 12 and row["errors"] == 0 for row in job["result"]["rows"])
+    bad = httpx.post(f"{gw}/console/api/whatif", headers=ADMIN, json={**change, "workload": "not json"})
+    assert bad.status_code == 400 and "line 1" in bad.json()["error"]["message"]

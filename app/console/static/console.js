@@ -166,7 +166,7 @@ async function openRequest(id) {
   }
   if (d.content) {
     box.append(el("h2", {}, "Prompt"), el("pre", { class: "content prompt" }, JSON.stringify(d.content.request, null, 1)),
-      el("h2", {}, "Answer"), el("pre", { class: "content answer" }, d.content.answer ?? "(not captured for streams)"));
+      el("h2", {}, "Answer"), el("pre", { class: "content answer" }, d.content.answer ?? "(no answer text)"));
   } else {
     box.append(el("p", { class: "hint" }, "Prompt and answer text are shown only when content capture is on."));
   }

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.config)
             print(f"{args.config}: ok ({len(config.backends)} backends, {len(config.models)} models)")
             return 0
-        from app.auth import hash_key as digest
+        from app.admission.auth import hash_key as digest
 
         print(digest(args.key))
         return 0
@@ -114,15 +114,15 @@ def _serve(args: argparse.Namespace) -> int:
         # The server's imports (about a second of CPU) run while the fleet starts on the other core.
         import uvicorn
 
-        from app import intake
-        from app.server import create_app
+        from app.http import intake
+        from app.http.server import create_app
 
         if fleet is not None:
             _wait_fleet(fleet, args.config, config)
         if args.workers > 1:
             # Workers import the app themselves, each from the config file named here.
             os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
-            app = "app.server:app_from_environment"
+            app = "app.http.server:app_from_environment"
         else:
             app = create_app(config, config_path=args.config)
         uvicorn.run(
@@ -132,7 +132,7 @@ def _serve(args: argparse.Namespace) -> int:
             host=host,
             port=port,
             loop="uvloop" if _has("uvloop") else "asyncio",
-            # Bounded intake (app/intake.py) on httptools; h11 bounds the header size itself.
+            # Bounded intake (app/http/intake.py) on httptools; h11 bounds the header size itself.
             http=intake.configure(config.server) if _has("httptools") else "h11",
             h11_max_incomplete_event_size=config.server.max_header_bytes,
             timeout_keep_alive=config.server.keep_alive_s,
@@ -162,9 +162,9 @@ def _stop(child: subprocess.Popen) -> None:
 def _bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from app.baseline.analysis import analyse
-    from app.baseline.render import table, to_html, to_json
-    from app.baseline.sweep import SweepPlan, run_sweep
+    from app.tools.baseline.analysis import analyse
+    from app.tools.baseline.render import table, to_html, to_json
+    from app.tools.baseline.sweep import SweepPlan, run_sweep
 
     def ints(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -188,10 +188,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from app.simulator.fleet import run_fleet
+    from app.tools.simulator.fleet import run_fleet
 
     if args.workload:
-        from app.whatif import run_whatif
+        from app.tools.whatif import run_whatif
 
         if not args.policy:
             raise ConfigError("what-if mode needs at least one --policy")

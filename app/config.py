@@ -39,7 +39,7 @@ class ServerConfig(Strict):
     access_log: bool = False
     # On SIGTERM: stop accepting, let in-flight calls (streams too) finish for up to this long, then close.
     shutdown_grace_s: float = Field(30.0, ge=0)
-    # Intake limits (app/intake.py): a client may take this long to send its headers, then its body.
+    # Intake limits (app/http/intake.py): a client may take this long to send its headers, then its body.
     header_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(30.0, gt=0)
     max_header_bytes: int = Field(64 * 1024, ge=1024)

@@ -11,11 +11,11 @@ import orjson
 
 from app.admission.service import Admission
 from app.admission.wait_queue import WaitQueue
-from app.auth import Authenticator
+from app.admission.auth import Authenticator
 from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
-from app.retry import PoisonBook, RetryBudgetTracker
+from app.dispatch.decide import PoisonBook, RetryBudgetTracker
 from app.routing.active_health import run_health_checks
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
@@ -50,7 +50,7 @@ class Gateway:
     admission: Admission
     # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
     transport: Transport = field(default_factory=HttpTransport)
-    # 5xx signatures found to be caused by requests, not backends (app.retry.is_poison).
+    # 5xx signatures found to be caused by requests, not backends (app.dispatch.decide.is_poison).
     poison: PoisonBook = field(default_factory=PoisonBook)
     _ready_at: float = 0.0
     _reachable: dict[str, bool] = field(default_factory=dict)

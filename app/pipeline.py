@@ -16,12 +16,12 @@ from app.cache.replay import SERVED_BY, hit_body, replay_events, served_by
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.routing.slo import from_headers as latency_target
-from app.dispatch import Dispatched, dispatch
+from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
-from app.observers import CacheFill, CaptureAnswer, Progress
-from app.relay import MODEL_FIELD, SSEResponse, relay_events, replay, safe_headers
+from app.relay.observers import CacheFill, CaptureAnswer, Progress
+from app.relay.loop import MODEL_FIELD, SSEResponse, relay_events, replay, safe_headers
 from app.request import Endpoint, ParsedRequest, parse_request
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import Stage, first_byte_stages
@@ -47,7 +47,7 @@ async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         err.headers.setdefault("x-request-id", record.request_id)
         raise
     except asyncio.CancelledError:
-        # The client left before its answer began (app.fastpath cancels the call): nothing to send.
+        # The client left before its answer began (app.http.fastpath cancels the call): nothing to send.
         record.status, record.outcome, record.error_type = 499, Outcome.CLIENT_GONE, "client_disconnected"
         record.finished = time.perf_counter()
         gw.telemetry.finish(record)
@@ -190,7 +190,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                                    lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
 
     def close() -> None:
-        # Runs once, from the response, on every path (app.relay.SSEResponse).
+        # Runs once, from the response, on every path (app.relay.loop.SSEResponse).
         if not record.finished:  # the relay never ran: the client was gone before the first byte
             record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
         broken = record.outcome is Outcome.STREAM_BROKEN

@@ -102,7 +102,7 @@ async def run(url: str, plan: list[tuple[float, Tenant]], tokens: int, send_prio
 
 
 def gateway_extra(tenants: list[Tenant], fair: bool, fleet: Fleet, slots: int) -> dict:
-    from app.auth import hash_key
+    from app.admission.auth import hash_key
 
     port = fleet.backends["slots"]["port"]
     return {

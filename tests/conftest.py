@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.support import Process, RedisServer, free_port, set_faults, write_yaml
 
 ACME_KEY = "sk-test-acme-0123456789"

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import orjson
 
 from app import pipeline
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from app.config import GatewayConfig
 from app.errors import GatewayError
-from app.fastpath import _unless_client_leaves, error_response
+from app.http.fastpath import _unless_client_leaves, error_response
 from app.gateway import Gateway
 from app.request import Endpoint
 from app.upstream.scripted import ScriptedTransport
@@ -73,7 +73,7 @@ class Answer:
 
 async def call(gw: Gateway, body: dict | bytes = CHAT, key: str = KEY, endpoint: Endpoint = Endpoint.CHAT,
                headers: dict[str, str] | None = None, leave_after_s: float | None = None) -> Answer | None:
-    """One request through the pipeline and its response, as app.fastpath serves it.
+    """One request through the pipeline and its response, as app.http.fastpath serves it.
 
     With `leave_after_s`, the client disconnects after that long; returns None if no answer began by then.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.auth import Authenticator, hash_key
+from app.admission.auth import Authenticator, hash_key
 from app.config import AuthConfig
 from app.errors import PermissionDenied, Unauthorized
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from app.charts import line_chart, nice_ticks, tick_label
+from app.tools.charts import line_chart, nice_ticks, tick_label
 
 
 def test_ticks_are_round_and_cover_the_range():

@@ -13,7 +13,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from app.retry import Action, Situation, decide, is_poison
+from app.dispatch.decide import Action, Situation, decide, is_poison
 
 POLICY = RetryPolicy(max_attempts=3, backoff_base_s=0.1, backoff_max_s=1.0)
 

@@ -104,7 +104,7 @@ def test_what_goes_in_runs_the_gateway_and_its_embedder(image_install, tmp_path)
     venv_python = image_install.parent / "python" / "bin" / "python"
     models = image_install.parent / "models"
     assert len(list(models.glob("*.onnx"))) == 2  # int8 and fp32, built by the image's RUN
-    code = ("import importlib.util as u, app.server, app.cache.embedder, onnxruntime, tokenizers;"
+    code = ("import importlib.util as u, app.http.server, app.cache.embedder, onnxruntime, tokenizers;"
             "assert u.find_spec('torch') is None and u.find_spec('sentence_transformers') is None;"
             "from app.cache.onnx_export import ensure_model, model_path;"
             "print(ensure_model('int8'))")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, GLOBEX_KEY, gateway_config, start_gateway
 from tests.support import free_port
 

@@ -245,7 +245,7 @@ def test_probe_and_scrape_send_the_ops_key_when_one_is_required(chart, fleet, tm
     import os
     import subprocess
 
-    from app.auth import hash_key
+    from app.admission.auth import hash_key
     from tests.conftest import gateway_config, start_gateway
 
     objects = [d for n, t in chart.render(values_of("production-values"), name=RELEASE, namespace=NAMESPACE, is_install=True).items()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.simulator.textgen import generate_tokens, request_rng
+from app.tools.simulator.textgen import generate_tokens, request_rng
 from tests.conftest import SEED
 
 

@@ -10,7 +10,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from app.retry import (
+from app.dispatch.decide import (
     RetryBudgetTracker,
     counts_against_backend,
     is_context_length,

@@ -108,7 +108,7 @@ def gateway_ask(gw) -> AskFn:
 
     async def ask(alias: str, body: dict, timeout_s: float) -> dict | None:
         from app.deadline import Deadline
-        from app.dispatch import dispatch
+        from app.dispatch.loop import dispatch
         from app.record import RequestRecord
         from app.request import Endpoint, parse_request
         from app.upstream.attempt import JsonReply

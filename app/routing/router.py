@@ -13,7 +13,7 @@ from app.config import BreakerConfig, ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus, UpstreamTimeout
 from app.record import RouteDecision
-from app.retry import counts_against_backend, retry_after_s
+from app.dispatch.decide import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner

@@ -12,7 +12,7 @@ import time
 
 import orjson
 
-from app.cache.assemble import StreamAssembler
+from app.upstream.assemble import StreamAssembler
 from app.errors import UpstreamProtocolError
 from app.upstream.adapters import NO_REPORT
 from app.upstream.attempt import EventStream, JsonReply, json_object

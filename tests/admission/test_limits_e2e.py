@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.conftest import ADMIN_KEY, gateway_config, start_gateway
 from tests.support import free_port, wait_until
 

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.conftest import gateway_config, start_gateway
 
 TOKENS = 10

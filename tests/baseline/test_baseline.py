@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from app.baseline.analysis import analyse
-from app.baseline.sweep import SweepPlan, run_sweep
+from app.tools.baseline.analysis import analyse
+from app.tools.baseline.sweep import SweepPlan, run_sweep
 from app.routing.latency_model import LatencyModel, load_prior
 from tests.support import ROOT, Process, free_port, write_yaml
 
@@ -60,7 +60,7 @@ def test_cells_hold_every_statistic(report):
 
 
 def test_report_seeds_the_latency_model(report, tmp_path):
-    from app.baseline.render import to_json
+    from app.tools.baseline.render import to_json
 
     path = tmp_path / "r.json"
     path.write_bytes(to_json(report))
@@ -71,7 +71,7 @@ def test_report_seeds_the_latency_model(report, tmp_path):
 
 
 def test_slots_added_to_the_report_by_hand_seed_the_model(report, tmp_path):
-    from app.baseline.render import to_json
+    from app.tools.baseline.render import to_json
 
     data = json.loads(to_json(report))
     data["prior"]["slots"] = 12
@@ -96,7 +96,7 @@ def test_cli_writes_table_json_and_html(sim, tmp_path):
 def test_cold_prompts_differ_from_their_first_word_and_warm_ones_repeat():
     import random
 
-    from app.baseline.sweep import Cell, _prompt
+    from app.tools.baseline.sweep import Cell, _prompt
 
     rng = random.Random(1)
     cold = [_prompt(Cell(64, 8, 1), False, rng) for _ in range(20)]
@@ -120,7 +120,7 @@ def test_prior_tpot_is_the_measured_tpot_and_the_fit_says_its_quality(report):
 def test_html_concurrency_charts_show_every_level(report):
     import re
 
-    from app.baseline.render import concurrency_cells, to_html
+    from app.tools.baseline.render import concurrency_cells, to_html
 
     cells = concurrency_cells(report)
     assert [c.concurrency for c in cells] == [1, 4]

@@ -12,7 +12,7 @@ import time
 import openai
 import pytest
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.conftest import gateway_config, start_gateway
 
 KEY = "sk-test-capped-0123456789"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from app.cache.assemble import StreamAssembler
+from app.upstream.assemble import StreamAssembler
 from app.cache.entry import CachedAnswer, Hit
 from app.cache.replay import hit_body, replay_events
 from app.upstream.sse import EventSplitter, event_data

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from app.config import load_config
-from app.console.changes import ChangeRefused, ConfigChanges, deep_merge, digest
+from app.http.console.changes import ChangeRefused, ConfigChanges, deep_merge, digest
 from tests.support import ROOT
 
 

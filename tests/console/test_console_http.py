@@ -7,7 +7,7 @@ import httpx
 import pytest
 import yaml
 
-from app.console.routes import router
+from app.http.console.routes import router
 from tests.console.browser import ADMIN_KEY, demo_config, traffic
 from tests.support import Process
 

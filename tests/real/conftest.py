@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from app.auth import hash_key
+from app.admission.auth import hash_key
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 KEY = "sk-test-real-0123456789"

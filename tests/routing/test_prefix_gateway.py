@@ -31,7 +31,7 @@ def fleet(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gateway(fleet, tmp_path_factory):
-    from app.auth import hash_key
+    from app.admission.auth import hash_key
 
     backends = {n: {"base_url": f"http://127.0.0.1:{p}/v1", "model": "m", "flavor": "llamacpp"} for n, p in fleet.items()}
     config = {

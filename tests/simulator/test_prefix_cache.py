@@ -6,7 +6,7 @@ import httpx
 import orjson
 import pytest
 
-from app.simulator.kv_cache import BLOCK_TOKENS, PrefixCache, block_keys, serialise
+from app.tools.simulator.kv_cache import BLOCK_TOKENS, PrefixCache, block_keys, serialise
 from tests.support import Process, free_port, write_yaml
 
 SYSTEM = "You are a careful assistant for the billing team. " * 40  # ~500 tokens

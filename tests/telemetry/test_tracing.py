@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from app.config import GatewayConfig
-from app.server import create_app
+from app.http.server import create_app
 from tests.conftest import ACME_KEY, gateway_config, start_gateway
 from tests.support import ROOT, free_port, sim_stats, wait_until
 

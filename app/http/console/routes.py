@@ -1,6 +1,6 @@
 """The console's routes: the page and its assets, and the JSON it reads, all behind an admin key.
 
-One page polls one JSON view every few seconds (app/console/static/console.js); each view is built
+One page polls one JSON view every few seconds (app/http/console/static/console.js); each view is built
 at most once a second whatever the number of open pages, from state the gateway already keeps.
 """
 
@@ -15,10 +15,10 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.admin import explain_body, tenants_view
-from app.console import views
-from app.console.changes import ChangeRefused, ConfigChanges, deep_merge
-from app.console.session import (
+from app.http.admin import explain_body, tenants_view
+from app.http.console import views
+from app.http.console.changes import ChangeRefused, ConfigChanges, deep_merge
+from app.http.console.session import (
     COOKIE,
     SESSION_S,
     Operator,
@@ -28,7 +28,7 @@ from app.console.session import (
     same_origin,
     session_cookie,
 )
-from app.console.whatif_live import WhatIfRunner, learned_fleet, parse_workload, policy, workload_from_ring
+from app.http.console.whatif_live import WhatIfRunner, learned_fleet, parse_workload, policy, workload_from_ring
 from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 
 router = APIRouter(prefix="/console")
@@ -39,7 +39,7 @@ _PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src '
              "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 _LOGIN_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` on a form post, which
-# the cross-site check (app.console.session.same_origin) must refuse.
+# the cross-site check (app.http.console.session.same_origin) must refuse.
 _SAFE = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "same-origin",
          "cache-control": "no-store"}
 
@@ -63,7 +63,7 @@ def _state(request: Request) -> ConsoleState:
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("app.console").joinpath("static", name).read_bytes()
+    return resources.files("app.http.console").joinpath("static", name).read_bytes()
 
 
 def _json(data: object, status: int = 200) -> Response:

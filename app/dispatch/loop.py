@@ -1,8 +1,8 @@
 """Route, attempt, retry, fall back: get an answer started, or fail naming every cause.
 
-One loop acts on `app.retry.decide`: after each failed attempt it retries on this alias (elsewhere if
+One loop acts on `app.dispatch.decide.decide`: after each failed attempt it retries on this alias (elsewhere if
 it can, after the decided wait), falls back to the next alias the key may use, or gives up. Every
-attempt has one owner (app.owner) from the moment its slot is leased. Nothing here runs after the
+attempt has one owner (app.dispatch.attempt) from the moment its slot is leased. Nothing here runs after the
 first byte reached the client: a stream that fails later is the relay's to report.
 """
 
@@ -19,11 +19,11 @@ from app.deadline import NO_DEADLINE, Deadline
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
 from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
-from app.hedge import hedged
-from app.owner import AttemptOwner
+from app.dispatch.hedge import hedged
+from app.dispatch.attempt import AttemptOwner
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
-from app.retry import Action, Situation, decide, is_poison, retry_after_s
+from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
 from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import RouteContext
@@ -127,7 +127,7 @@ def _may(allowed: frozenset[str] | None, alias: str, models) -> bool:
 
 
 def _settle(gw, held: list[tuple[AttemptOwner, GatewayError]], record: RequestRecord) -> None:
-    """Report held 5xx failures to backend health, unless the request itself caused them (app.retry.is_poison,
+    """Report held 5xx failures to backend health, unless the request itself caused them (app.dispatch.decide.is_poison,
     or the same error was found to be a request's own before)."""
     if is_poison([(o.attempt.backend, e) for o, e in held]):
         for _, err in held:

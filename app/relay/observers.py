@@ -1,11 +1,11 @@
-"""Relay observers: side jobs that watch a stream go by (app.relay.Observer) and never call back into it."""
+"""Relay observers: side jobs that watch a stream go by (app.relay.loop.Observer) and never call back into it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from app.cache.assemble import StreamAssembler
+from app.upstream.assemble import StreamAssembler
 
 # Every this many data events, a stream's recent decode speed is reported (an early TPOT sample).
 PROGRESS_EVENTS = 8

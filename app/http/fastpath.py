@@ -17,9 +17,9 @@ from app import pipeline
 from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
-from app.auth import duplicate_authorization
+from app.admission.auth import duplicate_authorization
 from app.errors import GatewayError, PayloadTooLarge
-from app.relay import wait_for_disconnect
+from app.relay.loop import wait_for_disconnect
 from app.request import Endpoint
 from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.config import FaultConfig, SimBackendConfig
-from app.simulator.kv_cache import PrefixCache
+from app.tools.simulator.kv_cache import PrefixCache
 
 
 @dataclass(slots=True)

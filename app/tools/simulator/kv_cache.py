@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
-from app.simulator.textgen import CHARS_PER_TOKEN
+from app.tools.simulator.textgen import CHARS_PER_TOKEN
 
 BLOCK_TOKENS = 16
 _BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN

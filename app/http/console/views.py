@@ -1,6 +1,6 @@
 """What each console page shows, as bounded JSON built from state the gateway already keeps: the
 router's backend states and latency models, the ring of recent requests, the cache's and the
-limiter's counters. Nothing here runs per request; it runs when a page asks (and app.console.routes
+limiter's counters. Nothing here runs per request; it runs when a page asks (and app.http.console.routes
 caches each answer for a second, so ten open tabs cost what one does).
 
 Every timing says where it came from: `measured` (gateway clock), `reported` (the backend said so),

@@ -1,6 +1,6 @@
 """Retry policy decisions (pure) and the retry budget that keeps an outage from multiplying load.
 
-`decide` is the one place that says what happens after a failed attempt; app.dispatch only acts on it.
+`decide` is the one place that says what happens after a failed attempt; app.dispatch.loop only acts on it.
 Tenacity is not used: its stop/wait/retry callbacks split this one decision into three objects that
 each re-derived the error, and the loop that acts on a Decision is a few lines.
 """

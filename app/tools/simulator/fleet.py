@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 
 from app.config import SimulatorConfig
-from app.simulator.server import create_app
+from app.tools.simulator.server import create_app
 
 log = logging.getLogger("slipstream.simulator")
 

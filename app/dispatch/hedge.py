@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from app.record import Event, RequestRecord
-from app.retry import RetryBudgetTracker
+from app.dispatch.decide import RetryBudgetTracker
 
 
 async def hedged(

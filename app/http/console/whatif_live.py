@@ -1,5 +1,5 @@
 """What-if on live traffic: the recent request log (or an uploaded workload) replayed through the
-running config and through a changed one, with the existing what-if engine (app.whatif), in a child
+running config and through a changed one, with the existing what-if engine (app.tools.whatif), in a child
 process so the replay never shares the serving event loop.
 
 The fleet replayed against is the config's own `simulator` section when it has one (the embedded
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 import orjson
 import yaml
 
-from app.console.changes import deep_merge
+from app.http.console.changes import deep_merge
 from app.record import Outcome
 from app.telemetry.recent import revive
 
 if TYPE_CHECKING:
-    from app.whatif import Arrival
+    from app.tools.whatif import Arrival
 
 MAX_REQUESTS = 400
 MAX_SPAN_S = 60.0
@@ -41,7 +41,7 @@ JOB_TIMEOUT_S = 300.0
 def workload_from_ring(entries, aliases: set[str]) -> list[Arrival]:
     """The newest proxied requests (at most MAX_REQUESTS over at most MAX_SPAN_S), as arrivals: each
     one's time, estimated prompt size, the tokens it got (else asked for), stream or not, alias."""
-    from app.whatif import Arrival  # app.whatif imports the server, which imports the console
+    from app.tools.whatif import Arrival  # app.tools.whatif imports the server, which imports the console
 
     records = [revive(e) for e in entries]
     chosen = [r for r in records if r.alias in aliases and r.endpoint != "embeddings" and r.outcome is not Outcome.CLIENT_ERROR]
@@ -62,7 +62,7 @@ def workload_from_ring(entries, aliases: set[str]) -> list[Arrival]:
 
 def parse_workload(text: str) -> list[Arrival]:
     """An uploaded JSONL workload (the `slipstream simulate --workload` format), bounded."""
-    from app.whatif import Arrival
+    from app.tools.whatif import Arrival
 
     out = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -169,7 +169,7 @@ class WhatIfRunner:
             out = Path(tmp) / "result.json"
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "app.console.whatif_job", str(wl), str(out), *paths,
+                    sys.executable, "-m", "app.http.console.whatif_job", str(wl), str(out), *paths,
                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
                 try:

@@ -1,7 +1,7 @@
 """The console's what-if, run in its own process: replay one workload through each policy file with
-app.whatif and write the comparison as JSON.
+app.tools.whatif and write the comparison as JSON.
 
-    python -m app.console.whatif_job WORKLOAD.jsonl OUT.json POLICY.yaml [POLICY.yaml ...]
+    python -m app.http.console.whatif_job WORKLOAD.jsonl OUT.json POLICY.yaml [POLICY.yaml ...]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from app.whatif import compare, read_workload, replay
+from app.tools.whatif import compare, read_workload, replay
 
 
 def main(argv: list[str]) -> int:

@@ -17,10 +17,10 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from app.config import FaultConfig, SimBackendConfig
-from app.simulator import shapes
-from app.simulator.engine import Engine, Timings, now
-from app.simulator.kv_cache import BLOCK_TOKENS, block_keys, serialise
-from app.simulator.textgen import (
+from app.tools.simulator import shapes
+from app.tools.simulator.engine import Engine, Timings, now
+from app.tools.simulator.kv_cache import BLOCK_TOKENS, block_keys, serialise
+from app.tools.simulator.textgen import (
     count_tokens,
     embedding,
     generate_tokens,

@@ -9,9 +9,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.auth import authorization_of, hash_key
+from app.admission.auth import authorization_of, hash_key
 from app.deadline import DEADLINE_HEADER, Deadline
-from app.dispatch import route_context, time_budget, with_policy
+from app.dispatch.loop import route_context, time_budget, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
 from app.request import Endpoint, parse_request
 from app.routing.predict import estimate

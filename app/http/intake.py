@@ -47,7 +47,7 @@ def configure(server) -> type[BoundedHttpToolsProtocol]:
     return BoundedHttpToolsProtocol
 
 
-# Set once per process before serving (app.cli, app.server.app_from_environment): uvicorn builds the
+# Set once per process before serving (app.cli, app.http.server.app_from_environment): uvicorn builds the
 # protocol per connection from a class, and worker processes cannot receive a class built at run time.
 LIMITS = IntakeLimits()
 

@@ -7,8 +7,8 @@ import math
 
 import orjson
 
-from app.baseline.analysis import Report
-from app.charts import CSS, line_chart
+from app.tools.baseline.analysis import Report
+from app.tools.charts import CSS, line_chart
 
 
 def table(report: Report) -> str:

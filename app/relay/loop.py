@@ -47,7 +47,7 @@ async def relay_events(
     Observers see every data chunk as the backend sent it and, once the relay ends, whether the stream
     was complete. `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
     `choices` is how many finish reasons make a stream complete when a backend omits [DONE] (n > 1).
-    Closing the upstream is not the relay's job: the attempt's owner does it (app.owner).
+    Closing the upstream is not the relay's job: the attempt's owner does it (app.dispatch.attempt).
     `alias`, when given, replaces the backend's model name in every chunk (the name the client asked for).
     """
     complete = False

@@ -1,4 +1,4 @@
-"""The HTTP layer: the proxied routes (app.fastpath) in front of FastAPI for everything else. No logic here."""
+"""The HTTP layer: the proxied routes (app.http.fastpath) in front of FastAPI for everything else. No logic here."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app import admin, intake
-from app.console import routes as console
-from app.admin import require_ops_key
-from app.auth import authorization_of
+from app.http import admin, intake
+from app.http.console import routes as console
+from app.http.admin import require_ops_key
+from app.admission.auth import authorization_of
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
-from app.fastpath import FastPath, error_response
+from app.http.fastpath import FastPath, error_response
 from app.gateway import Gateway
 from app.reload import Reloader
 from app.telemetry.metrics import Metrics

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.simulator.engine import Timings
+from app.tools.simulator.engine import Timings
 
 
 def completion_body(kind: str, rid: str, created: int, model: str, texts: list[str], finish: str, usage: dict) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from app.auth import authorization_of, hash_key
+from app.admission.auth import authorization_of, hash_key
 from app.errors import PermissionDenied, Unauthorized
 
 COOKIE = "slipstream_console"

@@ -20,10 +20,10 @@ import aiohttp
 import orjson
 import uvicorn
 
-from app.charts import CSS, line_chart
+from app.tools.charts import CSS, line_chart
 from app.config import GatewayConfig, load_config
-from app.server import create_app
-from app.simulator.fleet import start_fleet
+from app.http.server import create_app
+from app.tools.simulator.fleet import start_fleet
 
 
 @dataclass(frozen=True, slots=True)

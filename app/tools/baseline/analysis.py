@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from app.baseline.sweep import CellResult
+from app.tools.baseline.sweep import CellResult
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The relay: an upstream answer or stream, carried to the client."""

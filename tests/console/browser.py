@@ -57,8 +57,9 @@ def traffic(base: str, n: int = 24, hostile: bool = True) -> None:
             content = HOSTILE if hostile and i == n - 1 else f"question {i % 7}: " + "tell me about gateways " * (1 + i % 5)
             body = {"model": "llama-70b" if i % 4 else "llama-8b", "max_tokens": 8 + i % 12, "stream": i % 2 == 0,
                     "messages": [{"role": "user", "content": content}]}
-            if i % 3 == 0:
-                body["temperature"] = 0  # deterministic: the exact cache may serve repeats
+            if i % 3 == 0 and not (hostile and i == n - 1):
+                # Deterministic, the same each time, room to finish (a cut answer is not stored): cache hits.
+                body.update(temperature=0, model="llama-70b", max_tokens=300, messages=[{"role": "user", "content": "What is a gateway?"}])
             r = client.post(f"{base}/v1/chat/completions", json=body, headers={"authorization": "Bearer any"})
             assert r.status_code == 200, r.text
 

@@ -7,6 +7,7 @@ at most once a second whatever the number of open pages, from state the gateway 
 from __future__ import annotations
 
 import asyncio
+import html
 import time
 from importlib import resources
 from urllib.parse import parse_qs
@@ -87,7 +88,7 @@ async def _cached(request: Request, name: str, build) -> Response:
 
 
 def _login_page(message: str = "", status: int = 401) -> Response:
-    body = _asset("login.html").replace(b"{{message}}", message.encode())
+    body = _asset("login.html").replace(b"{{message}}", html.escape(message).encode())
     return Response(body, status, headers={**_SAFE, "content-security-policy": _LOGIN_CSP}, media_type="text/html; charset=utf-8")
 
 

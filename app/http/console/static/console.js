@@ -46,7 +46,7 @@ async function api(path, opts = {}) {
 
 // --- charts: small SVG line charts with their data points ---------------------------------------
 function lineChart(series, opts) {
-  const W = opts.width || 200, H = opts.height || 110, L = 36, R = 6, T = 16, B = 18;
+  const W = opts.width || 300, H = opts.height || 120, L = 36, R = 6, T = 16, B = 18;
   const pts = series.flatMap((s) => s.points.filter((p) => p[1] !== null));
   const svg = el("svg", { class: "chart", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-points": pts.length, role: "img", "aria-label": opts.title });
   svg.appendChild(el("text", { x: 4, y: 11 }, opts.title));
@@ -332,6 +332,7 @@ async function rollback() {
 function renderAudit(entries) {
   const t = clear($("audit-table"));
   t.appendChild(el("tr", {}, ["when", "who", "action", "from", "to", "what"].map((h) => el("th", {}, h))));
+  if (!entries.length) t.appendChild(el("tr", {}, el("td", { colspan: 6, class: "hint" }, "No change made from the console yet.")));
   for (const a of entries) t.appendChild(el("tr", { class: "audit" }, el("td", {}, new Date(a.at * 1000).toLocaleString()), el("td", {}, a.who),
     el("td", {}, a.action), el("td", {}, a.from), el("td", {}, a.to), el("td", {}, a.patch ? JSON.stringify(a.patch) : a.reason || (a.undoes ? "undoes " + new Date(a.undoes * 1000).toLocaleTimeString() : ""))));
 }

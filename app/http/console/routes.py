@@ -16,6 +16,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
+from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 from app.http.admin import explain_body, tenants_view
 from app.http.console import views
 from app.http.console.changes import ChangeRefused, ConfigChanges, deep_merge
@@ -30,7 +31,6 @@ from app.http.console.session import (
     session_cookie,
 )
 from app.http.console.whatif_live import WhatIfRunner, learned_fleet, parse_workload, policy, workload_from_ring
-from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 
 router = APIRouter(prefix="/console")
 

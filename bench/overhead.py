@@ -58,10 +58,21 @@ class RunResult:
     ttfts: list[float]
     errors: int
     seconds: float
+    cpu_s: float = 0.0  # the gateway process's CPU time (user + system) during the run; 0 for direct
 
     @property
     def rps(self) -> float:
         return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_us_per_request(self) -> float:
+        return self.cpu_s / len(self.latencies) * 1e6 if self.latencies else 0.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc): less moved by other load than RPS."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def closed_loop(url: str, model: str, stream: bool, concurrency: int, seconds: float, max_requests: int) -> RunResult:
@@ -212,7 +223,10 @@ def main() -> int:
                     order = names[k:] + names[:k]  # rotate who goes first each round
                     for name in order:
                         url, model = targets[name]
+                        pid = gateways[name].proc.pid if name in gateways else None
+                        cpu0 = process_cpu_s(pid) if pid else 0.0
                         res = asyncio.run(closed_loop(url, model, mode == "stream", c, args.seconds, args.max_requests))
+                        res.cpu_s = process_cpu_s(pid) - cpu0 if pid else 0.0
                         rows.setdefault((mode, c, name), []).append(res)
                         print(f"round {rnd + 1} {mode:6} c={c:<3} {name:8} n={len(res.latencies):6} err={res.errors} "
                               f"p50={percentile(res.latencies, 50):.2f}ms p99={percentile(res.latencies, 99):.2f}ms rps={res.rps:.0f}",
@@ -278,8 +292,8 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
     limited = [v for v in variants if v.startswith("limited") or v in ("console", "no-ring")]
     if "default" in variants and limited:
         print("\nWhat each variant adds over `default`, same run (per-round differences, then the median):")
-        print("| variant | mode | c | added p50 / p99 ms | RPS ratio |")
-        print("|---|---|---|---|---|")
+        print("| variant | mode | c | added p50 / p99 ms | RPS ratio | gateway CPU us/request, default -> variant |")
+        print("|---|---|---|---|---|---|")
         for variant in limited:
             for mode in args.modes.split(","):
                 for c in map(int, args.conc.split(",")):
@@ -287,7 +301,9 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
                     a50 = statistics.median(p(50)(x) - p(50)(y) for x, y in zip(g, base))
                     a99 = statistics.median(p(99)(x) - p(99)(y) for x, y in zip(g, base))
                     ratio = med(g, lambda r: r.rps) / med(base, lambda r: r.rps)
-                    print(f"| {variant} | {mode} | {c} | {a50:.3f} / {a99:.3f} | {ratio:.3f} |")
+                    cpu_b, cpu_v = med(base, lambda r: r.cpu_us_per_request), med(g, lambda r: r.cpu_us_per_request)
+                    print(f"| {variant} | {mode} | {c} | {a50:.3f} / {a99:.3f} | {ratio:.3f} | {cpu_b:.0f} -> {cpu_v:.0f} "
+                          f"({(cpu_v / cpu_b - 1) * 100:+.1f} %) |")
 
 
 if __name__ == "__main__":

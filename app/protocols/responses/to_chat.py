@@ -1,0 +1,171 @@
+"""A Responses request as a chat completions request, for backends that do not speak Responses natively.
+
+What maps and what is refused is the README's table "Responses over a chat-only backend"; a field with no chat
+equivalent that changes the answer is refused with a 400 naming it, never dropped in silence. Fields that only
+concern the gateway (store, previous_response_id, metadata) never reach the backend on either path.
+"""
+
+from __future__ import annotations
+
+from app.errors import InvalidRequest
+
+# Passed on unchanged: the same name and meaning in both APIs.
+_SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "seed", "stop")
+# The gateway's own, or a transport matter: not part of the chat body.
+_GATEWAY = ("model", "input", "instructions", "stream", "store", "previous_response_id", "metadata", "include",
+            "truncation", "stream_options", "service_tier", "prompt_cache_key", "safety_identifier",
+            "prompt_cache_retention")
+# Answer-changing features a chat completions backend has no way to honour.
+_REFUSED = {
+    "background": "background responses",
+    "conversation": "the Conversations API",
+    "prompt": "stored prompt templates",
+    "max_tool_calls": "a cap on built-in tool calls",
+}
+
+
+def to_chat(body: dict, items: list) -> dict:
+    """The chat body for `body` (a validated Responses request) whose input, chain expanded, is `items`."""
+    out: dict = {"model": body["model"]}
+    messages: list[dict] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        messages.append({"role": "system", "content": instructions})
+    for i, item in enumerate(items):
+        _add_item(messages, item, f"input[{i}]")
+    out["messages"] = messages
+    for key, value in body.items():
+        if key in _SAME:
+            out[key] = value
+        elif key in _GATEWAY:
+            continue
+        elif key == "max_output_tokens":
+            if value is not None:
+                out["max_tokens"] = value
+        elif key == "tools":
+            if value:
+                out["tools"] = [_tool(t, f"tools[{j}]") for j, t in enumerate(value)]
+        elif key == "tool_choice":
+            if value is not None:
+                out["tool_choice"] = _tool_choice(value)
+        elif key == "text":
+            fmt = _response_format(value)
+            if fmt is not None:
+                out["response_format"] = fmt
+        elif key == "reasoning":
+            effort = value.get("effort") if isinstance(value, dict) else None
+            if effort is not None:
+                out["reasoning_effort"] = effort  # summary: no chat equivalent, and it only adds to the answer
+        elif key == "top_logprobs":
+            if value:
+                out["logprobs"], out["top_logprobs"] = True, value
+        elif key in _REFUSED:
+            if value not in (None, False):
+                raise InvalidRequest(f"'{key}' ({_REFUSED[key]}) is not available on this model: its backends "
+                                     "speak chat completions only", param=key)
+        else:
+            raise InvalidRequest(f"'{key}' is not a Responses parameter this gateway can pass to a chat completions "
+                                 "backend", param=key)
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _add_item(messages: list[dict], item: dict, where: str) -> None:
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item["role"]
+        content = item.get("content")
+        if role == "assistant":
+            text = content if isinstance(content, str) else "".join(_assistant_text(content, where))
+            prev = messages[-1] if messages else None
+            if prev is not None and prev["role"] == "assistant" and "tool_calls" in prev and prev.get("content") is None:
+                prev["content"] = text
+            else:
+                messages.append({"role": "assistant", "content": text})
+            return
+        messages.append({"role": role, "content": content if isinstance(content, str) else
+                         [_input_part(p, f"{where}.content[{j}]") for j, p in enumerate(content)]})
+    elif kind == "function_call":
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]}}
+        prev = messages[-1] if messages else None
+        # Parallel calls of one turn are one assistant message with several tool_calls in chat.
+        if prev is not None and prev["role"] == "assistant":
+            prev.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item["output"]
+        if not isinstance(output, str):
+            output = [_input_part(p, f"{where}.output[{j}]") for j, p in enumerate(output)]
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+    elif kind == "reasoning":
+        # A reasoning item of an earlier turn: chat backends take no reasoning input, and its effect is
+        # already in the answer that followed it; it is left out (the README's table says so).
+        return
+    else:
+        raise InvalidRequest(f"input item type '{kind}' has no chat completions equivalent (this model's backends "
+                             "speak chat completions only)", param=f"{where}.type")
+
+
+def _assistant_text(content: list, where: str):
+    for j, part in enumerate(content or ()):
+        kind = part.get("type")
+        if kind in ("output_text", "input_text", "text"):
+            yield part["text"]
+        elif kind == "refusal":
+            yield part.get("refusal") or ""
+        else:
+            raise InvalidRequest(f"assistant content type '{kind}' has no chat completions equivalent",
+                                 param=f"{where}.content[{j}].type")
+
+
+def _input_part(part: dict, where: str) -> dict:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": part["text"]}
+    if kind == "input_image":
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise InvalidRequest("an input_image needs 'image_url' here (file_id needs the Files API, which this "
+                                 "gateway does not serve)", param=f"{where}.image_url")
+        image = {"url": url}
+        if isinstance(part.get("detail"), str):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    raise InvalidRequest(f"content type '{kind}' has no chat completions equivalent", param=f"{where}.type")
+
+
+def _tool(tool: dict, where: str) -> dict:
+    if tool.get("type") != "function":
+        raise InvalidRequest(f"tool type '{tool.get('type')}' is a hosted tool; only function tools can be passed to "
+                             "a chat completions backend", param=f"{where}.type")
+    fn = {"name": tool["name"]}
+    for key in ("description", "parameters", "strict"):
+        if tool.get(key) is not None:
+            fn[key] = tool[key]
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(choice: str | dict) -> str | dict:
+    if isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise InvalidRequest(f"tool_choice type '{choice.get('type')}' has no chat completions equivalent",
+                         param="tool_choice")
+
+
+def _response_format(text: dict) -> dict | None:
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None or fmt.get("type") == "text":
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    raise InvalidRequest(f"text.format type '{fmt.get('type')}' is not one of text, json_object, json_schema",
+                         param="text.format.type")

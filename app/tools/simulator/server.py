@@ -17,6 +17,10 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from app.config import FaultConfig, SimBackendConfig
+from app.conversations.chain import as_items
+from app.errors import InvalidRequest
+from app.protocols.responses.from_chat import ChatStreamTranslator, from_chat, new_id, shell
+from app.protocols.responses.to_chat import to_chat
 from app.tools.simulator import shapes
 from app.tools.simulator.engine import Engine, Timings, now
 from app.tools.simulator.kv_cache import BLOCK_TOKENS, block_keys, serialise
@@ -38,6 +42,9 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_post("/v1/chat/completions", _generate("chat"))
     app.router.add_post("/v1/completions", _generate("text"))
     app.router.add_post("/v1/embeddings", _embeddings)
+    if "responses" in config.apis:
+        # Natively, as llama.cpp serves it: translated to a chat call inside the server, stateless.
+        app.router.add_post("/v1/responses", _responses)
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/sim/stats", _stats)
@@ -100,6 +107,27 @@ def _generate(kind: str):
     return handler
 
 
+async def _responses(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE]
+    body = await _read_call(request, engine)
+    if isinstance(body, web.Response):
+        return body
+    engine.stats.requests += 1
+    if body.get("previous_response_id"):
+        engine.stats.errors += 1  # llama.cpp's own refusal: the server keeps no state
+        return _error(400, "this server does not support 'previous_response_id'", "invalid_request_error")
+    try:
+        chat = to_chat(body, as_items(body["input"]) if "input" in body else [])
+    except (InvalidRequest, KeyError, TypeError, AttributeError) as exc:
+        engine.stats.errors += 1
+        return _error(400, str(exc), "invalid_request_error")
+    try:
+        return await _serve(request, engine, "chat", chat, responses=body)
+    except (asyncio.CancelledError, ConnectionResetError):
+        engine.stats.cancelled += 1
+        raise
+
+
 def _invalid(body: dict, llamacpp: bool = False) -> str | None:
     """The parameter checks a real server makes before queueing a request (llama.cpp takes max_tokens -1: no limit)."""
     n = body.get("n", 1)
@@ -114,7 +142,9 @@ def _invalid(body: dict, llamacpp: bool = False) -> str | None:
     return None
 
 
-async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) -> web.StreamResponse:
+async def _serve(request: web.Request, engine: Engine, kind: str, body: dict,
+                 responses: dict | None = None) -> web.StreamResponse:
+    """Serve a chat or text call; with `responses` (the Responses body it came from), answer in that API."""
     timings = Timings(now())
     await engine.network()
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -165,7 +195,7 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
         engine.cache.insert(keys)
         timings.prefilled = now()
         if response is not None:
-            return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request)
+            return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request, responses)
         for i in range(plan.output_tokens):
             if plan.fault in ("stall", "disconnect") and i == plan.fault_at:
                 if plan.fault == "disconnect":
@@ -189,6 +219,8 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict) ->
         data["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
     elif engine.config.report == "tgi":
         headers = shapes.tgi_headers(timings, p_tokens, plan.output_tokens)
+    if responses is not None:
+        data = {**from_chat(data, shell(new_id("resp"), model, responses, created)), **({"timings": data["timings"]} if "timings" in data else {})}
     return _json(data, headers=headers)
 
 
@@ -198,11 +230,21 @@ async def _open_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request) -> web.StreamResponse:
+async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request,
+                  responses: dict | None = None) -> web.StreamResponse:
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
     n_choices = len(texts)
+    translator = None
+    if responses is not None:
+        translator = ChatStreamTranslator(shell(new_id("resp"), model, responses, created))
+        await response.write(translator.start())
 
     async def send(obj: dict) -> None:
+        if translator is not None:
+            out = translator.feed(obj)
+            if out:
+                await response.write(out)
+            return
         await response.write(b"data: " + orjson.dumps(obj) + b"\n\n")
 
     if kind == "chat":
@@ -241,7 +283,8 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
         if report is not None:
             chunk["timings"] = report  # as llama-server does: with include_usage, timings ride on this chunk
         await send(chunk)
-    await response.write(b"data: [DONE]\n\n")
+    # A Responses stream ends with its response.completed event: no [DONE] (as OpenAI and llama.cpp send it).
+    await response.write(translator.finish() if translator is not None else b"data: [DONE]\n\n")
     await response.write_eof()
     engine.stats.completed += 1
     return response

@@ -317,6 +317,22 @@ class CacheConfig(Strict):
         return self
 
 
+class ResponsesConfig(Strict):
+    """The Responses API's stored turns (`store`, `previous_response_id`): app/conversations."""
+
+    # memory: in-process (one replica); redis: shared by every replica. Unset: where the cache is (cache.store).
+    store: Literal["memory", "redis"] | None = None
+    redis_url: str | None = None  # unset: cache.redis_url
+    # How long a stored turn can be read or chained from (OpenAI keeps responses 30 days).
+    ttl_s: float = Field(30 * 86400, gt=0)
+    # One stored turn holds its whole chain: a chain past this is refused (context_length_exceeded), never cut.
+    max_entry_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # The in-process store's bound in all; the least recently written turns go first past it.
+    memory_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    # A store read or write slower than this fails the request (503) rather than answer without its chain.
+    timeout_ms: float = Field(1000.0, gt=0)
+
+
 class TracingConfig(Strict):
     # Spans are exported only when enabled and an exporter is set; OTEL_* variables override these.
     enabled: bool = False
@@ -407,6 +423,7 @@ class GatewayConfig(Strict):
     models: dict[Name, ModelAlias] = Field(min_length=1)
     reliability: ReliabilityConfig = ReliabilityConfig()
     cache: CacheConfig = CacheConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     # Tenant quotas, rate limits and priorities (app/admission).
     limits: LimitsConfig = LimitsConfig()

@@ -75,7 +75,7 @@ class Gateway:
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
-        telemetry = Telemetry(config.telemetry, models, span_exporter, on_finish=router.learner.learn, metrics=metrics)
+        telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled

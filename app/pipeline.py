@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from functools import partial
 
 import orjson
 from starlette.background import BackgroundTask
@@ -108,13 +107,14 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
         record.cache = plan.status
         return _serve_hit(gw, stale, req, plan, record)
     record.backend, record.cache = dispatched.result.backend.name, plan.status
+    record.answered_by = dispatched.attempt
     # relay -> record (and the cache write, for complete answers only)
-    if isinstance(dispatched.result, JsonReply):
-        return _json_response(gw, dispatched, plan, record)
     try:
+        if isinstance(dispatched.result, JsonReply):
+            return _json_response(gw, dispatched, plan, record)
         return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
     except BaseException as exc:
-        dispatched.owner.close(exc)  # the response never came to own the attempt
+        dispatched.owner.end(exc)  # the response never came to own the attempt (a no-op once it did)
         raise
 
 
@@ -154,7 +154,7 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
 
 def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record: RequestRecord) -> Response:
     reply: JsonReply = dispatched.result
-    attempt = dispatched.attempt
+    owner, attempt = dispatched.owner, dispatched.attempt
     record.status = reply.status
     body = reply.data
     payload = reply.body
@@ -163,10 +163,12 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
         if record.body is not None:  # content capture is on
             record.output_text = _answer_text(body)
         # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
-        attempt.report = reply.backend.adapter.report_from_body(body).merged(attempt.report)
+        owner.add_report(reply.backend.adapter.report_from_body(body))
         payload = _name_alias(payload, body, record.alias)
         if not dispatched.fallback:
             gw.cache.save_later(plan, {**body, SERVED_BY: reply.backend.config.model})
+    # The body is read whole: the slot is free for the next request now.
+    owner.end(complete=body is not None, output_tokens=record.usage.completion_tokens if record.usage else 0)
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing and body is not None:
         stages = attempt_stages(record, attempt, gw.models[attempt.backend])
@@ -180,7 +182,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                      summary_wanted: bool) -> Response:
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     model = gw.models[attempt.backend]
-    observers: list = [Progress(partial(gw.router.learner.progress, attempt, owner.lease.state))]
+    observers: list = [Progress(owner.progress)]
     if record.body is not None:  # content capture is on
         observers.append(CaptureAnswer(req.endpoint is Endpoint.CHAT,
                                        lambda body: setattr(record, "output_text", _answer_text(body))))
@@ -194,14 +196,14 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         if not record.finished:  # the relay never ran: the client was gone before the first byte
             record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
         broken = record.outcome is Outcome.STREAM_BROKEN
-        owner.close(UpstreamProtocolError("stream broke") if broken else None)
+        owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=record.outcome is Outcome.OK,
+                  output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
         gw.telemetry.finish(record)
 
     def usage_extension() -> dict:
-        now = time.perf_counter()
-        attempt.end = now
-        stages = attempt_stages(record, attempt, model)
-        return timing_summary(stages, _cache_s(record), _gateway_s(record, now, attempt.end - attempt.start))
+        now = time.perf_counter()  # the attempt is not over yet: its stages so far
+        stages = attempt_stages(record, attempt, model, end=now)
+        return timing_summary(stages, _cache_s(record), _gateway_s(record, now, now - attempt.start))
 
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing:
@@ -210,7 +212,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                                   stream.backend.adapter.headers_at_slot, model)
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
     n = req.body.get("n")
-    events = relay_events(stream, req.client_wants_usage, record, tuple(observers),
+    events = relay_events(stream, req.client_wants_usage, record, owner.add_report, tuple(observers),
                           usage_extension if summary_wanted and req.client_wants_usage else None,
                           n if isinstance(n, int) and n > 1 else 1, req.alias)
     return SSEResponse(events, headers, close)
@@ -241,9 +243,11 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
 def _server_timing(record: RequestRecord, stages: list[Stage], now: float) -> str:
     upstream = sum(s.duration for s in stages)
     extra = {}
-    if len(record.attempt_log) > 1:
-        # Failed attempts and the backoff between them, before the attempt that answered.
-        extra["retries"] = record.attempt_log[-1].start - record.attempt_log[0].start
+    answered = record.answered_by
+    if answered is not None and record.attempts > 1:
+        # Failed attempts and the backoff between them, before the attempt that answered (a hedge's
+        # first attempt may be the one that answered: then nothing came before it).
+        extra["retries"] = answered.start - min(a.start for a in record.attempt_log)
     return server_timing(stages, _cache_s(record), _gateway_s(record, now, upstream + sum(extra.values())), extra)
 
 

@@ -112,6 +112,7 @@ class RequestRecord:
     response_model: str | None = None
     prompt_tokens_hint: int = 0  # an estimate for the latency model; never reported as usage
     attempt_log: list[AttemptRecord] = field(default_factory=list)
+    answered_by: AttemptRecord | None = None  # the attempt whose answer the client got (set once, by the pipeline)
     routes: list[RouteDecision] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     params: dict | None = None  # max_tokens, temperature, top_p, seed: span attributes

@@ -140,3 +140,45 @@ def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slo
     more, body, held, open_streams = run(config(), t, scenario)
     assert more is False and body.startswith(b'data: {"error"')
     assert held == {"a": 0, "b": 0} and open_streams == 0
+
+
+def _hedged_first_wins(hedge: bool):
+    """The first attempt answers at ~0.15 s; with hedging on, a hedge to the other backend left at ~0.06 s
+    and is still waiting when the first wins. Returns (serving backend, what its model learned, spans)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.gateway import Gateway
+
+    cfg = config({"chat": {"backends": ["a", "b"], "strategy": "round_robin",
+                           "hedge": {"enabled": hedge, "min_delay_ms": 20, "after_factor": 1.0, "budget_ratio": 1.0}}},
+                 telemetry={"tracing": {"enabled": True}})
+    t = ScriptedTransport(lambda name, n: Stream(delay_s=0.15) if n == 0 else Stream(delay_s=2.0))
+    exporter = InMemorySpanExporter()
+
+    async def main():
+        gw = Gateway.start(cfg, span_exporter=exporter, transport=t)
+        try:
+            answer = await call(gw, {**STREAM, "max_tokens": 2})  # predicted ~0.06 s: the hedge leaves early
+            assert answer.events[-1] == b"[DONE]"
+            gw.telemetry.tracing.force_flush()
+            served = answer.headers["x-slipstream-backend"]
+            return served, gw.models[served].observed_latency, [c.backend for c in t.calls], in_flight(gw)
+        finally:
+            await gw.aclose()
+
+    served, learned, called, held = asyncio.run(main())
+    spans = [s for s in exporter.get_finished_spans() if s.kind.name == "CLIENT"]
+    return served, learned, called, held, spans
+
+
+def test_first_attempt_winning_after_the_hedge_left_teaches_its_own_backend():
+    """The stream's end belongs to the attempt that served it, not to the hedge that lost (issue 22)."""
+    plain = _hedged_first_wins(hedge=False)
+    served, learned, called, held, spans = _hedged_first_wins(hedge=True)
+    assert len(called) == 2 and called[0] == served  # the hedge left, and the first attempt still won
+    assert held == {"a": 0, "b": 0}
+    assert plain[1] >= 0.14 and learned >= 0.14  # both taught the serving backend its ~0.15 s
+    final = [s for s in spans if "gen_ai.response.finish_reasons" in s.attributes]
+    assert [s.attributes["slipstream.backend"] for s in final] == [served]
+    loser = next(s for s in spans if s.attributes["slipstream.backend"] != served)
+    assert loser.attributes.get("error.type") == "cancelled"

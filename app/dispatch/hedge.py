@@ -21,10 +21,12 @@ async def hedged(
     budget: RetryBudgetTracker,
     record: RequestRecord,
     close: Callable[[object], None],
+    tried: list[str],
 ):
     """Run `attempt()`; if it has not answered after `delay_s`, also run `attempt(avoid={its backend})`.
 
     Every attempt that answers but does not win is handed to `close`, on every path (cancellation too).
+    `tried` is filled by the attempts with the backends they leased (the hedge avoids the first's).
     """
     first = asyncio.ensure_future(attempt(frozenset()))
     tasks = [first]
@@ -34,7 +36,7 @@ async def hedged(
             result = await first
             tasks.remove(first)
             return result
-        busy = record.attempt_log[-1].backend if record.attempt_log else ""
+        busy = tried[-1] if tried else ""  # the late attempt's backend (none yet: still waiting for a slot)
         record.events.append(Event(time.perf_counter(), "hedge", {"slipstream.backend": busy, "slipstream.hedge.after_s": round(delay_s, 4)}))
         second = asyncio.ensure_future(attempt(frozenset({busy})))
         tasks.append(second)

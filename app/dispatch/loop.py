@@ -20,7 +20,7 @@ from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
 from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
 from app.dispatch.hedge import hedged
-from app.dispatch.attempt import AttemptOwner
+from app.dispatch.attempt import Attempt
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
 from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
@@ -36,13 +36,13 @@ class Dispatched:
     """An answer under way: a whole JSON reply, or a stream whose first event has arrived."""
 
     result: JsonReply | EventStream
-    owner: AttemptOwner
+    owner: Attempt  # the winning attempt: the pipeline ends it (app.dispatch.attempt)
     alias: str
     fallback: str | None = None  # why an alias other than the requested one answered
 
     @property
     def attempt(self) -> AttemptRecord:
-        return self.owner.attempt
+        return self.owner.record
 
 
 async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord,
@@ -68,9 +68,10 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
     if ctx.target:
         record.target_result = "met" if _can_meet(gw, ctx, chain[0], NO_DEADLINE) else "unmeetable"
     errors: dict[str, GatewayError] = {}
-    held: list[tuple[AttemptOwner, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
+    held: list[tuple[Attempt, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
     i, attempts, reason = 0, 0, None
     failed: set[str] = set()
+    tried: list[str] = []  # the backends leased so far, in order (retry events name the one that failed)
     try:
         while True:
             alias = chain[i]
@@ -84,7 +85,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
                 continue
             attempts += 1
             try:
-                dispatched = await _attempt_alias(gw, req, ctx, alias, deadline, record, failed, held)
+                dispatched = await _attempt_alias(gw, req, ctx, alias, deadline, record, failed, held, tried)
             except GatewayError as err:
                 errors[alias] = err
                 spec = models[alias]
@@ -99,7 +100,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
                 d = decide(err, situation)
                 if d.action in (Action.RETRY_SAME, Action.RETRY_OTHER):
                     if gw.budget.try_spend():
-                        _note_retry(record, attempts, err, d.wait_s)
+                        _note_retry(record, attempts, err, d.wait_s, tried[-1] if tried else "")
                         if d.wait_s > 0:
                             await asyncio.sleep(d.wait_s)
                         continue
@@ -126,10 +127,10 @@ def _may(allowed: frozenset[str] | None, alias: str, models) -> bool:
     return alias in models and (allowed is None or alias in allowed)
 
 
-def _settle(gw, held: list[tuple[AttemptOwner, GatewayError]], record: RequestRecord) -> None:
+def _settle(gw, held: list[tuple[Attempt, GatewayError]], record: RequestRecord) -> None:
     """Report held 5xx failures to backend health, unless the request itself caused them (app.dispatch.decide.is_poison,
     or the same error was found to be a request's own before)."""
-    if is_poison([(o.attempt.backend, e) for o, e in held]):
+    if is_poison([(o.record.backend, e) for o, e in held]):
         for _, err in held:
             gw.poison.learn(err)
         record.events.append(Event(time.perf_counter(), "poison", {"slipstream.status": held[0][1].status}))
@@ -139,7 +140,7 @@ def _settle(gw, held: list[tuple[AttemptOwner, GatewayError]], record: RequestRe
             continue
         changed = gw.router.report(owner.lease.state, err)
         if changed is not None:
-            record.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.attempt.backend}))
+            record.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.record.backend}))
 
 
 def _note_fallback(record: RequestRecord, frm: str, to: str, reason: str | None) -> None:
@@ -147,12 +148,11 @@ def _note_fallback(record: RequestRecord, frm: str, to: str, reason: str | None)
         "slipstream.fallback.from": frm, "slipstream.fallback.to": to, "slipstream.fallback.reason": reason or ""}))
 
 
-def _note_retry(record: RequestRecord, attempt: int, err: GatewayError, wait_s: float) -> None:
+def _note_retry(record: RequestRecord, attempt: int, err: GatewayError, wait_s: float, backend: str) -> None:
     record.retries += 1
-    last = record.attempt_log[-1] if record.attempt_log else None
     record.events.append(Event(time.perf_counter(), "retry", {
         "slipstream.attempt": attempt,
-        "slipstream.backend": last.backend if last else "",
+        "slipstream.backend": backend,
         "error.type": err.code or type(err).__name__,
         "slipstream.retry.wait_s": round(wait_s, 4),
     }))
@@ -219,12 +219,12 @@ def _shed_if_unmeetable(gw, ctx: RouteContext, chain: list[str]) -> None:
 
 def _close(dispatched: Dispatched) -> None:
     """Give back a hedge that answered too late to be used."""
-    dispatched.owner.close()
+    dispatched.owner.end()
 
 
 async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
                          record: RequestRecord, failed: set[str],
-                         held: list[tuple[AttemptOwner, GatewayError]]) -> Dispatched:
+                         held: list[tuple[Attempt, GatewayError]], tried: list[str]) -> Dispatched:
     """One attempt on the alias, or two racing ones when hedging is on and the first is late."""
     spec = gw.config.models[alias]
     with_policy(ctx, spec)
@@ -245,12 +245,13 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
                 lease.release()
                 raise
         backend = lease.backend
+        tried.append(backend.name)
         now = time.perf_counter()
         a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate,
                           prefix=lease.prefix, burst_wait_s=waited)
         record.attempt_log.append(a)
-        owner = AttemptOwner(gw.router, lease, a, record)
+        owner = Attempt(gw.router, lease, a, record.events, ctx.prompt_tokens, ctx.prefix)
         try:
             if gw.telemetry.tracing.enabled:  # route spans are the decision's only reader
                 record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
@@ -260,11 +261,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
                     else req.upstream_stream_body(backend.config.model))
             call = UpstreamCall(req.endpoint.value, body, streamed, gw.timeouts[alias][backend.name], deadline, extra)
             owner.result = result = await gw.transport.send(backend, call)
-            t = result.timing
-            a.headers, a.first_event, a.status, a.stream = t.headers, t.first_event, 200, streamed
-            if streamed:
-                lease.prefilled()
-                gw.router.learner.first_token(a, uncached_tokens(ctx, lease))
+            owner.answered(result.timing, streamed, uncached_tokens(ctx, lease))
             if not req.stream:
                 if streamed:
                     # A JSON client served from a stream: read it whole (a client that leaves cancels
@@ -272,19 +269,20 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
                     reply = await collect_json(result, req.endpoint is Endpoint.CHAT)
                     result.close()
                     owner.result = result = reply
-                a.end, a.report = result.timing.end, result.report
-                owner.close()  # the body is read whole: the slot is free for the next request now
+                # The header report; the body's follows when the pipeline reads it, and then ends the
+                # attempt (at once: the slot is free for the next request).
+                owner.add_report(result.report)
             return Dispatched(result, owner, alias)
         except GatewayError as err:
             failed.add(backend.name)
             if _blame_later(err):
-                owner.close(err, report=False)
+                owner.end(err, report=False)
                 held.append((owner, err))
             else:
-                owner.close(err)
+                owner.end(err)
             raise
         except BaseException as exc:
-            owner.close(exc)
+            owner.end(exc)
             raise
 
     if not spec.hedge.enabled:
@@ -293,7 +291,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
     delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
     budget = gw.hedge_budgets[alias]
     budget.on_request()
-    return await hedged(attempt, deadline.cap(delay), budget, record, _close)
+    return await hedged(attempt, deadline.cap(delay), budget, record, _close, tried)
 
 
 def streams_upstream(backend, req: ParsedRequest) -> bool:

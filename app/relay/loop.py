@@ -39,7 +39,7 @@ class Observer(Protocol):
 
 async def relay_events(
     stream: EventStream, client_wants_usage: bool, record: RequestRecord,
-    observers: tuple[Observer, ...] = (), usage_extension: Callable[[], dict] | None = None, choices: int = 1,
+    on_report: Callable[[BackendReport], None] | None = None, observers: tuple[Observer, ...] = (), usage_extension: Callable[[], dict] | None = None, choices: int = 1,
     alias: str | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes, ending with [DONE] or an error event, never silently.
@@ -48,10 +48,10 @@ async def relay_events(
     was complete. `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
     `choices` is how many finish reasons make a stream complete when a backend omits [DONE] (n > 1).
     Closing the upstream is not the relay's job: the attempt's owner does it (app.dispatch.attempt).
+    `on_report` receives the backend's own reports found in chunks (llama.cpp timings, cached tokens).
     `alias`, when given, replaces the backend's model name in every chunk (the name the client asked for).
     """
     complete = False
-    attempt = record.attempt_log[-1] if record.attempt_log else None
     rename: tuple[bytes, bytes] | None = None
     # A client that did not ask for usage still gets llama.cpp's `timings`, which ride on the usage chunk
     # it must not see: the finishing chunk is held back until that chunk (or anything else) follows.
@@ -78,8 +78,8 @@ async def relay_events(
                     data = data.replace(*rename)
                 for o in observers:
                     o.on_event(data)
-                if attempt is not None and (b'"timings"' in data or b'"cached_tokens"' in data):
-                    attempt.report = _body_report(stream, data).merged(attempt.report)
+                if on_report is not None and (b'"timings"' in data or b'"cached_tokens"' in data):
+                    on_report(_body_report(stream, data))
                 if data.startswith(b'{"error"'):
                     record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
                     out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
@@ -127,8 +127,6 @@ async def relay_events(
         raise
     finally:
         record.finished = time.perf_counter()
-        if attempt is not None:
-            attempt.end = stream.timing.end or record.finished
         ok = complete and record.outcome is Outcome.OK
         for o in observers:
             o.on_end(ok)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from app.record import AttemptRecord, Outcome, RequestRecord
+from app.record import AttemptRecord
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
 from app.routing.prefix_routing import verify as verify_prefix
 from app.upstream.adapters import BackendReport, ServerLoad
 
 if TYPE_CHECKING:
+    from app.routing.prefix_index import PromptBlocks
     from app.routing.router import BackendState
 
 
@@ -67,32 +68,30 @@ class Learner:
         else:
             _learn_wait(model, a.first_event - (a.headers or a.start), r.prefill_s, prompt_tokens, ahead, expected_queue)
 
-    def progress(self, a: AttemptRecord, state: BackendState, events: int, now: float) -> None:
-        """A stream is `events` events into its decode: a TPOT sample over the events since the last
-        one, so a backend that slowed down is seen within a second or two, even mid-answer, rather
-        than when its longest answers end. The batch is the backend's in-flight count now."""
+    def progress(self, a: AttemptRecord, state: BackendState, last: tuple[int, float], events: int, now: float) -> None:
+        """A stream is `events` events into its decode, `last` = (events, instant) of the previous sample:
+        a TPOT sample over the events between, so a backend that slowed down is seen within a second or
+        two, even mid-answer, rather than when its longest answers end. The batch is the backend's
+        in-flight count now."""
         s = self._state(a.backend)
-        last_events, last_at = a.progress if a.progress[1] else (1, a.first_event)
-        a.progress = (events, now)
+        last_events, last_at = last
         if s is not None and last_at and now > last_at and events > last_events:
             s.model.observe_decode(events - last_events + 1, now - last_at, state.inflight, count_output=False)
 
     # --- a finished request -------------------------------------------------------------------
-    def learn(self, record: RequestRecord) -> None:
-        """Feed the final attempt's measured and reported figures to its backend's latency model."""
-        if not record.attempt_log or record.outcome is not Outcome.OK:
-            return
-        a = record.attempt_log[-1]
+    def learn(self, a: AttemptRecord, prompt_hint: int, output: int, blocks: PromptBlocks | None = None) -> int | None:
+        """Feed an attempt that served a whole answer to its backend's latency model (its measured and
+        reported figures; `output` tokens from its usage). Called once, by the attempt's owner
+        (app.dispatch.attempt), which it tells the prompt tokens the backend reported reusing, if any."""
         s = self._state(a.backend)
         if s is None or a.error_type or not a.end:
-            return
-        verify_prefix(record, a, s)
+            return None
+        cached = verify_prefix(a, s, blocks)
         model, r = s.model, a.report
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of
         # that, only the share the server processed (the rest came from its KV cache).
-        prompt = processed_prompt(record.prompt_tokens_hint, r)
-        output = record.usage.completion_tokens if record.usage else 0
+        prompt = processed_prompt(prompt_hint, r)
         model.observe_latency(a.end - a.start)
         if a.stream and a.first_event:
             if r.prefill_s is not None:
@@ -101,7 +100,7 @@ class Learner:
                 # The queue was before the headers: from headers to the first event was prefill.
                 model.observe_prefill(prompt, a.first_event - a.headers)
             model.observe_decode(output, a.end - a.first_event, a.load)
-            return
+            return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
         if r.queue_s is not None:
@@ -114,6 +113,7 @@ class Learner:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
             model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, measured=False)
+        return cached
 
 
 def processed_prompt(hint: int, report: BackendReport) -> int:

@@ -113,13 +113,14 @@ def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext, c: BackendState) -> f
     return max(m.ready_at - ctx.now, own) + policy.burst_wait_ms / 1000
 
 
-def verify(record, a, c: BackendState) -> None:
+def verify(a, c: BackendState, blocks) -> int | None:
     """Check what the prefix index predicted for a finished attempt against the share of the prompt its
     backend reported reusing (llama.cpp cache_n, usage.prompt_tokens_details.cached_tokens); the
-    backend's index accuracy and learned capacity follow. Backends that report nothing teach nothing."""
+    backend's index accuracy and learned capacity follow. Backends that report nothing teach nothing.
+    Returns the prompt tokens the backend reported reusing (for the attempt's owner to record)."""
     share = a.report.processed_share()
-    if a.prefix is None or share is None or record.prefix is None or not record.prefix.chars:
-        return
+    if a.prefix is None or share is None or blocks is None or not blocks.chars:
+        return None
     total = a.report.prompt_tokens or 0
-    a.cached_reported = a.report.prompt_cached if a.report.prompt_cached is not None else round(total * (1 - share))
-    c.prefixes.verify(a.prefix.blocks, a.prefix.turnover, 1.0 - share, BLOCK_CHARS / record.prefix.chars)
+    c.prefixes.verify(a.prefix.blocks, a.prefix.turnover, 1.0 - share, BLOCK_CHARS / blocks.chars)
+    return a.report.prompt_cached if a.report.prompt_cached is not None else round(total * (1 - share))

@@ -90,7 +90,7 @@ class Metrics:
             if result not in _ATTEMPT_RESULTS:
                 result = f"status_{a.status}" if 100 <= a.status <= 599 else "other"
             self.attempts.labels(a.backend, result).inc()
-        last = record.attempt_log[-1] if record.attempt_log else None
+        last = record.answered_by
         if last is not None and last.cached_reported is not None and last.prefix is not None and record.prefix is not None:
             total = last.report.prompt_tokens or 0
             if total and record.prefix.chars:

@@ -31,7 +31,7 @@ _EVENTS = 20
 (ID, ENDPOINT, RECEIVED, FINISHED, TENANT, ALIAS, BACKEND, STREAM, STATUS, OUTCOME, ERROR, CACHE, ATTEMPTS, RETRIES,
  FALLBACK, TARGET, PROMPT_HINT, USAGE_PROMPT, USAGE_COMPLETION, CACHE_START, CACHE_END, MAX_TOKENS, BODY, ANSWER,
  TRACE_ID, FIRST_START, LAST_BACKEND, LAST_STREAM, LAST_START, LAST_FIRST, LAST_END, LAST_ERROR, PRED_TTFT, PRED_E2E,
- ATTEMPT_LOG, ROUTES, EVENTS) = range(37)
+ ATTEMPT_LOG, ROUTES, EVENTS, ANSWERED) = range(38)
 
 Entry = tuple
 
@@ -47,6 +47,10 @@ def _attempt(a: AttemptRecord) -> list:
             None if a.prefix is None else [a.prefix.blocks, a.prefix.matched_tokens, a.prefix.tokens], a.cached_reported,
             None if r is NO_REPORT else [r.queue_s, r.prefill_s, r.decode_s, r.prompt_tokens, r.output_tokens,
                                          r.prompt_processed, r.prompt_cached, r.server_s, r.source]]
+
+
+def _ended(a: AttemptRecord) -> float:
+    return a.end or a.start
 
 
 def summarise(record: RequestRecord) -> Entry:
@@ -65,7 +69,8 @@ def summarise(record: RequestRecord) -> Entry:
     u = record.usage
     max_tokens = record.params.get("max_tokens") if record.params else None
     log = record.attempt_log
-    last = log[-1] if log else None
+    # The attempt that answered; when none did, the one that ended last (its backend takes the blame).
+    last = record.answered_by or (max(log, key=_ended) if log else None)
     p = last.predicted if last is not None else None
     return (
         record.request_id, record.endpoint, record.received, record.finished, record.tenant, record.alias, record.backend,
@@ -82,6 +87,7 @@ def summarise(record: RequestRecord) -> Entry:
                       for d in record.routes]) if record.routes else b"[]",
         orjson.dumps([[e.at, e.name, {k: _plain(v) for k, v in e.attributes.items()}] for e in record.events[:_EVENTS]])
         if record.events else b"[]",
+        next((i for i, a in enumerate(log) if a is record.answered_by), -1),
     )
 
 
@@ -106,6 +112,8 @@ def revive(e: Entry) -> RequestRecord:
         if report is not None:
             att.report = BackendReport(*report)
         r.attempt_log.append(att)
+    if e[ANSWERED] >= 0:
+        r.answered_by = r.attempt_log[e[ANSWERED]]
     r.routes = [RouteDecision(*d) for d in orjson.loads(e[ROUTES])]
     r.events = [Event(at, name, attrs) for at, name, attrs in orjson.loads(e[EVENTS])]
     return r

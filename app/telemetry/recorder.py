@@ -1,10 +1,9 @@
-"""The record stage: one finished request becomes metrics, spans and logs; what routing learns from
-it is routing's own business (app/routing/learning.py), called through `on_finish`."""
+"""The record stage: one finished request becomes metrics, spans and logs. What routing learns from it is
+not telemetry's business: each attempt's owner feeds the learner when it ends (app.dispatch.attempt)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from app.config import TelemetryConfig
 from app.record import AttemptRecord, RequestRecord
@@ -18,9 +17,8 @@ log = logging.getLogger("slipstream.request")
 
 class Telemetry:
     def __init__(self, config: TelemetryConfig, models: dict[str, LatencyModel], exporter=None,
-                 on_finish: Callable[[RequestRecord], None] | None = None, metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None) -> None:
         self.config = config
-        self._on_finish = on_finish
         self.tracing = Tracing(config.tracing, exporter)
         # The process's metrics, when given (they outlive a config reload); otherwise this gateway's own.
         self.metrics = (metrics or Metrics()) if config.metrics else None
@@ -44,8 +42,6 @@ class Telemetry:
                 hook(record)
             except Exception:  # an observer's failure must not lose the request's telemetry
                 log.exception("end-of-request hook failed for %s", record.request_id)
-        if self._on_finish is not None:
-            self._on_finish(record)
         if self.metrics is not None:
             self.metrics.observe(record, OPERATIONS.get(record.endpoint, record.endpoint))
         if self.tracing.enabled:

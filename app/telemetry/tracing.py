@@ -208,7 +208,7 @@ class Tracing:
         if a.cached_reported is not None:
             span.set_attribute("slipstream.prefix.reported_cached_tokens", a.cached_reported)
         end = a.end or record.finished or time.perf_counter()
-        final = a is record.attempt_log[-1] and not a.error_type
+        final = a is record.answered_by and not a.error_type
         if final:
             response_model = a.response_model or record.response_model
             if response_model:
@@ -236,15 +236,16 @@ class Tracing:
             self.provider.force_flush()
 
 
-def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel) -> list[Stage]:
-    """The stage breakdown of a finished, successful attempt."""
+def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel, end: float | None = None) -> list[Stage]:
+    """The stage breakdown of a finished, successful attempt (or, with `end`, of one still running until then)."""
+    end = a.end if end is None else end
     # Estimates use the model's units: the body's token estimate, of which the share the server processed.
     prompt = processed_prompt(record.prompt_tokens_hint, a.report)
     output = record.usage.completion_tokens if record.usage else 0
     if a.stream and a.first_event:
-        return stream_stages(a.start, a.headers or a.start, a.first_event, a.end, a.report, prompt, model,
+        return stream_stages(a.start, a.headers or a.start, a.first_event, end, a.report, prompt, model,
                              adapter_for(a.flavor).headers_at_slot)
-    return json_stages(a.start, a.end, a.report, prompt, output, model, a.load)
+    return json_stages(a.start, end, a.report, prompt, output, model, a.load)
 
 
 _INT64 = (1 << 63) - 1

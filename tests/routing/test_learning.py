@@ -9,7 +9,7 @@ import time
 import pytest
 
 from app.config import BackendConfig, BreakerConfig
-from app.record import AttemptRecord, Estimate, RequestRecord, Usage
+from app.record import AttemptRecord, Estimate
 from app.routing.health import Breaker
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
@@ -57,20 +57,18 @@ def test_a_first_token_with_nothing_ahead_is_prefill():
 def test_decode_speed_is_sampled_while_the_stream_runs():
     t, model = telemetry()
     a = stream_attempt(load=1, wait=0.01)
-    t.progress(a, State(), 8, a.first_event + 7 * 0.2)  # 8 events, 7 steps of 200 ms
+    t.progress(a, State(), (1, a.first_event), 8, a.first_event + 7 * 0.2)  # 8 events, 7 steps of 200 ms
     assert model.tpot_base.samples == 1 and model.output_tokens.samples == 0
     assert model.tpot(1) > 0.15
-    t.progress(a, State(), 16, a.first_event + 7 * 0.2 + 8 * 0.05)  # then 8 steps of 50 ms
+    t.progress(a, State(), (8, a.first_event + 7 * 0.2), 16, a.first_event + 7 * 0.2 + 8 * 0.05)  # then 8 of 50 ms
     assert model.tpot_base.samples == 2
 
 
 def test_a_finished_stream_teaches_decode_and_output_length():
     t, model = telemetry()
-    r = RequestRecord("id", "chat", 0.0, usage=Usage(100, 41))
     a = stream_attempt(load=1, wait=0.01)
     a.end = a.first_event + 40 * 0.02
-    r.attempt_log.append(a)
-    t.learn(r)
+    t.learn(a, prompt_hint=0, output=41)
     assert abs(model.tpot(1) - 0.02) < 1e-6 and model.output_tokens.value == 41
 
 
@@ -98,15 +96,13 @@ def test_published_slots_win_over_queueing():
 def test_prefill_is_learned_per_processed_token():
     t, model = telemetry("llamacpp")
     for i in range(6):
-        r = RequestRecord("id", "chat", 0.0, usage=Usage(433, 10), prompt_tokens_hint=433)
         a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
         a.end = a.first_event + 0.1
         # The first time all 433 tokens were processed in 2 s; then llama.cpp reused 432 from its cache.
         processed = 433 if i == 0 else 1
         a.report = BackendReport(prefill_s=2.0 if i == 0 else 0.02, prompt_tokens=433,
                                  prompt_processed=processed, prompt_cached=433 - processed)
-        r.attempt_log.append(a)
-        t.learn(r)
+        t.learn(a, prompt_hint=433, output=10)
     # A new 409-token prompt is predicted near the cold rate (about 1.9 s; the prior slope still pulls), not
     # at the cache-inflated one learning against the whole prompt gives (about 0.35 s).
     assert model.prefill_s(409) > 1.0

@@ -52,13 +52,11 @@ def wall_clock(record_instant: float, now_perf: float, now_wall: float) -> float
 def gateway_added_s(record: RequestRecord) -> float | None:
     """Total minus upstream (all attempts and the waits between them) minus the cache: the gateway's
     own time, measured. None when no upstream call finished (a cache hit has its own figure)."""
-    if not record.finished or not record.attempt_log:
-        return None
-    first, last = record.attempt_log[0], record.attempt_log[-1]
-    if not last.end:
+    log = record.attempt_log
+    if not record.finished or not log or not all(a.end for a in log):
         return None
     cache = record.cache_end - record.cache_start if record.cache_end else 0.0
-    return max(0.0, record.duration_s - cache - (last.end - first.start))
+    return max(0.0, record.duration_s - cache - (max(a.end for a in log) - min(a.start for a in log)))
 
 
 def _measured(e: Entry) -> tuple[float | None, float | None]:
@@ -193,23 +191,24 @@ def overhead(records: list[Entry], now_p: float, now_w: float, buckets: int = 30
 
 
 def _record_measured(r: RequestRecord) -> tuple[float | None, float | None]:
-    if not r.attempt_log or r.outcome is not Outcome.OK:
-        return None, None
-    a = r.attempt_log[-1]
-    if a.error_type or not a.end:
+    a = r.answered_by
+    if a is None or r.outcome is not Outcome.OK or a.error_type or not a.end:
         return None, None
     return (a.first_event - a.start if a.stream and a.first_event else None), a.end - a.start
 
 
+def _last_tried(r: RequestRecord) -> str:
+    """The backend of the attempt that ended last (a request no attempt answered)."""
+    return max(r.attempt_log, key=lambda a: a.end or a.start).backend if r.attempt_log else ""
+
+
 def request_row(r: RequestRecord, now_p: float, now_w: float) -> dict:
-    a = r.attempt_log[-1] if r.attempt_log else None
+    a = r.answered_by
     ttft, e2e = _record_measured(r)
-    retry_reasons = [x.error_type for x in r.attempt_log[:-1] if x.error_type] if r.attempt_log else []
-    if a is not None and a.error_type:
-        retry_reasons.append(a.error_type)
+    retry_reasons = [x.error_type for x in r.attempt_log if x.error_type]
     return {
         "id": r.request_id, "at": round(wall_clock(r.received, now_p, now_w), 3), "endpoint": r.endpoint,
-        "alias": r.alias, "tenant": r.tenant, "backend": r.backend or (a.backend if a else ""),
+        "alias": r.alias, "tenant": r.tenant, "backend": r.backend or _last_tried(r),
         "status": r.status, "outcome": r.outcome.value, "error": r.error_type, "cache": r.cache, "stream": r.stream,
         "attempts": r.attempts, "retries": r.retries, "fallback": r.fallback, "errors": retry_reasons,
         "target": r.target_result, "total_ms": _ms(r.duration_s), "ttft_ms": _ms(ttft), "e2e_ms": _ms(e2e),
@@ -253,10 +252,10 @@ def request_detail(gw, request_id: str) -> dict | None:
                                                      "matched_tokens_estimated": round(a.prefix.matched_tokens, 1)},
             "reported_cached_tokens": a.cached_reported,
         })
-        if a is not r.attempt_log[-1] and a.end:
+        if a is not r.answered_by and a.end:
             stages.append({"name": f"attempt {a.number} ({a.backend}, {a.error_type or a.status})",
                            "start_ms": off(a.start), "end_ms": off(a.end), "source": "measured"})
-    final = r.attempt_log[-1] if r.attempt_log else None
+    final = r.answered_by
     model = gw.models.get(final.backend) if final is not None else None
     if final is not None and model is not None and final.end and not final.error_type:
         parts: list[Stage] = attempt_stages(r, final, model)

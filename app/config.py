@@ -169,6 +169,10 @@ class JudgeConfig(Strict):
     alias: str
     # The judge's own bound; the request's deadline shortens it. No verdict in time is a miss.
     timeout_ms: float = Field(500.0, gt=0)
+    # The judge is asked only where similarity alone is unsure: the candidate is at least this similar
+    # and the guard found words it could not align (never a number, negation or direction). What the
+    # guard confirms is served without asking; what it rejects outright is never asked.
+    min_similarity: float = Field(0.80, gt=0, le=1)
     verdict_ttl_s: float = Field(3600.0, gt=0)
     max_verdicts: int = Field(10_000, ge=1)
 

@@ -32,6 +32,9 @@ _DOUBLE_L = frozenset(
     "tunnelled counselling counsellor marvelled quarrelled".split()
 )
 _NEGATIONS = frozenset("not no never without none nothing nobody neither nor".split())
+# Reasons no second opinion may overrule: a number, a negation or a role (direction) that differs is
+# a different question whatever a judge says. "words" and "order" are where the guard is unsure.
+HARD_REASONS = frozenset({"number", "negation", "role"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,14 @@ def mismatch(a: str, b: str) -> str | None:
             heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
             pairs = _typo_pairs(ta, tb, heavy_a, heavy_b)
             if pairs is None:
-                return _why(heavy_a or only_a, heavy_b or only_b)
+                filler = _filler(ta, tb, heavy_a, heavy_b)
+                if filler is None:
+                    return _why(heavy_a or only_a, heavy_b or only_b)
+                # Filler on one side (see _filler) is set aside like a light word; the rest must
+                # still line up, roles and order included.
+                pairs = {}
+                ca = [c for c in ca if c not in filler]
+                cb = [c for c in cb if c not in filler]
             ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
             cb = [c for c in cb if c not in lx.LIGHT or c not in only_b]
         cb = [pairs.get(c, c) for c in cb]
@@ -139,6 +149,44 @@ def mismatch(a: str, b: str) -> str | None:
     if ca != cb and not _one_block_moved(ca, cb):
         return "order"
     return None
+
+
+def _filler(ta, tb, heavy_a: Counter, heavy_b: Counter) -> Counter | None:
+    """Words a rewording adds or drops on ONE side, when they do not change what is asked; None otherwise.
+
+    Free rewordings add or drop common words ("... every night", "... a good idea", "what causes
+    ..."), while every trap changes a word: so words may differ on one side only (a word swapped for
+    another is never filler), at most `MAX_FILLER` of them, each a common English word (among the
+    model vocabulary's `COMMON_RANK` most frequent entries, which are ordered by frequency), never a
+    number, a negation, a past tense or a role word, never in front of a word both questions share
+    (there it qualifies that word: "walk my dog" / "walk my senior dog"; determiners such as "my",
+    "each", "can" excepted) and never after the last shared word (there it narrows the question:
+    "is it safe to walk here" / "... at night").
+    """
+    if heavy_a and heavy_b:
+        return None
+    extra, tokens_ = (heavy_a, ta) if heavy_a else (heavy_b, tb)
+    if not extra or sum(extra.values()) > MAX_FILLER:
+        return None
+    rank = vocab_rank()
+    shared = {t.canon for t in ta} & {t.canon for t in tb}
+    for i, t in enumerate(tokens_):
+        if t.canon not in extra:
+            continue
+        if not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS or t.surface in lx.ROLE_WORDS:
+            return None
+        if rank.get(t.surface, COMMON_RANK) >= COMMON_RANK:
+            return None
+        if i + 1 < len(tokens_) and tokens_[i + 1].canon in shared and t.canon not in lx.DETERMINERS:
+            return None
+        if not any(u.canon in shared for u in tokens_[i + 1:]):
+            return None  # after the last shared word: a scope ("... at night", "... in my garden")
+    return extra
+
+
+# Tuned on the tune split of bench/data/semantic_set.jsonl (README, "Semantic cache quality").
+MAX_FILLER = 2
+COMMON_RANK = 3500
 
 
 def _why(only_a: Counter, only_b: Counter) -> str:
@@ -195,6 +243,19 @@ def _one_edit(x: str, y: str) -> bool:
     short, long_ = (x, y) if len(x) < len(y) else (y, x)
     i = next((i for i in range(len(short)) if short[i] != long_[i]), len(short))
     return short[i:] == long_[i + 1:]
+
+
+@lru_cache(maxsize=1)
+def vocab_rank() -> dict[str, int]:
+    """Each whole word of the model's vocabulary and its line: BERT's uncased vocabulary lists word
+    pieces by frequency after the special and single-character entries ("the" is line 1996)."""
+    try:
+        from app.cache.onnx_export import source_dir
+
+        lines = (source_dir() / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    except Exception:  # the model package is not installed: no word counts as filler
+        return {}
+    return {w: i for i, w in enumerate(lines) if w.isalpha() and w.isascii()}
 
 
 @lru_cache(maxsize=1)

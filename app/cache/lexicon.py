@@ -127,3 +127,11 @@ ROLE_WORDS = frozenset(
     "from to into onto than vs before after over under above below per toward between against via "
     "instead without with".split()
 )
+
+# Determiners and auxiliaries a rewording adds in front of a word without qualifying it ("my dog",
+# "each day", "will happen"); any other added word in front of a shared word is a qualifier.
+DETERMINERS = frozenset(
+    "my your our their his her its every each can will would should may might must".split()
+)
+# Past tense: "who is" / "who was" ask about different times, so these are never filler.
+PAST = frozenset("was were did had".split())

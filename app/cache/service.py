@@ -22,7 +22,7 @@ from app.cache.entry import CachedAnswer, Hit
 from app.cache.judge import AskFn, LlmJudge
 from app.cache.keys import SemanticQuery, exact_key, is_deterministic, parse_stored, semantic_query
 from app.cache.store import CacheStore
-from app.cache.verify import GuardVerifier, Verifier, verify_all
+from app.cache.verify import confirm
 from app.cache.writer import StoreWriter, WriteOp, WriterStats
 from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
@@ -35,7 +35,6 @@ THRESHOLD_HEADER = "x-slipstream-cache-threshold"
 _LOG_EVERY_S = 10.0
 _NEIGHBOURS = 4
 _TURN_VECTORS_MAX = 4096
-_GUARD = GuardVerifier()
 
 
 @dataclass(slots=True)
@@ -54,7 +53,7 @@ class CachePlan:
     stale: CachedAnswer | None = None
     similarity: float | None = None
     embed_s: float = 0.0
-    verifier: str | None = None  # which verifiers confirmed a semantic hit ("guard", "guard+judge")
+    verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "judge", "similarity")
 
 
 @dataclass(slots=True)
@@ -175,12 +174,13 @@ class Cache:
             plan.semantic, plan.vector = None, None
             return None
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
-        verifiers = self._verifiers(policy)
+        judge = self._judge(policy)
+        judge_from = policy.judge.min_similarity if policy.judge is not None else 1.0
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
             cached, history = parse_stored(n.query)
-            ok, by = await verify_all(verifiers, q.text, cached, left)
+            ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left)
             if not ok:
                 if by.startswith("guard:"):
                     self.stats.guard_rejections += 1
@@ -238,14 +238,13 @@ class Cache:
             memo.move_to_end(t)
         return [memo[t] for t in texts]
 
-    def _verifiers(self, policy: SemanticCachePolicy) -> list[Verifier]:
-        out: list[Verifier] = [_GUARD] if policy.guard else []
-        if policy.judge is not None:
-            judge = self._judges.get(policy.judge)
-            if judge is None:
-                judge = self._judges[policy.judge] = LlmJudge(policy.judge, self._ask_judge)
-            out.append(judge)
-        return out
+    def _judge(self, policy: SemanticCachePolicy) -> LlmJudge | None:
+        if policy.judge is None:
+            return None
+        judge = self._judges.get(policy.judge)
+        if judge is None:
+            judge = self._judges[policy.judge] = LlmJudge(policy.judge, self._ask_judge)
+        return judge
 
     async def _ask_judge(self, alias: str, body: dict, timeout_s: float) -> dict | None:
         if self.ask is None:

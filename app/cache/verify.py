@@ -1,8 +1,15 @@
 """The verification stage: an embedding only finds a candidate; verifiers confirm it before it is served.
 
-Each verifier answers one question, "does the cached answer to `cached` answer `query`?", and every
-configured verifier must say yes (cheapest first). No verdict in time means no: a miss, never a
-wrong answer. The name of each verifier that confirmed a hit goes back to the client.
+Each verifier answers one question, "does the cached answer to `cached` answer `query`?". No verdict
+in time means no: a miss, never a wrong answer. The name of the verifier that confirmed a hit goes
+back to the client (`x-slipstream-cache-verifier`).
+
+Who decides (`confirm`):
+- the guard (microseconds) first: what it aligns is served at once, so a hit it confirms never waits
+  on a model; what it rejects for a number, a negation or a direction is a miss, whatever else says;
+- an LLM judge, if configured, only where the guard is unsure (words it could not align, or their
+  order) and the similarity is at least `judge_from` (`judge.min_similarity`): that band is where free rewordings
+  are, and the judge can serve them. With the guard off, the judge decides every candidate.
 """
 
 from __future__ import annotations
@@ -27,23 +34,17 @@ class Verifier(Protocol):
         ...
 
 
-class GuardVerifier:
-    """The lexical and structural guard (app/cache/guard.py): microseconds, no I/O."""
-
-    name = "guard"
-
-    async def verify(self, query: str, cached: str, timeout_s: float) -> Verdict:
+async def confirm(query: str, cached: str, similarity: float, use_guard: bool, judge: Verifier | None,
+                  judge_from: float, timeout_s) -> tuple[bool, str]:
+    """(True, "guard" | "judge" | "similarity") when the candidate may be served; (False, "guard:number",
+    "judge:no", ...) when not. `timeout_s` is called for the time left before the judge is asked."""
+    if use_guard:
         why = guard.mismatch(cached, query)
-        return Verdict(why is None, why)
-
-
-async def verify_all(verifiers: list[Verifier], query: str, cached: str, timeout_s) -> tuple[bool, str | None]:
-    """(True, "guard+judge") when every verifier confirms; (False, "judge:timeout") at the first that does not.
-
-    `timeout_s` is called before each verifier for the time left, so a slow first one shortens the next.
-    """
-    for v in verifiers:
-        verdict = await v.verify(query, cached, timeout_s())
-        if not verdict.ok:
-            return False, f"{v.name}:{verdict.reason or 'no'}"
-    return True, "+".join(v.name for v in verifiers) or "similarity"
+        if why is None:
+            return True, "guard"
+        if judge is None or why in guard.HARD_REASONS or similarity < judge_from:
+            return False, f"guard:{why}"
+    elif judge is None:
+        return True, "similarity"
+    verdict = await judge.verify(query, cached, timeout_s())
+    return (True, judge.name) if verdict.ok else (False, f"{judge.name}:{verdict.reason or 'no'}")

@@ -32,6 +32,13 @@ from app.cache.guard import is_typo, mismatch
     ("Should I steal the idea?", "Should I steel the idea?", "words"),  # two real words are no typo
     ("How do I reset my password?", "How do I reset your password?", "words"),  # whose: not a light word
     ("What is the best laptop?", "What is a laptop?", "words"),  # degree words are never light
+    # Filler may come or go on one side only, and never as a qualifier in front of a shared word:
+    ("How often should I walk my dog?", "How often should I walk my senior dog?", "words"),
+    ("Do I pay tax on dividends?", "Do I pay tax on foreign dividends?", "words"),
+    ("Is it safe to walk here?", "Is it safe to walk here at night?", "words"),  # a scope at the end
+    ("Is it cold in Oslo?", "Is it cold in Oslo in winter?", "words"),  # a rare word is never filler
+    ("Does insurance cover theft?", "Is theft covered by insurance?", "words"),  # a role word is never filler
+    ("How do I reset my password?", "How do I reset my password without email?", "negation"),
 ])
 def test_different_questions_are_caught(a, b, why):
     assert mismatch(a, b) == why
@@ -57,6 +64,10 @@ def test_different_questions_are_caught(a, b, why):
     ("What's the meaning of life?", "What is the meaning of life?"),
     ("Explain how vaccines work", "How do vaccines work?"),  # frame words may come and go
     ("What is the capital of Peru?", "Tell me the capital of Peru"),
+    # Common words a rewording adds on one side only, not in front of a word both share:
+    ("How do I improve my GPA?", "What can I do to improve my GPA?"),
+    ("How often should I change my passwords?", "How often should I change passwords?"),
+    ("How do I tune a guitar to drop D?", "How do I tune my guitar to drop D?"),
 ])
 def test_repeats_pass(a, b):
     assert mismatch(a, b) is None

@@ -84,14 +84,13 @@ def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
         topic = uuid.uuid4().hex[:6]
         ask(gw, f"How do I reset my router model {topic}?", model="judged")
         settle()
-        h, _ = ask(gw, f"how do i reset my router model {topic}?", model="judged")
+        # A rewording the guard cannot align (similarity ~0.95): put to the judge, which says no.
+        h, _ = ask(gw, f"What is the procedure for resetting the router model {topic}?", model="judged")
         assert h["x-slipstream-cache"] == "miss"
         metrics = httpx.get(f"{gw.url}/metrics").text
         assert "slipstream_cache_judge_rejections_total 1.0" in metrics
-        # The same paraphrase on an alias without a judge: the guard alone confirms it.
-        ask(gw, f"How do I reset my router model {topic}?")
-        settle()
-        h, _ = ask(gw, f"how do i reset my router model {topic}?")
+        # What the guard aligns is served without asking the judge.
+        h, _ = ask(gw, f"how do i reset my router model {topic}?", model="judged")
         assert (h["x-slipstream-cache"], h["x-slipstream-cache-verifier"]) == ("semantic-hit", "guard")
     finally:
         gw.process.stop()

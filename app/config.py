@@ -351,6 +351,15 @@ class TracingConfig(Strict):
     capture_content: bool = False
     max_queue_size: int = Field(4096, ge=1)
     export_batch_size: int = Field(64, ge=1)
+    # Where the operator console links a request's trace id: a URL with `{trace_id}` in it, e.g.
+    # Jaeger's http://127.0.0.1:16686/trace/{trace_id}. None shows the id as text.
+    trace_url: str | None = None
+
+    @model_validator(mode="after")
+    def _trace_url_shape(self) -> TracingConfig:
+        if self.trace_url is not None and (not self.trace_url.startswith(("http://", "https://")) or "{trace_id}" not in self.trace_url):
+            raise ValueError("trace_url must be an http(s) URL containing {trace_id}")
+        return self
 
 
 class TelemetryConfig(Strict):

@@ -3,7 +3,8 @@ ports), some traffic, Debian's headless Chromium (scripts/chromium installs it).
 
     .venv/bin/python bench/console_screenshots.py --out /tmp/console-shots
 
-Writes OUT/fleet.png, requests.png, explain.png, cache.png, whatif.png and prints their paths.
+Writes OUT/fleet.png, requests.png, requests-hostile-prompt.png, explain.png, cache.png, whatif.png,
+whatif-applied.png, signed-out.png and prints their paths.
 Bounded: 60 requests, one what-if replay of them.
 """
 
@@ -22,12 +23,15 @@ from tests.console.browser import chrome, ensure_browser, sign_in, start_demo, t
 
 
 def shoot(drv, out: Path, name: str) -> Path:
-    height = drv.execute_script("return Math.max(document.body.scrollHeight, 900)")
-    drv.set_window_size(1400, min(height + 40, 4000))
-    time.sleep(0.3)
+    """The whole page, not the window: the viewport is set to the page's height (a window's size
+    includes the browser's own frame, which cut the bottom off)."""
+    height = drv.execute_script("return Math.max(document.documentElement.scrollHeight, document.body.scrollHeight, 900)")
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": min(height, 4000), "deviceScaleFactor": 1,
+                                                               "mobile": False})
+    drv.execute_async_script("requestAnimationFrame(() => requestAnimationFrame(arguments[0]))")  # laid out and painted
     png = out / f"{name}.png"
     drv.save_screenshot(str(png))
-    drv.set_window_size(1400, 1000)
+    drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return png
 
 
@@ -53,7 +57,8 @@ def main() -> None:
             time.sleep(3.5)  # one live refresh
             shots = [shoot(drv, out, "fleet")]
             drv.get(f"{base}/console#requests")
-            wait_for(lambda: drv.find_elements(By.CSS_SELECTOR, "#requests-table tr.pick")[3].click() or True, what="rows")
+            wait_for(lambda: next(r for r in drv.find_elements(By.CSS_SELECTOR, "#requests-table tr.pick")[1:]
+                                  if " big-" in r.text).click() or True, what="a proxied request's row")
             wait_for(lambda: drv.find_element(By.CSS_SELECTOR, "#request-detail svg.waterfall"), what="waterfall")
             shots.append(shoot(drv, out, "requests"))
             drv.get(f"{base}/console#requests")
@@ -74,6 +79,13 @@ def main() -> None:
             drv.find_element(By.ID, "wi-run").click()
             wait_for(lambda: drv.find_element(By.CSS_SELECTOR, "#whatif-out table.whatif"), timeout=240, what="what-if")
             shots.append(shoot(drv, out, "whatif"))
+            drv.find_element(By.ID, "wi-apply").click()
+            wait_for(lambda: drv.switch_to.alert, what="the confirmation").accept()
+            wait_for(lambda: "applied" in drv.find_element(By.ID, "wi-status").text, what="applied")
+            shots.append(shoot(drv, out, "whatif-applied"))
+            drv.find_element(By.ID, "wi-rollback").click()
+            wait_for(lambda: drv.switch_to.alert, what="the confirmation").accept()
+            wait_for(lambda: "rolled back" in drv.find_element(By.ID, "wi-status").text, what="rolled back")
             drv.delete_all_cookies()
             drv.get(f"{base}/console")
             shots.append(shoot(drv, out, "signed-out"))

@@ -142,3 +142,10 @@ def test_limit_override_for_an_unknown_alias_is_named(tmp_path):
 def test_bad_priority_is_named(tmp_path):
     msg = error_for(tmp_path, LIMITS + "limits: {default_priority: urgent}\n")
     assert "limits.default_priority" in msg
+
+
+def test_the_console_trace_link_is_an_http_url_with_the_trace_id_in_it(tmp_path):
+    ok = load_config(write(tmp_path, GOOD + "telemetry: {tracing: {trace_url: 'http://127.0.0.1:16686/trace/{trace_id}'}}\n"), environ={})
+    assert ok.telemetry.tracing.trace_url == "http://127.0.0.1:16686/trace/{trace_id}"
+    for bad in ("javascript:alert(1)//{trace_id}", "http://jaeger/trace/"):
+        assert "trace_url" in error_for(tmp_path, GOOD + f"telemetry: {{tracing: {{trace_url: '{bad}'}}}}\n")

@@ -19,7 +19,10 @@ ADMIN_KEY = "demo-admin"  # config/demo.yaml's admin key
 HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script> & "quotes"'
 
 
-def demo_config(tmp: Path, capture_content: bool = True) -> tuple[Path, int]:
+TRACE_URL = "http://127.0.0.1:16686/trace/{trace_id}"  # Jaeger's trace page: the console links ids there
+
+
+def demo_config(tmp: Path, capture_content: bool = True, traced: bool = False) -> tuple[Path, int]:
     """config/demo.yaml as shipped, on free ports (so tests run beside a real demo), in `tmp`."""
     data = yaml.safe_load((ROOT / "config/demo.yaml").read_text())
     port = free_port()
@@ -27,15 +30,19 @@ def demo_config(tmp: Path, capture_content: bool = True) -> tuple[Path, int]:
     for name, sim in data["simulator"]["backends"].items():
         sim["port"] = free_port()
         data["backends"][name]["base_url"] = f"http://127.0.0.1:{sim['port']}/v1"
+    tracing = data.setdefault("telemetry", {}).setdefault("tracing", {})
     if capture_content:
-        data.setdefault("telemetry", {}).setdefault("tracing", {})["capture_content"] = True
+        tracing["capture_content"] = True
+    if traced:
+        # Spans written to the gateway's own log (no collector to run): every request gets a trace id.
+        tracing.update(enabled=True, exporter="console", sample_ratio=1.0, trace_url=TRACE_URL)
     path = tmp / "gateway.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path, port
 
 
-def start_demo(tmp: Path, capture_content: bool = True) -> tuple[Process, str, Path]:
-    path, port = demo_config(tmp, capture_content)
+def start_demo(tmp: Path, capture_content: bool = True, traced: bool = False) -> tuple[Process, str, Path]:
+    path, port = demo_config(tmp, capture_content, traced)
     proc = Process(["serve", "--config", str(path)], tmp / "gateway.log")
     proc.wait_listening(port)
     base = f"http://127.0.0.1:{port}"
@@ -51,7 +58,8 @@ def start_demo(tmp: Path, capture_content: bool = True) -> tuple[Process, str, P
 
 
 def traffic(base: str, n: int = 24, hostile: bool = True) -> None:
-    """A mix of JSON and streamed calls on both chat aliases, one with markup and script in its prompt."""
+    """A mix of JSON and streamed calls on both chat aliases (one with markup and script in its prompt, the
+    last), and some embeddings."""
     with httpx.Client(timeout=30) as client:
         for i in range(n):
             content = HOSTILE if hostile and i == n - 1 else f"question {i % 7}: " + "tell me about gateways " * (1 + i % 5)
@@ -62,6 +70,10 @@ def traffic(base: str, n: int = 24, hostile: bool = True) -> None:
                 body.update(temperature=0, model="llama-70b", max_tokens=300, messages=[{"role": "user", "content": "What is a gateway?"}])
             r = client.post(f"{base}/v1/chat/completions", json=body, headers={"authorization": "Bearer any"})
             assert r.status_code == 200, r.text
+            if i % 8 == 4:  # another API in the ring, and data on the embedding backend's card
+                r = client.post(f"{base}/v1/embeddings", json={"model": "embed", "input": f"gateways {i}"},
+                                headers={"authorization": "Bearer any"})
+                assert r.status_code == 200, r.text
 
 
 def browser_paths() -> tuple[str | None, str | None]:
@@ -100,7 +112,9 @@ def sign_in(drv, base: str, key: str = ADMIN_KEY) -> None:
     drv.find_element(By.CSS_SELECTOR, "#login button").click()
 
 
-def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
+def wait_for(fn, timeout: float = 60.0, what: str = "condition"):
+    """Poll `fn` until it returns something true. Generous by default: six engineers' tests share two
+    cores here, and a page that redraws every 3 s may need a few rounds (never a fixed sleep)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

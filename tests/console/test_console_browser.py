@@ -7,6 +7,7 @@ what is on the screen, not on the JSON behind it.
 from __future__ import annotations
 
 import os
+import re
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ def browser_paths():
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("console")
-    proc, base, path = start_demo(tmp)
+    proc, base, path = start_demo(tmp, traced=True)
     try:
         traffic(base)
         yield base, path
@@ -94,6 +95,7 @@ def test_a_request_opens_into_its_waterfall_next_to_the_prediction(drv, demo):
     def check() -> bool:
         rows = drv.find_elements(By.CSS_SELECTOR, "#requests-table tr.pick")
         assert len(rows) >= 20
+        assert {r.find_element(By.CSS_SELECTOR, "td.api").text for r in rows} == {"chat", "embeddings"}, "each row says its API"
         next(r for r in rows if "big-" in r.text).click()
         return True
 
@@ -106,6 +108,9 @@ def test_a_request_opens_into_its_waterfall_next_to_the_prediction(drv, demo):
         assert svg.find_elements(By.CSS_SELECTOR, "rect.predicted"), "the prediction is drawn beside the stages"
         detail = drv.find_element(By.ID, "request-detail").text
         assert "predicted E2E" in detail and "trace id" in detail and "gateway added" in detail
+        link = drv.find_element(By.CSS_SELECTOR, "#request-detail .trace a")
+        assert re.fullmatch(r"http://127\.0\.0\.1:16686/trace/[0-9a-f]{32}", link.get_attribute("href")), "opens in Jaeger"
+        assert link.text == link.get_attribute("href").rsplit("/", 1)[1]
         return True
 
     wait_for(waterfall, what="the waterfall")
@@ -175,11 +180,16 @@ def test_whatif_compares_policies_then_apply_takes_effect_and_rolls_back(drv, de
     drv.find_element(By.ID, "wi-run").click()
     table = wait_for(lambda: drv.find_element(By.CSS_SELECTOR, "#whatif-out table.whatif"), timeout=180, what="what-if table")
     # The what-if page does not redraw on a timer: these elements stay.
-    policies = [tr.find_elements(By.TAG_NAME, "td")[0].text for tr in table.find_elements(By.CSS_SELECTOR, "tr")[1:]]
+    policies = [tr.find_elements(By.TAG_NAME, "td")[0].text for tr in table.find_elements(By.CSS_SELECTOR, "tr:not(.delta)")[1:]]
     assert policies == ["current", "candidate"]
     assert "E2E p99" in table.text and "TTFT p50" in table.text
-    chart = drv.find_element(By.CSS_SELECTOR, "#whatif-out svg.chart")
-    assert int(chart.get_attribute("data-points")) > 0
+    delta = table.find_element(By.CSS_SELECTOR, "tr.delta").text
+    assert "candidate vs current" in delta and "%" in delta
+    bars = drv.find_element(By.CSS_SELECTOR, "#whatif-out svg.chart.bars")
+    assert int(bars.get_attribute("data-points")) == 8, "TTFT and E2E p50/p99 for both policies, side by side"
+    assert len(bars.find_elements(By.CSS_SELECTOR, "rect.bar")) == 8
+    over_time = drv.find_element(By.CSS_SELECTOR, "#whatif-out svg.chart:not(.bars)")
+    assert int(over_time.get_attribute("data-points")) > 0
 
     def strategy_now() -> str:
         r = httpx.post(f"{base}/admin/route/explain", headers={"authorization": f"Bearer {ADMIN_KEY}"},
@@ -188,14 +198,16 @@ def test_whatif_compares_policies_then_apply_takes_effect_and_rolls_back(drv, de
 
     assert strategy_now() == "predicted_latency"
     drv.find_element(By.ID, "wi-apply").click()
-    drv.switch_to.alert.accept()
+    wait_for(lambda: drv.switch_to.alert, what="the confirmation").accept()
     wait_for(lambda: "applied" in drv.find_element(By.ID, "wi-status").text, what="applied")
     assert strategy_now() == "round_robin"
     assert "round_robin" in path.read_text()
+    wait_for(lambda: "llama-70b: round_robin" in drv.find_element(By.ID, "whatif-hint").text, what="the running policy, changed")
     audit = drv.find_element(By.ID, "audit-table").text
     assert "apply" in audit and "admin key" in audit
     drv.find_element(By.ID, "wi-rollback").click()
-    drv.switch_to.alert.accept()
+    wait_for(lambda: drv.switch_to.alert, what="the confirmation").accept()
     wait_for(lambda: "rolled back" in drv.find_element(By.ID, "wi-status").text, what="rolled back")
     assert strategy_now() == "predicted_latency"
+    wait_for(lambda: "llama-70b: predicted_latency" in drv.find_element(By.ID, "whatif-hint").text, what="the running policy, back")
     assert "rollback" in drv.find_element(By.ID, "audit-table").text

@@ -113,7 +113,7 @@ def test_live_views_are_bounded_and_built_at_most_once_a_second(gw):
 def test_with_content_capture_on_both_json_and_streamed_answers_are_kept(gw):
     rows = httpx.get(f"{gw}/console/api/requests", headers=ADMIN).json()["rows"]
     for stream in (True, False):
-        row = next(r for r in rows if r["stream"] is stream and r["backend"])
+        row = next(r for r in rows if r["stream"] is stream and r["backend"] and r["endpoint"] == "chat/completions")
         detail = httpx.get(f"{gw}/console/api/requests/{row['id']}", headers=ADMIN).json()
         assert detail["content"]["request"]["messages"][0]["role"] == "user"
         assert isinstance(detail["content"]["answer"], str) and detail["content"]["answer"], stream

@@ -141,7 +141,7 @@ async def session(request: Request) -> Response:
     who = operator(request)
     gw = request.app.state.gateway
     return _json({"who": who.key_id, "csrf": who.csrf, "capture_content": gw.telemetry.tracing.capture_content,
-                  "can_apply": _changes(request) is not None, "ring_size": gw.telemetry.recent.size,
+                  "trace_url": gw.config.telemetry.tracing.trace_url, "can_apply": _changes(request) is not None, "ring_size": gw.telemetry.recent.size,
                   "aliases": list(gw.config.models), "strategies": _STRATEGIES, "refresh_s": 3})
 
 

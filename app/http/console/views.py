@@ -261,6 +261,8 @@ def request_detail(gw, request_id: str) -> dict | None:
         parts: list[Stage] = attempt_stages(r, final, model)
         stages += [{"name": s.name, "start_ms": off(s.start), "end_ms": off(s.end), "source": s.source} for s in parts]
     added = gateway_added_s(r)
+    if added is None and r.finished and r.cache_end and not r.attempt_log:  # a cache hit: all but the lookup is the gateway's
+        added = max(0.0, r.duration_s - (r.cache_end - r.cache_start))
     out = {
         "request": request_row(r, now_p, now_w), "trace_id": entry[R.TRACE_ID], "stages": stages,
         "gateway_ms": _ms(added), "total_ms": _ms(r.duration_s), "attempts": attempts,

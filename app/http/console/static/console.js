@@ -53,8 +53,15 @@ function lineChart(series, opts) {
   if (!pts.length) { svg.appendChild(el("text", { x: W / 2 - 24, y: H / 2 + 4 }, "no data yet")); return svg; }
   const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs) > x0 ? Math.max(...xs) : x0 + 1;
-  const y1 = Math.max(...ys) * 1.1 || 1;
-  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), Y = (y) => H - B - (y / y1) * (H - T - B);
+  // One early outlier (a first prediction before the model learned anything) would flatten every
+  // other point to the axis: past 3x the 90th percentile the scale stops, and such points sit on
+  // the top edge as triangles, their value in the tooltip.
+  const sorted = [...ys].sort((a, b) => a - b), p90 = sorted[Math.floor(0.9 * (sorted.length - 1))];
+  const cap = sorted.length >= 5 && sorted.at(-1) > 3 * p90 && p90 > 0 ? 2 * p90 : sorted.at(-1);
+  const y1 = cap * 1.1 || 1;
+  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), Y = (y) => H - B - (Math.min(y, cap * 1.1) / y1) * (H - T - B);
+  const off = ys.filter((y) => y > cap * 1.1).length;
+  if (off) svg.appendChild(el("text", { x: W - R, y: 11, "text-anchor": "end", class: "off" }, `▲ ${off} above ${fmt(cap * 1.1, cap > 20 ? 0 : 1)}`));
   svg.appendChild(el("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#ccd" }));
   svg.appendChild(el("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#ccd" }));
   for (const f of [0, 0.5, 1]) {
@@ -65,8 +72,14 @@ function lineChart(series, opts) {
     const p = s.points.filter((q) => q[1] !== null);
     if (p.length > 1) svg.appendChild(el("polyline", { points: p.map((q) => `${X(q[0]).toFixed(1)},${Y(q[1]).toFixed(1)}`).join(" "),
       fill: "none", stroke: s.color, "stroke-width": 1.4, "stroke-dasharray": s.dashed ? "4 3" : null }));
-    for (const q of p) svg.appendChild(el("circle", { cx: X(q[0]).toFixed(1), cy: Y(q[1]).toFixed(1), r: 1.8, fill: s.color, class: "pt" },
-      el("title", {}, `${s.name}: ${fmt(q[1])} ms`)));
+    for (const q of p) {
+      const tip = el("title", {}, `${s.name}: ${fmt(q[1])} ms`);
+      if (q[1] > cap * 1.1) {
+        const x = X(q[0]), y = Y(q[1]);
+        svg.appendChild(el("path", { d: `M${(x - 3).toFixed(1)},${(y + 4).toFixed(1)} L${x.toFixed(1)},${(y - 1).toFixed(1)} L${(x + 3).toFixed(1)},${(y + 4).toFixed(1)} Z`,
+          fill: s.color, class: "pt clipped" }, tip));
+      } else svg.appendChild(el("circle", { cx: X(q[0]).toFixed(1), cy: Y(q[1]).toFixed(1), r: 1.8, fill: s.color, class: "pt" }, tip));
+    }
   });
   return svg;
 }
@@ -125,18 +138,19 @@ const d_window = () => (WINDOW_S / 60).toFixed(0);
 function sizeShares() { document.querySelectorAll(".share .bar").forEach((b) => { b.style.width = (Number(b.dataset.share) * 100).toFixed(1) + "%"; }); }
 
 // --- requests ---------------------------------------------------------------------------------------
+const API_SHORT = { "chat/completions": "chat" };
 function renderRequests(d) {
   S.recent = d.rows;
   $("ring-info").textContent = `The newest ${d.rows.length} of ${d.held} requests held in memory (ring of ${d.ring_size}; ${d.seen} seen since start). ` +
     (d.capture_content ? "Content capture is on: prompts and answers are shown." : "Content capture is off: no prompt or answer text is kept.");
   const t = clear($("requests-table"));
-  t.appendChild(el("tr", {}, ["when", "alias", "tenant", "backend", "status", "outcome", "cache", "ms", "predicted", "fallback / retries"]
+  t.appendChild(el("tr", {}, ["when", "API", "alias", "tenant", "backend", "status", "outcome", "cache", "ms", "predicted", "fallback, retries"]
     .map((h) => el("th", {}, h))));
   for (const r of d.rows) {
     const why = [r.fallback ? "fallback: " + r.fallback : null, r.retries ? `${r.retries} retr${r.retries > 1 ? "ies" : "y"}` : null,
       r.errors.length ? r.errors.join(", ") : null].filter(Boolean).join("; ");
     t.appendChild(el("tr", { class: "pick" + (S.selected === r.id ? " sel" : ""), "data-id": r.id, onclick: () => openRequest(r.id) },
-      el("td", {}, ago(r.at)), el("td", {}, r.alias), el("td", {}, r.tenant), el("td", {}, r.backend || "–"),
+      el("td", {}, ago(r.at)), el("td", { class: "api", title: "/v1/" + r.endpoint }, API_SHORT[r.endpoint] || r.endpoint), el("td", {}, r.alias), el("td", {}, r.tenant), el("td", {}, r.backend || "–"),
       el("td", { class: r.status >= 400 ? "bad" : "" }, r.status), el("td", {}, r.outcome), el("td", {}, r.cache),
       el("td", { class: "num" }, fmt(r.total_ms)), el("td", { class: "num" }, fmt(r.predicted_e2e_ms)), el("td", {}, why || "–")));
   }
@@ -150,7 +164,7 @@ async function openRequest(id) {
   try { d = await api("requests/" + encodeURIComponent(id)); } catch (e) { box.appendChild(el("p", { class: "bad" }, e.message)); return; }
   const r = d.request;
   box.append(el("h2", {}, `${r.alias} → ${r.backend || "no backend"} · ${r.outcome}`),
-    el("div", { class: "kv" }, [["request id", r.id], ["trace id", d.trace_id || "not traced"], ["tenant", r.tenant], ["cache", r.cache],
+    el("div", { class: "kv" }, [["request id", r.id], ["trace id", traceLink(d.trace_id)], ["API", "/v1/" + r.endpoint], ["tenant", r.tenant], ["cache", r.cache],
       ["total", fmt(d.total_ms) + " ms (measured)"], ["gateway added", fmt(d.gateway_ms, 2) + " ms (measured)"],
       ["predicted TTFT", fmt(r.predicted_ttft_ms) + " ms (estimated)"], ["measured TTFT", fmt(r.ttft_ms) + " ms"],
       ["predicted E2E", fmt(r.predicted_e2e_ms) + " ms (estimated)"], ["measured E2E", fmt(r.e2e_ms) + " ms"],
@@ -171,6 +185,12 @@ async function openRequest(id) {
     box.append(el("p", { class: "hint" }, "Prompt and answer text are shown only when content capture is on."));
   }
 }
+function traceLink(id) {
+  if (!id) return "not traced";
+  const tpl = S.session && S.session.trace_url;
+  // The template is the operator's own config (http or https only, checked at load); the id is hex.
+  return tpl ? el("a", { href: tpl.replace("{trace_id}", encodeURIComponent(id)), target: "_blank", rel: "noopener noreferrer" }, id) : id;
+}
 function waterfall(d) {
   const W = 520, rowH = 18, L = 150;
   const stages = d.stages;
@@ -188,10 +208,13 @@ function waterfall(d) {
   const last = d.attempts.at(-1);
   let y = 20 + stages.length * rowH;
   svg.appendChild(el("text", { x: 4, y: y + 12 }, `gateway ${fmt(d.gateway_ms, 2)}`));
-  const first = d.attempts[0];
-  if (first && last && last.end_ms !== null) {
-    // The gateway's own time: before the first attempt (auth, parse, admission, cache, routing) and after the last.
-    for (const [a, b] of [[0, first.start_ms], [last.end_ms, d.total_ms]]) {
+  const first = d.attempts[0], cache = stages.find((s) => s.name === "cache");
+  // The gateway's own time: before the first attempt (auth, parse, admission, cache, routing) and
+  // after the last; for a cache hit, all but the lookup.
+  const own = first && last && last.end_ms !== null ? [[0, first.start_ms], [last.end_ms, d.total_ms]] :
+    !first && cache ? [[0, cache.start_ms], [cache.end_ms, d.total_ms]] : [];
+  {
+    for (const [a, b] of own) {
       if (b > a) svg.appendChild(el("rect", { x: X(a), y, width: Math.max(1, X(b) - X(a)), height: rowH - 5, fill: "#7048e8", class: "stage", "data-name": "gateway" },
         el("title", {}, `gateway ${fmt(b - a, 3)} ms (measured)`)));
     }
@@ -226,7 +249,7 @@ async function explain(ask) {
   const out = clear($("explain-out"));
   let d;
   try { d = await api("explain", { body: ask }); } catch (e) { out.appendChild(el("p", { class: "bad" }, e.message)); return; }
-  out.appendChild(el("p", {}, `Would use alias ${d.would_use}; ${d.request.prompt_tokens_estimated} prompt tokens estimated.`, d.note ? " " + d.note + "." : ""));
+  out.appendChild(el("p", {}, `Would use alias ${d.would_use}; ${d.request.prompt_tokens_estimated} prompt tokens estimated.`, d.note ? " " + d.note[0].toUpperCase() + d.note.slice(1) + "." : ""));
   for (const a of d.chain) {
     const tgt = a.latency_target ? ` · latency target TTFT ${a.latency_target.ttft_s ?? "–"} s (${a.latency_target.met ? "met" : "not met"})` : "";
     const rows = a.candidates.map((c) => el("tr", { class: c.backend === a.choice ? "winner" : "" },
@@ -310,12 +333,51 @@ function renderWhatIf(d) {
     ["e2e_p50_ms", "E2E p50"], ["e2e_p99_ms", "E2E p99"]];
   const table = el("table", { class: "grid whatif" }, el("tr", {}, cols.map(([, h]) => el("th", {}, h + (h.includes("p") && h !== "policy" ? " ms" : "")))),
     res.rows.map((r) => el("tr", {}, cols.map(([k]) => el("td", { class: k === "policy" ? "" : "num" }, r[k])))));
+  const [cur, cand] = [res.rows.find((r) => r.policy === "current"), res.rows.find((r) => r.policy === "candidate")];
+  if (cur && cand) {
+    // How the candidate differs, per column: what an operator decides on.
+    table.appendChild(el("tr", { class: "delta" }, cols.map(([k]) => {
+      if (k === "policy") return el("td", {}, "candidate vs current");
+      const a = Number(cur[k]), b = Number(cand[k]);
+      if (!k.endsWith("_ms") || !Number.isFinite(a) || !Number.isFinite(b) || a === 0) return el("td", { class: "num" }, k === "errors" ? b - a : "");
+      const ch = (b - a) / a;
+      return el("td", { class: "num " + (ch < -0.02 ? "okc" : ch > 0.02 ? "bad" : "") }, (ch > 0 ? "+" : "") + (ch * 100).toFixed(0) + " %");
+    })));
+  }
   const names = Object.keys(res.series);
   const series = names.map((n, i) => ({ name: n, color: COLORS[Math.floor(i / 2) % COLORS.length], dashed: n.endsWith("p99"), points: res.series[n] }));
+  const bars = cols.filter(([k]) => k.endsWith("_ms")).map(([k, h]) => ({ name: h, values: res.rows.map((r) => Number(r[k])) }));
   out.append(el("div", { class: "panel" }, el("h2", {}, "Replay: current vs candidate"), table,
       el("p", { class: "hint" }, `change: ${JSON.stringify(d.patch)}`), el("p", { class: "hint" }, res.source)),
-    el("div", { class: "panel" }, lineChart(series, { title: "E2E ms over the replay (p50 solid, p99 dashed)", width: 460, height: 220,
-      xLabel: () => "seconds into the workload" }), legend(series)));
+    el("div", { class: "panel" }, barChart(bars, res.rows.map((r) => r.policy), { title: "TTFT and E2E percentiles, ms", width: 460, height: 200 }),
+      legend(res.rows.map((r, i) => ({ name: r.policy, color: COLORS[i % COLORS.length] }))),
+      lineChart(series, { title: "E2E ms over the replay (p50 solid, p99 dashed)", width: 460, height: 200,
+        xLabel: () => "seconds into the workload" }), legend(series)));
+}
+// Grouped bars: one group per figure (TTFT p50 ...), one bar per policy, each labelled with its value.
+function barChart(groups, policies, opts) {
+  const W = opts.width, H = opts.height, L = 8, T = 18, B = 30;
+  const all = groups.flatMap((g) => g.values).filter(Number.isFinite);
+  const svg = el("svg", { class: "chart bars", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-points": all.length, role: "img", "aria-label": opts.title });
+  svg.appendChild(el("text", { x: 4, y: 11 }, opts.title));
+  if (!all.length) return svg;
+  const gw = (W - L * 2) / groups.length, bw = Math.min(34, (gw - 14) / Math.max(1, policies.length));
+  groups.forEach((g, gi) => {
+    // Each group on its own scale: TTFT and E2E differ by orders of magnitude; bars compare policies.
+    const top = Math.max(...g.values.filter(Number.isFinite), 1) * 1.15;
+    const gx = L + gi * gw + (gw - bw * policies.length) / 2;
+    g.values.forEach((v, pi) => {
+      if (!Number.isFinite(v)) return;
+      const h = (v / top) * (H - T - B), x = gx + pi * bw, y = H - B - h;
+      svg.appendChild(el("rect", { x: x.toFixed(1), y: y.toFixed(1), width: (bw - 3).toFixed(1), height: Math.max(1, h).toFixed(1),
+        fill: COLORS[pi % COLORS.length], class: "bar" }, el("title", {}, `${policies[pi]} ${g.name}: ${v} ms`)));
+      svg.appendChild(el("text", { x: (x + (bw - 3) / 2).toFixed(1), y: (y - 2).toFixed(1), "text-anchor": "middle" }, String(v)));
+    });
+    svg.appendChild(el("text", { x: (L + gi * gw + gw / 2).toFixed(1), y: H - 12, "text-anchor": "middle" }, g.name));
+  });
+  svg.appendChild(el("line", { x1: L, y1: H - B, x2: W - L, y2: H - B, stroke: "#ccd" }));
+  svg.appendChild(el("text", { x: W - 4, y: 11, "text-anchor": "end" }, "each figure on its own scale"));
+  return svg;
 }
 async function applyChange() {
   let patch;

@@ -266,6 +266,7 @@ def request_detail(gw, request_id: str) -> dict | None:
     out = {
         "request": request_row(r, now_p, now_w), "trace_id": entry[R.TRACE_ID], "stages": stages,
         "gateway_ms": _ms(added), "total_ms": _ms(r.duration_s), "attempts": attempts,
+        "answered": None if final is None else final.number,  # a hedge's winner need not be the last attempt
         "routes": [{"alias": d.alias, "strategy": d.strategy, "chosen": d.chosen, "reason": d.reason,
                     "candidates": {k: round(v, 6) if isinstance(v, float) else v for k, v in d.candidates.items()}}
                    for d in r.routes],

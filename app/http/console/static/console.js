@@ -194,7 +194,9 @@ function traceLink(id) {
 function waterfall(d) {
   const W = 520, rowH = 18, L = 150;
   const stages = d.stages;
-  const end = Math.max(d.total_ms || 0, ...stages.map((s) => s.end_ms), d.request.predicted_e2e_ms ? d.request.predicted_e2e_ms + (d.attempts.at(-1)?.start_ms || 0) : 0) || 1;
+  // The attempt that answered carries the prediction (a hedge's winner need not be the last one).
+  const last = d.attempts.find((a) => a.number === d.answered) || d.attempts.at(-1);
+  const end = Math.max(d.total_ms || 0, ...stages.map((s) => s.end_ms), d.request.predicted_e2e_ms ? d.request.predicted_e2e_ms + (last?.start_ms || 0) : 0) || 1;
   const X = (ms) => L + (ms / end) * (W - L - 10);
   const H = (stages.length + 2) * rowH + 24;
   const svg = el("svg", { class: "chart waterfall", width: W, height: H, viewBox: `0 0 ${W} ${H}`, "data-stages": stages.length });
@@ -205,13 +207,16 @@ function waterfall(d) {
     svg.appendChild(el("rect", { x: X(s.start_ms).toFixed(1), y, width: Math.max(1, X(s.end_ms) - X(s.start_ms)).toFixed(1), height: rowH - 5,
       fill: SOURCE_COLORS[s.source] || "#888", class: "stage", "data-name": s.name }, el("title", {}, `${s.name}: ${s.source}`)));
   });
-  const last = d.attempts.at(-1);
+  // The gateway's own time is around all attempts.
+  const ends = d.attempts.map((a) => a.end_ms);
   let y = 20 + stages.length * rowH;
   svg.appendChild(el("text", { x: 4, y: y + 12 }, `gateway ${fmt(d.gateway_ms, 2)}`));
-  const first = d.attempts[0], cache = stages.find((s) => s.name === "cache");
+  const first = d.attempts.length ? { start_ms: Math.min(...d.attempts.map((a) => a.start_ms)) } : null;
+  const upstreamEnd = ends.length && ends.every((e) => e !== null) ? Math.max(...ends) : null;
+  const cache = stages.find((s) => s.name === "cache");
   // The gateway's own time: before the first attempt (auth, parse, admission, cache, routing) and
   // after the last; for a cache hit, all but the lookup.
-  const own = first && last && last.end_ms !== null ? [[0, first.start_ms], [last.end_ms, d.total_ms]] :
+  const own = first && upstreamEnd !== null ? [[0, first.start_ms], [upstreamEnd, d.total_ms]] :
     !first && cache ? [[0, cache.start_ms], [cache.end_ms, d.total_ms]] : [];
   {
     for (const [a, b] of own) {

@@ -227,7 +227,8 @@ class PrefixPolicy(Strict):
 
 class ModelAlias(Strict):
     backends: tuple[str, ...] = Field(min_length=1)
-    strategy: Literal["predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin", "weighted"] = "predicted_latency"
+    strategy: Literal["latency_aware", "predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin",
+                      "weighted"] = "latency_aware"
     prefix: PrefixPolicy = PrefixPolicy()
     timeouts: TimeoutOverrides = TimeoutOverrides()
     retry: RetryPolicy = RetryPolicy()

@@ -40,7 +40,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening  # noqa: E402
 
-STRATEGIES = ("prefix_aware", "predicted_latency", "least_inflight", "round_robin")
+STRATEGIES = ("latency_aware", "prefix_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
          "billing period credit debit statement fee waiver approval manager region currency tax record "
          "request confirm verify identity limit transfer dispute merchant card holder notice").split()

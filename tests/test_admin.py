@@ -37,7 +37,7 @@ def test_route_explain_sends_nothing(gateway, fleet):
     body = r.json()
     assert body["would_use"] == "chat"
     alias = body["chain"][0]
-    assert alias["choice"] == "fast" and alias["strategy"] == "predicted_latency"
+    assert alias["choice"] == "fast" and alias["strategy"] == "latency_aware"
     assert alias["candidates"][0]["source"] == "estimated" and alias["candidates"][0]["predicted_e2e_s"] > 0
     assert sim_stats(fleet.ports["fast"])["requests"] == before
 

@@ -26,7 +26,7 @@ from app.request import Endpoint, ParsedRequest
 from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
 from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
-from app.routing.strategies import RouteContext
+from app.routing.strategies import PREFIX_STRATEGIES, RouteContext
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall
@@ -337,7 +337,7 @@ def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
     ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
     ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
     ctx.prefix_policy = spec.prefix
-    ctx.cached = {} if spec.strategy == "prefix_aware" else None
+    ctx.cached = {} if spec.strategy in PREFIX_STRATEGIES else None
     ctx.target = for_alias(ctx.requested_target or NO_TARGET, spec)
     return ctx
 

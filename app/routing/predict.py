@@ -53,7 +53,7 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
     `ahead` requests in flight there before it (by default, all that are)."""
     m, now = c.model, ctx.now
     ahead = c.inflight if ahead is None else ahead
-    queue = m.residual_queue(now)
+    queue = residual = m.residual_queue(now)
     slots = m.slots
     if slots is not None and ahead >= slots:
         at = c.book.nth_finish(ahead - slots, m.tpot(slots, now))
@@ -71,8 +71,16 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
     if ctx.cached is not None:
         # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
         # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
-        # prefilling the same prefix has finished it.
-        queue += c.uncached_inflight * m.prefill.coefficients(now)[1]
+        # prefilling the same prefix has finished it. A request that waits for a slot finds most of
+        # that backlog done when it gets one: the longer of the two waits counts, not their sum.
+        fixed, per_token = m.prefill.coefficients(now)
+        backlog = c.prefilling * fixed + c.uncached_inflight * per_token
+        if backlog:
+            # The prefill under way has been running since the backend went busy or the one before it
+            # reached its first token; at most its own share of the backlog is done.
+            done = min(now - c.prefill_busy_since, backlog / max(1, c.prefilling))
+            backlog = max(0.0, backlog - done)
+        queue = residual + max(queue - residual, backlog)
         if cached is not None and cached.tokens > 0:
             prompt = max(1, round(prompt - cached.tokens))
             queue = max(queue, cached.ready_at - now)

@@ -47,6 +47,10 @@ class BackendState:
     # still has to prefill for requests in flight (released at their first token).
     prefixes: BackendPrefixes = field(default_factory=BackendPrefixes)
     uncached_inflight: float = 0.0
+    prefilling: int = 0  # requests in flight here not yet at their first token (each pays the fixed part)
+    # When the prefill now under way began: the backend went busy, or the one before it reached its
+    # first token. Time since then is work already done off the backlog.
+    prefill_busy_since: float = 0.0
 
     @property
     def name(self) -> str:
@@ -68,7 +72,7 @@ class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
     __slots__ = ("state", "_router", "_released", "scores", "estimate", "_ticket", "prefix", "burst_wait_s",
-                 "_keys", "_uncached", "_prefilled")
+                 "_keys", "_uncached", "_prefilled", "_prefilling")
 
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
                  scores: dict[str, float] | None = None) -> None:
@@ -80,6 +84,7 @@ class Lease:
         self._keys: list[bytes] = []
         self._uncached = 0.0
         self._prefilled: asyncio.Event | None = None
+        self._prefilling = False
         if ctx.prefix is not None and ctx.prefix.keys:
             self.prefix = prefix_match(state, ctx)
             if ctx.cached is not None:
@@ -98,6 +103,10 @@ class Lease:
             state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.uncached_inflight += self._uncached
+            if not state.prefilling:
+                state.prefill_busy_since = ctx.now
+            state.prefilling += 1
+            self._prefilling = True
 
     @property
     def backend(self) -> Backend:
@@ -124,6 +133,10 @@ class Lease:
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
             self._uncached = 0.0
+        if self._prefilling:
+            self._prefilling = False
+            self.state.prefilling = max(0, self.state.prefilling - 1)
+            self.state.prefill_busy_since = time.monotonic()
         if done or not slot_scoped_cache(self.state):
             self._prefilled.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
@@ -164,6 +177,7 @@ SCORE_MEANING = {
     "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
     "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
     "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
+    "latency_aware": "predicted latency counting only uncached prompt tokens and the prompt tokens in flight (s)",
 }
 
 

@@ -169,6 +169,10 @@ LOAD_PENALTY_SLOTS = 8
 
 
 def make_strategy(name: str) -> Strategy:
+    if name == "latency_aware":
+        from app.routing.latency_aware import LatencyAware
+
+        return LatencyAware()
     if name == "prefix_aware":
         from app.routing.prefix_routing import PrefixAware
 
@@ -177,5 +181,7 @@ def make_strategy(name: str) -> Strategy:
             "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}[name]()
 
 
-STRATEGY_NAMES = ("round_robin", "weighted", "least_inflight", "lowest_latency", "predicted_latency")
+STRATEGY_NAMES = ("latency_aware", "round_robin", "weighted", "least_inflight", "lowest_latency", "predicted_latency")
 
+# Strategies whose predictions count only the prompt tokens each candidate does not hold cached.
+PREFIX_STRATEGIES = frozenset({"latency_aware", "prefix_aware"})

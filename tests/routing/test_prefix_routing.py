@@ -29,6 +29,8 @@ class State:
             self.book.add(0.0, at, 0.0)
         self.prefixes = BackendPrefixes(accuracy=accuracy)
         self.uncached_inflight = 0.0
+        self.prefilling = 0
+        self.prefill_busy_since = 0.0
 
 
 def ctx_for(body: dict, now: float = 1.0) -> RouteContext:

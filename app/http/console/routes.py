@@ -145,7 +145,7 @@ async def session(request: Request) -> Response:
                   "aliases": list(gw.config.models), "strategies": _STRATEGIES, "refresh_s": 3})
 
 
-_STRATEGIES = ["predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin", "weighted"]
+_STRATEGIES = ["latency_aware", "predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin", "weighted"]
 
 
 @router.get("/api/fleet")

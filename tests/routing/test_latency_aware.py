@@ -1,0 +1,74 @@
+"""The default policy, latency_aware: lowest predicted latency over uncached prompt tokens and the prompt
+tokens in flight, with consistent placement of new prefixes worth at most what reuse is expected to save."""
+
+from collections import Counter
+
+from app.routing.latency_aware import LatencyAware
+from app.routing.predict import estimate
+from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for, warm
+
+
+def seen_shared(policy: LatencyAware, share: float = 0.9, n: int = 40) -> LatencyAware:
+    for k in range(n):
+        policy.reuse.observe(share, now=1.0)
+    return policy
+
+
+def test_a_unique_prompt_goes_to_the_lowest_prediction_not_to_its_hash():
+    # One backend a little busier: the hash may point at any of them, the pick must be the idle one
+    # each time, since nothing on this alias has ever been reused (affinity worth nothing).
+    for k in range(30):
+        a, b, c = State("a"), State("b"), State("c")
+        a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 40, 1.0
+        b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 40, 1.0
+        i, scores = LatencyAware(exploration=0).choose([a, b, c], ctx_for(ask(f"unique {k}", f"prompt {k} " * 40)), k)
+        assert i == 2 and scores[2] < min(scores[:2])
+
+
+def test_replicas_place_a_new_shared_prefix_alike_without_sharing_state():
+    fleets = [[State(n) for n in "abc"] for _ in range(3)]
+    policies = [seen_shared(LatencyAware(exploration=0)) for _ in fleets]
+    picks = Counter()
+    for k in range(60):
+        body = ask("q", f"System prompt number {k}. " * 30)
+        chosen = {p.choose(fleet, ctx_for(body), turn=k + r)[0] for r, (p, fleet) in enumerate(zip(policies, fleets))}
+        assert len(chosen) == 1
+        picks[chosen.pop()] += 1
+    assert min(picks.values()) >= 10
+
+
+def test_consistent_placement_costs_at_most_the_expected_saving():
+    body = ask("q", "A brand new system prompt. " * 30)
+    idle = [State(n) for n in "abc"]
+    policy = seen_shared(LatencyAware(exploration=0))
+    hashed = policy.choose(idle, ctx_for(body), 0)[0]
+    # The hashed backend's backlog: far more than the prompt's own prefill, so more than any saving.
+    busy = [State(n) for n in "abc"]
+    busy[hashed].prefilling, busy[hashed].uncached_inflight, busy[hashed].prefill_busy_since = 3, 3000, 1.0
+    i, scores = policy.choose(busy, ctx_for(body), 0)
+    assert i != hashed and scores[hashed] - min(scores) > ctx_for(body).prompt_tokens / RATE
+
+
+def test_the_warm_backend_wins_by_the_prefill_it_saves_and_loses_when_its_queue_costs_more():
+    a, b = State("a"), State("b")
+    warm(b, ask("an earlier question"))
+    policy = LatencyAware(exploration=0)
+    assert policy.choose([a, b], ctx_for(ask("a new question")), 0)[0] == 1
+    # The warm one now has a long prefill backlog of other prompts: computing the prefix again is cheaper.
+    b.prefilling, b.uncached_inflight, b.prefill_busy_since = 4, 4000, 1.0
+    assert policy.choose([a, b], ctx_for(ask("a new question")), 0)[0] == 0
+
+
+def test_the_prefill_backlog_counts_each_prompts_fixed_part_and_what_is_already_done():
+    a = State("a")
+    for k in range(20):  # equal prompts: the fitted line carries a fixed part per prefill
+        a.model.observe_prefill(500 + k % 2, 5.0, now=1.0)
+    fixed, per_token = a.model.prefill.coefficients(1.0)
+    assert fixed > 1.0
+    ctx = ctx_for(ask("x", "short"), now=1.0)
+    idle = estimate(a, ctx).queue_s
+    a.prefilling, a.uncached_inflight, a.prefill_busy_since = 2, 1000, 1.0
+    assert estimate(a, ctx).queue_s - idle > 0.9 * (2 * fixed + 1000 * per_token)
+    # Half a second into the first of them: that much less to wait for.
+    ctx.now = 1.5
+    assert abs(estimate(a, ctx).queue_s - (2 * fixed + 1000 * per_token - 0.5)) < 0.05

@@ -19,13 +19,15 @@ from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
-from app.relay.observers import CacheFill, CaptureAnswer, Progress
-from app.relay.loop import MODEL_FIELD, SSEResponse, relay_events, replay, safe_headers
+from app.relay.filters import BackendReports, CacheFill, CaptureAnswer, Filter, FinishReasons, ModelName, Progress, UsageFilter
+from app.relay.format import MODEL_FIELD, OPENAI_SSE
+from app.relay.loop import Relay, SSEResponse, replay, safe_headers
+from app.relay.result import RelayResult
 from app.request import Endpoint, ParsedRequest, parse_request
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import Stage, first_byte_stages
 from app.telemetry.tracing import attempt_stages
-from app.upstream.attempt import JsonReply, redact
+from app.upstream.attempt import JsonReply
 
 _TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
@@ -174,7 +176,7 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
         stages = attempt_stages(record, attempt, gw.models[attempt.backend])
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
-    return Response(redact(payload, reply.backend), reply.status, safe_headers(headers), media_type="application/json",
+    return Response(payload, reply.status, safe_headers(headers), media_type="application/json",
                     background=BackgroundTask(gw.telemetry.finish_after_response, record))
 
 
@@ -182,28 +184,48 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
                      summary_wanted: bool) -> Response:
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     model = gw.models[attempt.backend]
-    observers: list = [Progress(owner.progress)]
-    if record.body is not None:  # content capture is on
-        observers.append(CaptureAnswer(req.endpoint is Endpoint.CHAT,
-                                       lambda body: setattr(record, "output_text", _answer_text(body))))
-    if plan.store and not dispatched.fallback:
-        served = stream.backend.config.model
-        observers.append(CacheFill(req.endpoint is Endpoint.CHAT,
-                                   lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
-
-    def close() -> None:
-        # Runs once, from the response, on every path (app.relay.loop.SSEResponse).
-        if not record.finished:  # the relay never ran: the client was gone before the first byte
-            record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
-        broken = record.outcome is Outcome.STREAM_BROKEN
-        owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=record.outcome is Outcome.OK,
-                  output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
-        gw.telemetry.finish(record)
+    chat = req.endpoint is Endpoint.CHAT
 
     def usage_extension() -> dict:
         now = time.perf_counter()  # the attempt is not over yet: its stages so far
         stages = attempt_stages(record, attempt, model, end=now)
         return timing_summary(stages, _cache_s(record), _gateway_s(record, now, now - attempt.start))
+
+    # The relay's filter chain, in order (app.relay.filters): built once, only with the filters that have
+    # work to do for this request.
+    result = RelayResult()
+    filters: list[Filter] = [ModelName(result, req.alias, OPENAI_SSE), BackendReports(owner.add_report, stream.backend.adapter),
+                             Progress(owner.progress)]
+    capture = CaptureAnswer(chat) if record.body is not None else None  # content capture is on
+    if capture is not None:
+        filters.append(capture)
+    if plan.store and not dispatched.fallback:
+        served = stream.backend.config.model
+        filters.append(CacheFill(chat, lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
+    n = req.body.get("n")
+    filters.append(FinishReasons(result, OPENAI_SSE, n if isinstance(n, int) and n > 1 else 1))
+    filters.append(UsageFilter(result, OPENAI_SSE, req.client_wants_usage,
+                               usage_extension if summary_wanted and req.client_wants_usage else None))
+    relay = Relay(stream, tuple(filters), result, OPENAI_SSE)
+
+    def close() -> None:
+        # Runs once, from the response, on every path (app.relay.loop.SSEResponse): the relay's result
+        # becomes the record's, then the attempt ends.
+        if result.finished:
+            record.first_token, record.finished = result.first_token, result.finished
+            record.response_model, record.usage, record.finish_reasons = result.response_model, result.usage, result.finish_reasons
+            if result.outcome is not Outcome.OK:
+                record.outcome, record.error_type = result.outcome, result.error_type
+                if result.outcome is Outcome.STREAM_BROKEN:
+                    record.status = result.status
+        else:  # the relay never ran: the client was gone before the first byte
+            record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
+        if capture is not None:
+            record.output_text = _answer_text(capture.answer) if capture.answer is not None else None
+        broken = record.outcome is Outcome.STREAM_BROKEN
+        owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=result.complete,
+                  output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
+        gw.telemetry.finish(record)
 
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing:
@@ -211,11 +233,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         known = first_byte_stages(attempt.start, attempt.headers, attempt.first_event,
                                   stream.backend.adapter.headers_at_slot, model)
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
-    n = req.body.get("n")
-    events = relay_events(stream, req.client_wants_usage, record, owner.add_report, tuple(observers),
-                          usage_extension if summary_wanted and req.client_wants_usage else None,
-                          n if isinstance(n, int) and n > 1 else 1, req.alias)
-    return SSEResponse(events, headers, close)
+    return SSEResponse(relay.events(), headers, close)
 
 
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:

@@ -1,193 +1,129 @@
 """Relay an upstream event stream to the client, event by event, as it arrives.
 
-The relay is also where a stream's truth is decided: a stream that breaks before [DONE] ends
-with an error event (the openai SDK raises it), never a clean-looking truncation.
+The loop keeps only what every stream needs: framing, the end event ([DONE]) and error events. Every
+other job (the alias rename, usage capture and hiding, finish-reason completeness, the backend's
+reports, progress samples, cache assembly, content capture) is a filter in a chain built once per
+request (app.relay.filters). How events classify and frame is the client protocol's to say: the relay
+takes a `StreamFormat` (app.relay.format; OpenAI's SSE by default), so a protocol adapter plugs in its
+own framing, end and error events, and may append a filter that translates the chunks.
+
+The relay is also where a stream's truth is decided: a stream that breaks before its end ends with an
+error event (the openai SDK raises it), never a clean-looking truncation. What the stream came to is
+one value, `Relay.result` (app.relay.result), read by the pipeline once the response is over. Secrets
+are not the relay's concern: the transport redacts them from every event (app.upstream.attempt).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
 
-import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
-from app.record import Outcome, RequestRecord, Usage
-from app.upstream.adapters import NO_REPORT, BackendReport
-from app.upstream.attempt import EventStream, redact
+from app.record import Outcome
+from app.relay.filters import Filter
+from app.relay.format import MODEL_FIELD, OPENAI_SSE, StreamFormat
+from app.relay.result import RelayResult
+from app.upstream.attempt import EventStream
 from app.upstream.sse import DONE, event_data
 
-_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
-_MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
-MODEL_FIELD = _MODEL
+__all__ = ["MODEL_FIELD", "Relay", "SSEResponse", "replay", "safe_headers", "wait_for_disconnect"]
+
 _DONE_EVENT = b"data: [DONE]\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-class Observer(Protocol):
-    """A relay side job (cache assembly, progress, ...): sees each data event, then how the stream ended."""
+class Relay:
+    """One stream's relay: `events()` yields the client's bytes; `result` is what the stream came to.
 
-    def on_event(self, data: bytes) -> None: ...
-
-    def on_end(self, complete: bool) -> None: ...
-
-
-async def relay_events(
-    stream: EventStream, client_wants_usage: bool, record: RequestRecord,
-    on_report: Callable[[BackendReport], None] | None = None, observers: tuple[Observer, ...] = (), usage_extension: Callable[[], dict] | None = None, choices: int = 1,
-    alias: str | None = None,
-) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes, ending with [DONE] or an error event, never silently.
-
-    Observers see every data chunk as the backend sent it and, once the relay ends, whether the stream
-    was complete. `usage_extension`, when given, adds its result to the usage chunk as `slipstream_timing`.
-    `choices` is how many finish reasons make a stream complete when a backend omits [DONE] (n > 1).
     Closing the upstream is not the relay's job: the attempt's owner does it (app.dispatch.attempt).
-    `on_report` receives the backend's own reports found in chunks (llama.cpp timings, cached tokens).
-    `alias`, when given, replaces the backend's model name in every chunk (the name the client asked for).
     """
-    complete = False
-    rename: tuple[bytes, bytes] | None = None
-    # A client that did not ask for usage still gets llama.cpp's `timings`, which ride on the usage chunk
-    # it must not see: the finishing chunk is held back until that chunk (or anything else) follows.
-    held: bytes | None = None
-    try:
-        async for batch in stream.batches():
-            # Events that arrived in one read leave in one write: as soon as they exist, no later.
-            out = []
-            for event in batch:
-                data = event_data(event)
-                if data is None:
-                    out.append(event + b"\n\n")  # comments and keep-alives pass through
-                    continue
-                if data == DONE:
-                    complete = True
-                    break
-                if not record.first_token:
-                    record.first_token = time.perf_counter()
-                    m = _MODEL.search(data)
-                    record.response_model = m.group(1).decode() if m else None
-                    if m and alias is not None and record.response_model != alias:
-                        rename = (m.group(0), b'"model":' + orjson.dumps(alias))
-                if rename is not None:
-                    data = data.replace(*rename)
-                for o in observers:
-                    o.on_event(data)
-                if on_report is not None and (b'"timings"' in data or b'"cached_tokens"' in data):
-                    on_report(_body_report(stream, data))
-                if data.startswith(b'{"error"'):
-                    record.outcome, record.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
-                    out.append(b"data: " + redact(data, stream.backend) + b"\n\n")
-                    yield b"".join(out)
-                    return
-                if b'"usage"' in data:
-                    hidden = data
-                    data = _take_usage(data, client_wants_usage, record, usage_extension)
+
+    __slots__ = ("stream", "filters", "result", "format", "_flushers", "_checks")
+
+    def __init__(self, stream: EventStream, filters: tuple[Filter, ...], result: RelayResult | None = None,
+                 fmt: StreamFormat = OPENAI_SSE) -> None:
+        self.stream, self.filters, self.format = stream, filters, fmt
+        self.result = result if result is not None else RelayResult()
+        # The optional filter methods, found once per chain rather than asked per event.
+        self._flushers = tuple(i for i, f in enumerate(filters) if hasattr(f, "flush"))
+        self._checks = tuple(f for f in filters if hasattr(f, "incomplete"))
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """Yield the client's bytes, ending with the end event or an error event, never silently."""
+        result, fmt, filters = self.result, self.format, self.filters
+        complete = False
+        try:
+            async for batch in self.stream.batches():
+                # Events that arrived in one read leave in one write: as soon as they exist, no later.
+                out = []
+                for event in batch:
+                    data = event_data(event)
                     if data is None:
-                        if held is not None:
-                            out.append(_event(_with_timings(held, hidden), stream))
-                            held = None
+                        out.append(event + b"\n\n")  # comments and keep-alives pass through
                         continue
-                if held is not None:
-                    out.append(_event(held, stream))
-                    held = None
-                if b'"finish_reason"' in data:
-                    reasons = _FINISH_REASON.findall(data)
-                    record.finish_reasons.extend(m.decode() for m in reasons)
-                    if reasons and not client_wants_usage and b'"timings"' not in data:
-                        held = data  # until the next event: llama.cpp sends the usage chunk right after
-                        continue
-                out.append(_event(data, stream))
-            if held is not None and complete:
-                out.append(_event(held, stream))
-                held = None
-            if complete:
-                out.append(_DONE_EVENT)
-            if out:
+                    if data == DONE:
+                        complete = True
+                        break
+                    if not result.first_token:
+                        result.first_token = time.perf_counter()
+                    if fmt.is_error(data):
+                        result.outcome, result.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
+                        out.append(fmt.frame(data))
+                        yield b"".join(out)
+                        return
+                    for f in filters:
+                        data = f.on_data(data)
+                        if data is None:
+                            break
+                    else:
+                        out.append(fmt.frame(data))
+                if complete:
+                    self._flush(out)
+                    out.append(fmt.done)
+                if out:
+                    yield b"".join(out)
+                if complete:
+                    break
+            if not complete:
+                # A backend that closed after its final chunks without [DONE]: complete if no filter objects.
+                for check in self._checks:
+                    why = check.incomplete()
+                    if why is not None:
+                        raise UpstreamProtocolError(f"backend {self.stream.backend.name} {why}")
+                complete = True
+                out = []
+                self._flush(out)
+                out.append(fmt.done)
                 yield b"".join(out)
-            if complete:
-                break
-        if not complete:
-            if len(record.finish_reasons) < choices:
-                raise UpstreamProtocolError(f"backend {stream.backend.name} ended the stream before it was complete")
-            complete = True
-            yield (_event(held, stream) if held is not None else b"") + _DONE_EVENT  # a backend that closed after its final chunks without [DONE]
-    except GatewayError as err:
-        complete = False
-        record.outcome, record.error_type, record.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
-        yield sse_error_event(err)
-    except asyncio.CancelledError:
-        complete = False
-        record.outcome = Outcome.CLIENT_GONE
-        raise
-    finally:
-        record.finished = time.perf_counter()
-        ok = complete and record.outcome is Outcome.OK
-        for o in observers:
-            o.on_end(ok)
+        except GatewayError as err:
+            complete = False
+            result.outcome, result.error_type, result.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
+            yield fmt.error_event(err)
+        except asyncio.CancelledError:
+            complete = False
+            result.outcome = Outcome.CLIENT_GONE
+            raise
+        finally:
+            result.finished = time.perf_counter()
+            result.complete = complete and result.outcome is Outcome.OK
+            for f in filters:
+                f.on_end(result)
 
-
-def _event(data: bytes, stream: EventStream) -> bytes:
-    return b"data: " + redact(data, stream.backend) + b"\n\n"
-
-
-def _with_timings(chunk: bytes, usage_chunk: bytes) -> bytes:
-    """The finishing chunk with the backend's `timings` from the usage chunk the client does not see."""
-    if b'"timings"' not in usage_chunk:
-        return chunk
-    try:
-        timings = orjson.loads(usage_chunk).get("timings")
-        obj = orjson.loads(chunk)
-    except (orjson.JSONDecodeError, AttributeError):
-        return chunk
-    if not isinstance(obj, dict) or timings is None:
-        return chunk
-    obj["timings"] = timings
-    return orjson.dumps(obj)
-
-
-def _body_report(stream: EventStream, data: bytes) -> BackendReport:
-    """The backend's own report in a chunk (llama.cpp's timings, cached tokens), as its adapter reads it."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return NO_REPORT
-    return stream.backend.adapter.report_from_body(obj) if isinstance(obj, dict) else NO_REPORT
-
-
-def _take_usage(data: bytes, client_wants_usage: bool, record: RequestRecord,
-                usage_extension: Callable[[], dict] | None = None) -> bytes | None:
-    """Record a usage report; hide it (or its whole chunk) from a client that did not ask for it.
-
-    Returns the SSE data to send: none, one payload, or two joined by an event break (a split usage chunk).
-    """
-    try:
-        chunk = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return data
-    usage = chunk.get("usage") if isinstance(chunk, dict) else None
-    if not isinstance(usage, dict):
-        return data
-    record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    if client_wants_usage:
-        if usage_extension is not None:
-            usage["slipstream_timing"] = usage_extension()
-        if not chunk.get("choices"):
-            return data if usage_extension is None else orjson.dumps(chunk)
-        # Usage riding on a choice chunk (llama.cpp's /v1/completions): split it off into its own
-        # chunk with `choices: []`, as OpenAI sends it and SDKs expect.
-        del chunk["usage"]
-        tail = {k: chunk[k] for k in ("id", "object", "created", "model") if k in chunk}
-        return orjson.dumps(chunk) + b"\n\ndata: " + orjson.dumps({**tail, "choices": [], "usage": usage})
-    if not chunk.get("choices"):
-        return None
-    del chunk["usage"]
-    return orjson.dumps(chunk)
+    def _flush(self, out: list[bytes]) -> None:
+        """Events the filters held back, each passed on through the filters after it, then framed."""
+        filters = self.filters
+        for i in self._flushers:
+            data = filters[i].flush()  # type: ignore[attr-defined]
+            for f in filters[i + 1:]:
+                if data is None:
+                    break
+                data = f.on_data(data)
+            if data is not None:
+                out.append(self.format.frame(data))
 
 
 class SSEResponse(Response):

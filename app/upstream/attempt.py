@@ -84,7 +84,7 @@ class EventStream:
         if self._first:
             yield self._first
         self._first = []
-        name = self.backend.name
+        name, secret = self.backend.name, self.backend.secret
         try:
             async with asyncio.timeout(self._next_wait()) as timer:
                 with map_transport_errors(name):
@@ -93,7 +93,7 @@ class EventStream:
                         timer.reschedule(None)
                         events = self._splitter.feed(chunk)
                         if events:
-                            yield events
+                            yield redact_events(events, secret) if secret else events
                         timer.reschedule(asyncio.get_running_loop().time() + self._next_wait())
         except TimeoutError:
             if time.monotonic() >= self._end - 0.001:
@@ -103,7 +103,8 @@ class EventStream:
             ) from None
         self.timing.end = time.perf_counter()
         if self._splitter.pending.strip():
-            yield [self._splitter.pending]  # a last event without its blank line: the caller judges it
+            # A last event without its blank line: the caller judges it.
+            yield redact_events([self._splitter.pending], secret) if secret else [self._splitter.pending]
 
     def _next_wait(self) -> float:
         return max(0.0, min(self._idle_s, self._end - time.monotonic()))
@@ -142,6 +143,7 @@ async def call_json(backend: Backend, path: str, body: bytes, timeouts: Timeouts
         raise
     response.release()
     timing.end = time.perf_counter()
+    data = redact(data, backend)  # here, once: nothing after the transport sees a backend's secret
     if response.status != 200:
         raise status_error(response.status, response.headers.get("retry-after"), data, backend)
     parsed = json_object(data, backend)
@@ -175,6 +177,8 @@ async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeou
             response.close()
         raise
     timing.first_event = time.perf_counter()
+    if backend.secret:
+        first = redact_events(first, backend.secret)
     return EventStream(
         backend, response_headers(response), timing, response, first, splitter, timeouts.idle_s, end,
         total < timeouts.total_s,
@@ -239,6 +243,12 @@ def json_object(data: bytes, backend: Backend) -> dict:
             raise backend.adapter.classify_error(502, redact(data, backend), backend.name)
         raise UpstreamProtocolError(f"backend {backend.name} answered with JSON that is not an object")
     return parsed
+
+
+def redact_events(events: list[bytes], secret: bytes) -> list[bytes]:
+    """The events with the backend's key blanked out: the transport redacts every event it hands on, so
+    no consumer (relay, cache, collector) has to."""
+    return [e.replace(secret, b"[redacted]") if secret in e else e for e in events]
 
 
 def redact(data: bytes, backend: Backend) -> bytes:

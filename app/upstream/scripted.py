@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 import orjson
 
 from app.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
-from app.upstream.attempt import AttemptTiming, JsonReply, _total_timeout, json_object, status_error
+from app.upstream.attempt import (
+    AttemptTiming,
+    JsonReply,
+    _total_timeout,
+    json_object,
+    redact,
+    redact_events,
+    status_error,
+)
 from app.upstream.client import Backend
 from app.upstream.transport import UpstreamCall
 
@@ -131,7 +139,7 @@ class ScriptedTransport:
         if isinstance(step, Fail):
             raise step.error
         if isinstance(step, Reply):
-            body = step.body if isinstance(step.body, bytes) else orjson.dumps(step.body)
+            body = redact(step.body if isinstance(step.body, bytes) else orjson.dumps(step.body), backend)
             timing.end = time.perf_counter()
             if step.status != 200:
                 raise status_error(step.status, step.headers.get("retry-after"), body, backend)
@@ -155,6 +163,8 @@ class ScriptedStream:
     async def batches(self) -> AsyncIterator[list[bytes]]:
         step = self._step
         events = [b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) for e in step.events]
+        if self.backend.secret:  # as the real transport: every event redacted before anyone sees it
+            events = redact_events(events, self.backend.secret)
         for i, event in enumerate(events):
             if i and step.gap_s:
                 wait = min(step.gap_s, self._idle_s, max(0.0, self._end - time.monotonic()))

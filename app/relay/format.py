@@ -1,0 +1,70 @@
+"""How a client API's stream events classify and frame: the seam a client protocol adapter plugs into.
+
+The relay (app.relay.loop) and its filters (app.relay.filters) never look inside an event themselves:
+they ask a `StreamFormat` whether a data event is an error, carries usage, finishes choices or names
+the model, and how to frame an event, the end of the stream and an error for the client. `OPENAI_SSE`
+is the format of OpenAI's chat and text completions (`data: {...}` events ending with `data: [DONE]`);
+a protocol adapter (app/protocols) supplies its own for another API (Anthropic Messages: named events,
+no [DONE]), or appends a translating filter to the chain and keeps this one for the upstream events.
+Every method is called per event on the hot path: a quick byte test first, parsing only on a hit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+from app.errors import GatewayError, sse_error_event
+
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
+MODEL_FIELD = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_NONE: list[bytes] = []
+
+
+class StreamFormat(Protocol):
+    done: bytes  # the event that ends a complete stream (b"" where the API has none)
+
+    def frame(self, data: bytes) -> bytes:
+        """One data event as the client's stream carries it."""
+
+    def error_event(self, err: GatewayError) -> bytes:
+        """The event that ends a broken stream, in the client API's error shape."""
+
+    def is_error(self, data: bytes) -> bool:
+        """An upstream data event that reports an error mid-stream."""
+
+    def has_usage(self, data: bytes) -> bool:
+        """Whether the event may carry a usage report (then it is parsed)."""
+
+    def finish_reasons(self, data: bytes) -> list[bytes]:
+        """The finish reasons of the choices this event finishes (usually none)."""
+
+    def model(self, data: bytes) -> re.Match[bytes] | None:
+        """The event's model field (group 1: the name), for the alias rename."""
+
+
+class OpenAISse:
+    """OpenAI's chat and text completions streams."""
+
+    done = b"data: [DONE]\n\n"
+
+    def frame(self, data: bytes) -> bytes:
+        return b"data: " + data + b"\n\n"
+
+    def error_event(self, err: GatewayError) -> bytes:
+        return sse_error_event(err)
+
+    def is_error(self, data: bytes) -> bool:
+        return data.startswith(b'{"error"')
+
+    def has_usage(self, data: bytes) -> bool:
+        return b'"usage"' in data
+
+    def finish_reasons(self, data: bytes) -> list[bytes]:
+        return _FINISH_REASON.findall(data) if b'"finish_reason"' in data else _NONE
+
+    def model(self, data: bytes) -> re.Match[bytes] | None:
+        return MODEL_FIELD.search(data)
+
+
+OPENAI_SSE = OpenAISse()

@@ -115,6 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from app.http import intake
+        from app.http.fastpath import FastPath
         from app.http.server import create_app
 
         if fleet is not None:
@@ -122,7 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
         if args.workers > 1:
             # Workers import the app themselves, each from the config file named here.
             os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)
-            app = "app.http.server:app_from_environment"
+            app: str | FastPath = "app.http.server:app_from_environment"
         else:
             app = create_app(config, config_path=args.config)
         uvicorn.run(
@@ -135,12 +136,13 @@ def _serve(args: argparse.Namespace) -> int:
             # Bounded intake (app/http/intake.py) on httptools; h11 bounds the header size itself.
             http=intake.configure(config.server) if _has("httptools") else "h11",
             h11_max_incomplete_event_size=config.server.max_header_bytes,
-            timeout_keep_alive=config.server.keep_alive_s,
+            # uvicorn takes float seconds at run time (loop.call_later), though its annotations say int.
+            timeout_keep_alive=config.server.keep_alive_s,  # type: ignore[arg-type]
             log_level=config.server.log_level,
             access_log=config.server.access_log,
             backlog=2048,
             proxy_headers=False,
-            timeout_graceful_shutdown=config.server.shutdown_grace_s,
+            timeout_graceful_shutdown=config.server.shutdown_grace_s,  # type: ignore[arg-type]
         )
     except _Terminated:
         return 0  # a requested, clean stop
@@ -226,7 +228,8 @@ def _spawn_fleet(path: str, config: GatewayConfig) -> subprocess.Popen:
             "listening. Stop that process, or pass --no-simulator to use whatever listens there as the backends."
         )
     return subprocess.Popen([sys.executable, "-m", "app", "simulate", "--config", path], env=os.environ.copy(),
-                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                            # prctl only, in the child before it starts any thread
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
 
 
 def _wait_fleet(child: subprocess.Popen, path: str, config: GatewayConfig) -> None:

@@ -9,20 +9,20 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from app.admission.auth import Authenticator
 from app.admission.service import Admission
 from app.admission.wait_queue import WaitQueue
-from app.admission.auth import Authenticator
 from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.dispatch.decide import PoisonBook, RetryBudgetTracker
 from app.routing.active_health import run_health_checks
+from app.routing.discovery import discover_forever
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
 from app.routing.router import Router
 from app.telemetry.metrics import Metrics
 from app.telemetry.recorder import Telemetry
-from app.routing.discovery import discover_forever
 from app.upstream.adapters import ServerLoad
 from app.upstream.client import Backend, build_backend
 from app.upstream.transport import HttpTransport, Transport

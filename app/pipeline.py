@@ -14,16 +14,25 @@ from app.cache.entry import Hit
 from app.cache.replay import SERVED_BY, hit_body, replay_events, served_by
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
-from app.routing.slo import from_headers as latency_target
 from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.record import Outcome, RequestRecord, Usage
-from app.relay.filters import BackendReports, CacheFill, CaptureAnswer, Filter, FinishReasons, ModelName, Progress, UsageFilter
+from app.relay.filters import (
+    BackendReports,
+    CacheFill,
+    CaptureAnswer,
+    Filter,
+    FinishReasons,
+    ModelName,
+    Progress,
+    UsageFilter,
+)
 from app.relay.format import MODEL_FIELD, OPENAI_SSE
 from app.relay.loop import Relay, SSEResponse, replay, safe_headers
 from app.relay.result import RelayResult
 from app.request import Endpoint, ParsedRequest, parse_request
+from app.routing.slo import from_headers as latency_target
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import Stage, first_byte_stages
 from app.telemetry.tracing import attempt_stages
@@ -155,7 +164,8 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
 
 
 def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record: RequestRecord) -> Response:
-    reply: JsonReply = dispatched.result
+    reply = dispatched.result
+    assert isinstance(reply, JsonReply)  # the dispatcher reads a streamed answer whole for a JSON client
     owner, attempt = dispatched.owner, dispatched.attempt
     record.status = reply.status
     body = reply.data
@@ -183,6 +193,7 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
 def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, record: RequestRecord,
                      summary_wanted: bool) -> Response:
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
+    assert not isinstance(stream, JsonReply)  # a streaming client is always served from an upstream stream
     model = gw.models[attempt.backend]
     chat = req.endpoint is Endpoint.CHAT
 

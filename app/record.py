@@ -80,7 +80,7 @@ class RouteDecision:
     chosen: str
     at: float
     end: float
-    candidates: dict[str, float | int] = field(default_factory=dict)  # backend -> its figure (predicted s, or load)
+    candidates: dict[str, float | int | str] = field(default_factory=dict)  # backend -> its figure (predicted s, or load)
     reason: str = ""
 
 

@@ -84,7 +84,7 @@ MAX_DEPTH = 128
 
 
 def _check_depth(body: dict) -> None:
-    stack = [(body, 1)]
+    stack: list[tuple[dict | list, int]] = [(body, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_DEPTH:

@@ -29,11 +29,11 @@ import numpy as np
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.cache.embedder import OnnxEncoder, model_id  # noqa: E402
-from app.cache.guard import mismatch  # noqa: E402
-from app.cache.redis_store import RedisStore, connect  # noqa: E402
-from app.config import EmbeddingConfig, SemanticCachePolicy  # noqa: E402
-from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway  # noqa: E402
+from app.cache.embedder import OnnxEncoder, model_id
+from app.cache.guard import mismatch
+from app.cache.redis_store import RedisStore, connect
+from app.config import EmbeddingConfig, SemanticCachePolicy
+from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway
 
 PREFIX = "slipstream:"
 TOPICS = ["reset my router", "bake sourdough bread", "renew a passport", "train a puppy", "fix a flat tire",

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.console.browser import chrome, ensure_browser, sign_in, start_demo, traffic, wait_for  # noqa: E402
+from tests.console.browser import chrome, ensure_browser, sign_in, start_demo, traffic, wait_for
 
 
 def shoot(drv, out: Path, name: str) -> Path:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from app.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,12 +27,6 @@ def percentile(values: list[float], p: float) -> float:
     k = (len(s) - 1) * p / 100
     lo, hi = math.floor(k), math.ceil(k)
     return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.admission.limits import CONCURRENT, REQUESTS, TOKENS, Check  # noqa: E402
-from app.admission.local_limiter import LocalLimiter  # noqa: E402
-from app.admission.redis_limiter import _SCRIPT, RedisLimiter  # noqa: E402
-from bench.harness import percentile  # noqa: E402
-from tests.support import RedisServer  # noqa: E402
+from app.admission.limits import CONCURRENT, REQUESTS, TOKENS, Check
+from app.admission.local_limiter import LocalLimiter
+from app.admission.redis_limiter import _SCRIPT, RedisLimiter
+from bench.harness import percentile
+from tests.support import RedisServer
 
 CHECKS = (Check(REQUESTS, "t:a:r", 10**9, "t"), Check(TOKENS, "t:a:t", 10**12, "t"), Check(CONCURRENT, "t:a:c", 10**6, "t"))
 
@@ -75,7 +75,7 @@ def main() -> int:
                            ("redis-py asyncio", lambda: RedisPyLimiter.make(server.url)),
                            ("in-process", lambda: LocalLimiter(60, 900))):
             for conc in map(int, args.conc.split(",")):
-                async def run() -> tuple[float, float, float]:
+                async def run(make=make, conc=conc) -> tuple[float, float, float]:
                     limiter = make()
                     try:
                         return await measure(limiter, conc, args.calls)

@@ -26,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support import free_port  # noqa: E402
+from tests.support import free_port
 
 PROMPT = ("Here is a short passage about rivers. " * 24) + "\nSummarise the passage in one sentence:"
 

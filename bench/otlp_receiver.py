@@ -28,7 +28,7 @@ def _value(v):
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
         req = ExportTraceServiceRequest()
         req.ParseFromString(body)
@@ -50,7 +50,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         with LOCK:
             data = json.dumps(SPANS if self.path == "/spans" else {"status": "ok"}).encode()
         self.send_response(200)

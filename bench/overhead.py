@@ -47,7 +47,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
+from bench.harness import Fleet, free_port, percentile, start_gateway
 
 BODY_TOKENS = 16
 

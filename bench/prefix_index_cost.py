@@ -12,10 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import redis  # noqa: E402
+import redis
 
-from app.routing.prefix_index import BackendPrefixes, prompt_blocks  # noqa: E402
-from bench.harness import free_port  # noqa: E402
+from app.routing.prefix_index import BackendPrefixes, prompt_blocks
+from bench.harness import free_port
 
 port = free_port()
 p = subprocess.Popen([str(ROOT / "scripts" / "redis-server"), "--port", str(port)], stdout=subprocess.DEVNULL,

@@ -38,7 +38,7 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening  # noqa: E402
+from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening
 
 STRATEGIES = ("latency_aware", "prefix_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
@@ -153,7 +153,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                         for c in chunk.get("choices") or ():
                             answer.append((c.get("delta") or {}).get("content") or "")
                         usage = chunk.get("usage") or usage
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 run.errors += 1
                 return
             run.ttft.append(first)

@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
+from bench.harness import Fleet, free_port, percentile, start_gateway
 
 TPOT_MS = 20.0
 

@@ -33,12 +33,11 @@ import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import percentile  # noqa: E402
-from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml  # noqa: E402
+from bench.harness import percentile
+from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("predicted_latency", "least_inflight", "round_robin")
-WORDS = ("river stone cloud paper garden window silver market engine forest lantern harbor copper winter "
-         "meadow violin planet signal bridge canyon orchard thunder velvet compass").split()
+WORDS = ["river", "stone", "cloud", "paper", "garden", "window", "silver", "market", "engine", "forest", "lantern", "harbor", "copper", "winter", "meadow", "violin", "planet", "signal", "bridge", "canyon", "orchard", "thunder", "velvet", "compass"]
 _TIMING = re.compile(r'(\w+);dur=([\d.]+)')
 
 

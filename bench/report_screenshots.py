@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support import Process, free_port, write_yaml  # noqa: E402
+from tests.support import Process, free_port, write_yaml
 
 
 def app(*args: str, timeout: float = 300) -> None:
@@ -46,7 +46,7 @@ def baseline(out: Path) -> Path:
 
 def whatif(out: Path) -> Path:
     policies = [str(ROOT / "bench/whatif" / f"{p}.yaml") for p in ("round_robin", "predicted_latency")]
-    app("simulate", "--workload", str(ROOT / "bench/whatif/workload.jsonl"), *sum((["--policy", p] for p in policies), []),
+    app("simulate", "--workload", str(ROOT / "bench/whatif/workload.jsonl"), *[a for p in policies for a in ("--policy", p)],
         "--out", str(out / "whatif"))
     return out / "whatif.html"
 

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import random
 import statistics
 import sys
@@ -28,8 +29,8 @@ import aiohttp
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.routing.strategies import STRATEGY_NAMES  # noqa: E402
-from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
+from app.routing.strategies import STRATEGY_NAMES
+from bench.harness import Fleet, free_port, percentile, start_gateway
 
 GROWTH = 0.04
 FLEET = {
@@ -116,7 +117,7 @@ async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: s
                     p_ttft = float(r.headers.get("x-slipstream-predicted-ttft-ms", "nan")) / 1000
                     p_e2e = float(r.headers.get("x-slipstream-predicted-e2e-ms", "nan")) / 1000
                     # Retried requests are left out: the prediction was for their last attempt alone.
-                    if p_e2e == p_e2e and r.headers.get("x-slipstream-attempts", "1") == "1":
+                    if not math.isnan(p_e2e) and r.headers.get("x-slipstream-attempts", "1") == "1":
                         run.e2e_err.append(abs(p_e2e - e2e) / e2e)
                         if stream:
                             run.ttft_err.append(abs(p_ttft - first) / first)
@@ -243,8 +244,7 @@ def main() -> int:
         with open(args.dump, "w") as f:
             for (load, st), runs in results.items():
                 for rep, r in enumerate(runs):
-                    for row in r.rows:
-                        f.write(json.dumps({"load": load, "strategy": st, "round": rep + 1, **row}) + "\n")
+                    f.writelines(json.dumps({"load": load, "strategy": st, "round": rep + 1, **row}) + "\n" for row in r.rows)
     return 0
 
 

@@ -35,11 +35,11 @@ import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.cache.embedder import OnnxEncoder  # noqa: E402
-from app.cache.guard import HARD_REASONS, mismatch  # noqa: E402
-from app.cache.judge import judge_messages, parse_verdict  # noqa: E402
-from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy  # noqa: E402
-from bench.harness import ROOT, free_port  # noqa: E402
+from app.cache.embedder import OnnxEncoder
+from app.cache.guard import HARD_REASONS, mismatch
+from app.cache.judge import judge_messages, parse_verdict
+from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
+from bench.harness import ROOT, free_port
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
         "independent": Path(__file__).resolve().parent / "data" / "independent_set.jsonl"}
@@ -84,7 +84,7 @@ def start_llama(tmp_log: Path) -> tuple[subprocess.Popen, str, str]:
         try:
             urllib.request.urlopen(url + "/health", timeout=1)
             return proc, url + "/v1", "judge"
-        except Exception:
+        except Exception:  # noqa: BLE001 - not listening yet
             time.sleep(0.5)
     proc.terminate()
     raise RuntimeError(f"llama-server did not start: see {tmp_log}")

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway  # noqa: E402
+from bench.harness import Fleet, free_port, percentile, start_gateway
 
 BASE = dict(slots=16, prefill_tokens_per_s=20000, tpot_ms=5, output=dict(median=20, sigma=0.5, max=60))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,14 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from app.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cpu_s(pid: int) -> float:
@@ -50,7 +45,7 @@ def _children(pid: int) -> list[int]:
 
 
 def one_start() -> tuple[float, float]:
-    port = _free_port()
+    port = free_port()
     t0 = time.perf_counter()
     proc = subprocess.Popen([str(ROOT / "scripts/demo"), "--port", str(port)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -16,8 +16,8 @@ from app import pipeline
 from app.admission.auth import hash_key
 from app.config import GatewayConfig
 from app.errors import GatewayError
-from app.http.fastpath import _unless_client_leaves, error_response
 from app.gateway import Gateway
+from app.http.fastpath import _unless_client_leaves, error_response
 from app.request import Endpoint
 from app.upstream.scripted import ScriptedTransport
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.config import RetryPolicy
+from app.dispatch.decide import Action, Situation, decide, is_poison
 from app.errors import (
     InvalidRequest,
     Overloaded,
@@ -13,7 +14,6 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from app.dispatch.decide import Action, Situation, decide, is_poison
 
 POLICY = RetryPolicy(max_attempts=3, backoff_base_s=0.1, backoff_max_s=1.0)
 

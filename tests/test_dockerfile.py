@@ -24,7 +24,7 @@ from tests.support import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 _STEP_LIMIT_S = 600
-_FORBIDDEN = re.compile(r"^(torch|triton|nvidia[-_].*|.*cuda.*|cupy.*|tensorrt.*)$", re.I)
+_FORBIDDEN = re.compile(r"^(torch|triton|nvidia[-_].*|.*cuda.*|cupy.*|tensorrt.*)$", re.IGNORECASE)
 
 
 def build_stage_runs(text: str) -> tuple[list[str], dict[str, str]]:
@@ -72,7 +72,6 @@ def image_install(tmp_path_factory) -> Path:
                PIP_CERT=os.environ.get("PIP_CERT", ""), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}")
     if not env["PIP_CERT"]:
         del env["PIP_CERT"]
-    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     runs = build_stage_runs(DOCKERFILE.read_text())
     assert runs, "the Dockerfile's build stage has no RUN"
     for command, stage_env in runs:

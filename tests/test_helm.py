@@ -127,7 +127,7 @@ def test_env_vars_are_defined_before_they_are_referenced(rendered):
 
 
 def test_service_pdb_and_hpa_point_at_the_gateway(rendered):
-    case, objects = rendered
+    _case, objects = rendered
     dep = gateway_deployment(objects)
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     selector = dep["spec"]["selector"]["matchLabels"]
@@ -146,7 +146,7 @@ def test_service_pdb_and_hpa_point_at_the_gateway(rendered):
 
 
 def test_service_monitor_scrapes_the_service(rendered):
-    case, objects = rendered
+    _case, objects = rendered
     for sm in by_kind(objects, "ServiceMonitor"):
         service = one(objects, "Service", f"{RELEASE}-slipstream")
         assert sm["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -223,7 +223,7 @@ def test_every_top_level_value_is_used():
 
 
 def test_deployment_is_hardened_and_probed(rendered):
-    case, objects = rendered
+    _case, objects = rendered
     pod = gateway_deployment(objects)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -49,7 +49,7 @@ def _closed_by_server(s: socket.socket, within: float) -> bool:
         while s.recv(65536):
             pass
         return True
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False
     except OSError:
         return True

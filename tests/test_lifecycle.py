@@ -30,9 +30,10 @@ def test_stream_that_never_started_frees_its_slot():
     t = ScriptedTransport(lambda name, n: Stream())
 
     async def scenario(gw):
+        import orjson
+
         from app import pipeline
         from tests.scripted import KEY
-        import orjson
 
         response = await pipeline.handle(gw, __import__("app.request").request.Endpoint.CHAT, orjson.dumps(STREAM),
                                          {"authorization": f"Bearer {KEY}"}, "/v1/chat/completions")
@@ -112,10 +113,11 @@ def test_hedging_answers_from_the_second_backend_when_the_first_is_late():
 
 def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slot():
     """Shutdown past its grace period cancels the response task: the client still gets an error event."""
+    import orjson
+
     from app import pipeline
     from app.request import Endpoint
     from tests.scripted import KEY
-    import orjson
 
     t = ScriptedTransport(lambda name, n: Stream(events=chunks("x" * 100), gap_s=0.01))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import httpx
@@ -52,7 +53,7 @@ def test_chunks_arrive_as_produced(client):
         model="slow", messages=[{"role": "user", "content": "t"}], max_tokens=8, stream=True, extra_body={"ignore_eos": True}
     )
     arrivals = [time.perf_counter() for c in stream if c.choices and c.choices[0].delta.content]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert len(arrivals) == 8
     assert sorted(gaps)[len(gaps) // 2] > 0.02
 
@@ -65,9 +66,7 @@ def test_client_disconnect_cancels_upstream(gateway, fleet):
         model="slow", messages=[{"role": "user", "content": "long"}], max_tokens=500, stream=True,
         extra_body={"ignore_eos": True},
     )
-    got = 0
-    for chunk in stream:
-        got += 1
+    for got, _chunk in enumerate(stream, 1):
         if got == 3:
             break
     assert sim_stats(port)["running"] == 1

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from app.config import RetryBudget, RetryPolicy
-from app.errors import (
-    InvalidRequest,
-    UpstreamProtocolError,
-    UpstreamStatus,
-    UpstreamTimeout,
-    UpstreamUnreachable,
-)
 from app.dispatch.decide import (
     RetryBudgetTracker,
     counts_against_backend,
     is_context_length,
     is_retryable,
     warrants_fallback,
+)
+from app.errors import (
+    InvalidRequest,
+    UpstreamProtocolError,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnreachable,
 )
 
 POLICY = RetryPolicy()

@@ -12,9 +12,9 @@ from app.config import TracingConfig
 from app.record import RequestRecord
 from app.request import Endpoint, parse_request
 from app.telemetry.tracing import Tracing, clamp_number
+from app.upstream.scripted import ScriptedTransport
 from tests.conftest import ACME_KEY, GLOBEX_KEY, gateway_config, start_gateway
 from tests.scripted import config, run
-from app.upstream.scripted import ScriptedTransport
 from tests.support import free_port, wait_until
 
 SAMPLED_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

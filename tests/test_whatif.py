@@ -32,7 +32,7 @@ def test_whatif_compares_policies(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "simulate", "--workload", str(workload), "--policy", a, "--policy", b,
                         "--out", str(tmp_path / "cmp")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| rr") or line.startswith("| pl")]
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("| rr", "| pl"))]
     assert len(rows) == 2
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import calendar
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 DAY_S = 86400
 
@@ -36,6 +36,6 @@ def period_of(now: float, period: str) -> tuple[str, float]:
     if period == "day":
         day = math.floor(now / DAY_S)
         return f"d{day}", (day + 1) * DAY_S
-    t = datetime.fromtimestamp(now, timezone.utc)
+    t = datetime.fromtimestamp(now, UTC)
     year, month = (t.year + 1, 1) if t.month == 12 else (t.year, t.month + 1)
     return f"m{t.year * 100 + t.month}", float(calendar.timegm((year, month, 1, 0, 0, 0)))

@@ -6,7 +6,7 @@ labels only from the two classes, so the series stay bounded whatever clients se
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -18,7 +18,7 @@ class AdmissionCounters:
         self.tenants = frozenset(tenants)
         self.requests: Counter[tuple[str, str, str]] = Counter()  # (tenant, priority class, result)
         self.limited_by: Counter[tuple[str, str]] = Counter()  # (tenant, limit kind)
-        self.wait_s: Counter[str] = Counter()  # tenant -> seconds spent in the wait queue
+        self.wait_s: defaultdict[str, float] = defaultdict(float)  # tenant -> seconds spent in the wait queue
         self.errors: Counter[str] = Counter()  # policy (open / closed / settle) -> limiter store failures
 
     def tenant_label(self, tenant: str) -> str:

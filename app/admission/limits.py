@@ -78,12 +78,12 @@ def _scope_checks(base: str, who: str, limits: ScopeLimits, alias: str) -> list[
 def _kinds(limits: Limits, override: Limits | None):
     for kind in (REQUESTS, TOKENS, CONCURRENT, BUDGET):
         value = _value(override, kind) if override is not None else None
-        source = override if value is not None else limits
+        source = override if override is not None and value is not None else limits
         value = _value(source, kind)
         if value is None:
             continue
         if kind == BUDGET:
-            yield kind, source.token_budget.tokens, source.token_budget.period
+            yield kind, value.tokens, value.period
         else:
             yield kind, value, ""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -102,7 +103,8 @@ class RedisLimiter:
         dynamic = bulk(mode) + bulk(request_id) + bulk(self.window_s) + bulk(self.lease_ttl_s) + bulk(tokens)
         return b"*%d\r\n" % (3 + 5 + 4 * len(checks)) + head + dynamic + triples
 
-    async def _eval(self, command: bytes) -> list:
+    async def _eval(self, command: bytes) -> Any:
+        assert self._resp is not None  # the lean client: set whenever the script path runs
         try:
             return await self._resp.call_encoded(command)
         except RespError as exc:
@@ -114,7 +116,7 @@ class RedisLimiter:
     async def aclose(self) -> None:
         if self._resp is not None:
             await self._resp.aclose()
-        else:
+        elif self._r is not None:
             await self._r.aclose()
 
 

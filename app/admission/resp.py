@@ -15,7 +15,6 @@ import ssl
 from collections import deque
 from urllib.parse import unquote, urlparse
 
-
 # Replies owed on one connection beyond which it is taken as stuck (a server that stopped answering)
 # and dropped, rather than left to grow a queue of calls that will all time out.
 _STUCK_AFTER = 256
@@ -45,13 +44,14 @@ class RespClient:
         self._connecting: asyncio.Future | None = None
         self._out: list[bytes] = []
 
-    async def call(self, *args: str | bytes | int | float) -> object:
+    async def call(self, *args: str | bytes | float) -> object:
         """Send one command and return its reply (bytes, int, list, None); raises RespError or RespConnectionError."""
         return await self.call_encoded(encode(args))
 
     async def call_encoded(self, command: bytes) -> object:
         """`call` for a command already in RESP (see `encode` and `bulk`)."""
-        writer = self._writer or await self._connect()
+        if self._writer is None:
+            await self._connect()
         future = asyncio.get_running_loop().create_future()
         self._pending.append(future)
         if not self._out:
@@ -99,6 +99,7 @@ class RespClient:
     async def _handshake(self, args: tuple) -> None:
         future = asyncio.get_running_loop().create_future()
         self._pending.append(future)
+        assert self._writer is not None  # called by _connect, after it opened the stream
         self._writer.write(encode(args))
         reply = await asyncio.wait_for(future, self._connect_timeout_s)
         if isinstance(reply, RespError):
@@ -141,7 +142,7 @@ def encode(args) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(map(bulk, args))
 
 
-def bulk(a: str | bytes | int | float) -> bytes:
+def bulk(a: str | bytes | float) -> bytes:
     b = a if type(a) is bytes else str(a).encode()
     return b"$%d\r\n%s\r\n" % (len(b), b)
 

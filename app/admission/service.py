@@ -56,7 +56,9 @@ class Admission:
         self._weights = {t: p.weight for t, p in limits.tenants.items()}
         self._checks: dict[tuple[str, str | None, str], tuple[Check, ...]] = {}
         self.counters = AdmissionCounters(configured_tenants)
+        self.limiter: RedisLimiter | LocalLimiter
         if limits.store == "redis":
+            assert limits.redis_url is not None  # the config's validator requires it for this store
             self.limiter = RedisLimiter(limits.redis_url, limits.key_prefix, limits.timeout_ms / 1000,
                                         limits.window_s, limits.lease_ttl_s)
         else:
@@ -98,7 +100,7 @@ class Admission:
                                  deadline.at if deadline.at is not None else math.inf,
                                  lambda what, waited, attrs: self._queue_note(record, label, priority, what, waited, attrs)))
         admitted = Admitted(priority)
-        checks = self.checks_for(tenant.name, getattr(tenant, "key_id", None), req.alias)
+        checks = self.checks_for(tenant.name, tenant.key_id, req.alias)
         if not checks:
             self.counters.count(label, priority.klass, "admitted")
             return admitted
@@ -111,16 +113,18 @@ class Admission:
                 return self._limiter_down(exc, admitted, label, record)
             if decision.admitted:
                 break
+            denied = decision.denied
+            assert denied is not None  # a refusal names its check
             wait = self._may_wait(decision, started, deadline)
             if wait is None:
-                self.counters.limited(label, priority.klass, decision.denied.kind)
+                self.counters.limited(label, priority.klass, denied.kind)
                 record.events.append(Event(time.perf_counter(), "ratelimit.limited", {
-                    "slipstream.ratelimit.limit": decision.denied.kind, "slipstream.ratelimit.scope": decision.denied.scope,
+                    "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.scope": denied.scope,
                     "slipstream.ratelimit.retry_after_s": round(decision.retry_after_s or 0.0, 3),
                     "slipstream.priority": priority.klass}))
                 raise rate_limited(decision, tokens)
             record.events.append(Event(time.perf_counter(), "ratelimit.wait", {
-                "slipstream.ratelimit.limit": decision.denied.kind, "slipstream.ratelimit.wait_s": round(wait, 3)}))
+                "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.wait_s": round(wait, 3)}))
             self.counters.count(label, priority.klass, "waited")
             await asyncio.sleep(wait)
         self.counters.count(label, priority.klass, "admitted")
@@ -129,7 +133,11 @@ class Admission:
         record.response_headers.update(ratelimit_headers(decision.states))
         loop = asyncio.get_running_loop()
         # The record stage may run in a worker thread (a JSON answer's background task): settle on the loop.
-        record.on_end.append(lambda r: loop.call_soon_threadsafe(self.settle, admitted, r))
+
+        def settle_on_loop(r: RequestRecord) -> None:
+            loop.call_soon_threadsafe(self.settle, admitted, r)
+
+        record.on_end.append(settle_on_loop)
         return admitted
 
     def _may_wait(self, decision: Decision, started: float, deadline) -> float | None:
@@ -226,7 +234,7 @@ class Admission:
 
 def _state_view(s: CheckState) -> dict:
     c = s.check
-    view = {"limit": c.limit}
+    view: dict[str, int | float | str] = {"limit": c.limit}
     if c.kind == "concurrent_requests":
         view["in_use"] = int(c.limit - s.remaining)
     elif c.kind == "token_budget":

@@ -83,7 +83,7 @@ class WaitQueue:
             key = (w.level, self._start(w) if self.fair else 0.0, w.deadline, w.seq)
             if best_key is None or key < best_key:
                 best, best_key = w, key
-        if best is None:
+        if best is None or best_key is None:
             self._waiting = [w for w in self._waiting if not w.future.done()]
             return None
         self._waiting.remove(best)

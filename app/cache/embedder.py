@@ -104,8 +104,8 @@ class Embedder:
         """Load the model (in the worker thread, building the graph if needed) and start batching."""
         loop = asyncio.get_running_loop()
         cfg = self.config
-        self._encoder = await loop.run_in_executor(self._pool, OnnxEncoder, cfg.quantization, cfg.threads)
-        await loop.run_in_executor(self._pool, self._encoder.encode, ["warm up"])
+        self._encoder = encoder = await loop.run_in_executor(self._pool, OnnxEncoder, cfg.quantization, cfg.threads)
+        await loop.run_in_executor(self._pool, encoder.encode, ["warm up"])
         self._queue = asyncio.Queue()
         self._worker = loop.create_task(self._run())
 
@@ -125,13 +125,14 @@ class Embedder:
         except TimeoutError:
             self.timeouts += 1
             return None
-        except Exception:
+        except Exception:  # noqa: BLE001 - any model failure is a miss for this lookup, counted
             self.failures += 1
             return None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        queue = self._queue
+        queue, encoder = self._queue, self._encoder
+        assert queue is not None and encoder is not None, "started by Embedder.start()"
         wait = self.config.batch_wait_ms / 1000
         while True:
             batch = [await queue.get()]
@@ -143,8 +144,8 @@ class Embedder:
             if not batch:
                 continue
             try:
-                vectors = await loop.run_in_executor(self._pool, self._encoder.encode, [t for t, _ in batch])
-            except Exception as exc:  # a model failure fails these lookups, not the worker
+                vectors = await loop.run_in_executor(self._pool, encoder.encode, [t for t, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - a model failure fails these lookups, not the worker
                 for _, f in batch:
                     if not f.done():
                         f.set_exception(exc)

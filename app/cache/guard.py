@@ -27,11 +27,9 @@ _CURRENCY = re.compile(r"([$€£¥])\s*(\d[\d,.]*)")
 _CURRENCY_NAMES = {"$": "dollars", "€": "euros", "£": "pounds", "¥": "yen"}
 _TOKEN = re.compile(r"\d+(?:[.,:]\d+)*(?:am|pm)?|[^\W\d_]+")
 _DOUBLE_L = frozenset(
-    "cancelled cancelling travelled travelling traveller travellers labelled labelling modelled modelling "
-    "fuelled fuelling levelled levelling signalled signalling totalled channelled dialled dialling equalled "
-    "tunnelled counselling counsellor marvelled quarrelled".split()
+    ["cancelled", "cancelling", "travelled", "travelling", "traveller", "travellers", "labelled", "labelling", "modelled", "modelling", "fuelled", "fuelling", "levelled", "levelling", "signalled", "signalling", "totalled", "channelled", "dialled", "dialling", "equalled", "tunnelled", "counselling", "counsellor", "marvelled", "quarrelled"]
 )
-_NEGATIONS = frozenset("not no never without none nothing nobody neither nor".split())
+_NEGATIONS = frozenset(["not", "no", "never", "without", "none", "nothing", "nobody", "neither", "nor"])
 # Reasons no second opinion may overrule: a number, a negation or a role (direction) that differs is
 # a different question whatever a judge says. "words" and "order" are where the guard is unsure.
 HARD_REASONS = frozenset({"number", "negation", "role"})
@@ -253,7 +251,7 @@ def vocab_rank() -> dict[str, int]:
         from app.cache.onnx_export import source_dir
 
         lines = (source_dir() / "vocab.txt").read_text(encoding="utf-8").split("\n")
-    except Exception:  # the model package is not installed: no word counts as filler
+    except Exception:  # noqa: BLE001 - the model package is not installed: no word counts as filler
         return {}
     return {w: i for i, w in enumerate(lines) if w.isalpha() and w.isascii()}
 
@@ -265,7 +263,7 @@ def known_words() -> frozenset[str]:
         from app.cache.onnx_export import source_dir
 
         lines = (source_dir() / "vocab.txt").read_text(encoding="utf-8").split()
-    except Exception:  # the model package is not installed: typos simply do not match
+    except Exception:  # noqa: BLE001 - the model package is not installed: typos simply do not match
         return frozenset()
     return frozenset(w for w in lines if w.isalpha() and w.isascii())
 

@@ -39,6 +39,8 @@ def judge_messages(cached: str, query: str) -> list[dict]:
 
 def parse_verdict(body: dict | None) -> bool | None:
     """True for yes, False for no, None for anything else (which the judge treats as no)."""
+    if body is None:
+        return None
     try:
         text = body["choices"][0]["message"]["content"] or ""
     except (KeyError, IndexError, TypeError):
@@ -86,7 +88,7 @@ class LlmJudge:
             return Verdict(False, "timeout")
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception:  # noqa: BLE001 - counted as an error, apart from refusals
             self.errors += 1
             return Verdict(False, "error")
         verdict = parse_verdict(reply)
@@ -123,6 +125,6 @@ def gateway_ask(gw) -> AskFn:
                 return None
             return orjson.loads(reply.body)
         finally:
-            dispatched.lease.release()
+            dispatched.owner.end()
 
     return ask

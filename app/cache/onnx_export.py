@@ -127,7 +127,7 @@ def build_graph(w: dict[str, np.ndarray]):
     nodes, inits = [], []
     counter = iter(range(10**6))
 
-    def const(arr: np.ndarray, name: str | None = None) -> str:
+    def const(arr: np.ndarray | np.floating, name: str | None = None) -> str:
         name = name or f"c{next(counter)}"
         inits.append(numpy_helper.from_array(np.asarray(arr), name))
         return name
@@ -147,7 +147,7 @@ def build_graph(w: dict[str, np.ndarray]):
 
     hidden = w["embeddings.word_embeddings.weight"].shape[1]
     head_dim = hidden // _HEADS
-    i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    i64 = lambda *v: np.array(v, dtype=np.int64)
 
     # Embeddings: word + position + token type 0 (single-segment input), then LayerNorm.
     seq_len = op("Gather", op("Shape", "input_ids"), const(i64(1)), axis=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 import numpy as np
 import redis.asyncio as redis
@@ -27,7 +28,7 @@ DIM = 384
 
 def connect(url: str, timeout_s: float) -> redis.Redis | RedisCluster:
     """A client for redis://, rediss://, redis+cluster:// or redis+sentinel://h:p[,h:p]/service[/db] URLs."""
-    opts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "decode_responses": False}
+    opts: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "decode_responses": False}
     if url.startswith("redis+cluster://"):
         return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **opts)
     if url.startswith("redis+sentinel://"):
@@ -42,9 +43,9 @@ def connect(url: str, timeout_s: float) -> redis.Redis | RedisCluster:
 
 class RedisStore:
     # Errors that mean "Redis is not there" (as opposed to a bad command): the cache skips it briefly.
-    OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+    OUTAGE_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
-    def __init__(self, client: redis.Redis, prefix: str, model_id: str, dim: int = DIM, write_client=None) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster, prefix: str, model_id: str, dim: int = DIM, write_client=None) -> None:
         self._r = client
         # Writes run off the request path with a longer timeout than lookups: their own connections.
         self._w = write_client or client
@@ -57,7 +58,7 @@ class RedisStore:
         self._index_ready = False
 
     async def get(self, key: str) -> bytes | None:
-        return await self._r.get(self._prefix + "x:" + key)
+        return await self._r.get(self._prefix + "x:" + key)  # type: ignore[return-value]  # decode_responses=False
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         await self._r.set(self._prefix + "x:" + key, value, px=max(1, int(ttl_s * 1000)))
@@ -104,7 +105,7 @@ class RedisStore:
     async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None:
         await self.ensure_index()
         key = f"{self._sem_prefix}{scope[:16]}:{uuid.uuid4().hex}"
-        mapping = {"scope": scope, "vec": vector.astype(np.float32).tobytes(), "query": query, "answer": answer}
+        mapping: dict[Any, Any] = {"scope": scope, "vec": vector.astype(np.float32).tobytes(), "query": query, "answer": answer}
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=mapping)
             pipe.pexpire(key, max(1, int(ttl_s * 1000)))

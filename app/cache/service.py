@@ -158,11 +158,12 @@ class Cache:
         return None
 
     async def _semantic_lookup(self, plan: CachePlan, deadline) -> Hit | None:
-        q = plan.semantic
+        q, embedder = plan.semantic, self.embedder
+        assert q is not None and embedder is not None  # planned only when the alias's semantic cache is on
         policy = plan.policy.semantic
         t0 = time.perf_counter()
         left = (lambda: deadline.remaining()) if deadline is not None else (lambda: float("inf"))
-        plan.vector = await self.embedder.embed(q.text, min(self.config.embedding.timeout_ms / 1000, left()))
+        plan.vector = await embedder.embed(q.text, min(self.config.embedding.timeout_ms / 1000, left()))
         plan.embed_s = time.perf_counter() - t0
         if plan.vector is None:
             self.stats.embed_timeouts += 1
@@ -182,7 +183,7 @@ class Cache:
             cached, history = parse_stored(n.query)
             ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left)
             if not ok:
-                if by.startswith("guard:"):
+                if by is not None and by.startswith("guard:"):
                     self.stats.guard_rejections += 1
                 else:
                     self.stats.judge_rejections += 1
@@ -225,8 +226,10 @@ class Cache:
         memo = self._turn_vectors
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
+            embedder = self.embedder
+            assert embedder is not None  # only a semantic lookup compares turns
             timeout = min(self.config.embedding.timeout_ms / 1000, left())
-            got = await asyncio.gather(*(self.embedder.embed(t, timeout) for t in todo))
+            got = await asyncio.gather(*(embedder.embed(t, timeout) for t in todo))
             if any(v is None for v in got):
                 self.stats.embed_timeouts += 1
                 return None
@@ -277,7 +280,7 @@ class Cache:
             ttl = plan.ttl_s or plan.policy.exact.ttl_s
             entry = CachedAnswer(body, now, now + ttl).to_bytes()
             self.writer.submit(WriteOp(entry, ttl + plan.policy.stale_s, key=plan.exact_key))
-        if plan.semantic is not None:
+        if plan.semantic is not None and self.embedder is not None:
             ttl = plan.ttl_s or plan.policy.semantic.ttl_s
             # The lookup's vector, or (when that embedding was late) one made now, off the request's path.
             vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text, 10.0)
@@ -296,7 +299,7 @@ class Cache:
                 result = await coro
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a store failure is a miss, counted; never the request's error
             self._note_store_result(False, exc)
             return None
         self._note_store_result(True, None)
@@ -309,7 +312,7 @@ class Cache:
             return
         self.stats.errors += 1
         now = time.monotonic()
-        if isinstance(exc, getattr(self.store, "OUTAGE_ERRORS", (OSError, TimeoutError))):
+        if isinstance(exc, self.store.OUTAGE_ERRORS):
             self._failures_in_a_row += 1
             if self._failures_in_a_row >= self.config.skip_after_failures:
                 self._down_until = now + self.config.skip_for_s
@@ -358,10 +361,11 @@ def _threshold(value: str | None, default: float) -> float:
 
 def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
     """The configured store, and the embedding model only when some alias uses the semantic cache."""
+    store: CacheStore
     if config.store == "redis":
-        from app.cache.redis_store import RedisStore, connect
-
+        assert config.redis_url is not None  # the config's validator requires it for this store
         from app.cache.embedder import model_id
+        from app.cache.redis_store import RedisStore, connect
 
         client = connect(config.redis_url, config.timeout_ms / 1000)
         writes = connect(config.redis_url, config.write_timeout_ms / 1000)

@@ -22,6 +22,9 @@ class Neighbour:
 class CacheStore(Protocol):
     """Both stores expire entries at an absolute time: a hit never extends an entry's life."""
 
+    # Errors that mean "the store is not there" (as opposed to a bad command): the cache skips it briefly.
+    OUTAGE_ERRORS: tuple[type[BaseException], ...]
+
     async def get(self, key: str) -> bytes | None: ...
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
@@ -41,6 +44,8 @@ class CacheStore(Protocol):
 
 class MemoryStore:
     """Dicts and numpy arrays in this process, bounded by entry count (oldest evicted first)."""
+
+    OUTAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, TimeoutError)
 
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries

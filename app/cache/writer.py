@@ -82,7 +82,7 @@ class StoreWriter:
                     await self._store.write_batch(batch)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any store failure is retried, then counted as dropped
                 self._on_result(False, exc)
                 if attempt + 1 < self._attempts:
                     self.stats.retries += 1

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class Attempt:
     """The owner of one upstream attempt (was AttemptOwner): see the module docstring."""
 
-    __slots__ = ("lease", "record", "result", "_router", "_events", "_prompt_hint", "_blocks", "ended")
+    __slots__ = ("_blocks", "_events", "_prompt_hint", "_router", "ended", "lease", "record", "result")
 
     def __init__(self, router: Router, lease: Lease, record: AttemptRecord, events: list[Event],
                  prompt_hint: int = 0, blocks: PromptBlocks | None = None) -> None:

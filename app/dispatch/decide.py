@@ -17,8 +17,8 @@ from app.config import RetryBudget, RetryPolicy
 from app.errors import (
     GatewayError,
     NoBackendAvailable,
-    UpstreamMisconfigured,
     Overloaded,
+    UpstreamMisconfigured,
     UpstreamProtocolError,
     UpstreamStatus,
     UpstreamTimeout,

@@ -10,19 +10,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from app.record import Event, RequestRecord
 from app.dispatch.decide import RetryBudgetTracker
+from app.record import Event, RequestRecord
+
+T = TypeVar("T")
 
 
 async def hedged(
-    attempt: Callable[[frozenset[str]], Awaitable],
+    attempt: Callable[[frozenset[str]], Awaitable[T]],
     delay_s: float,
     budget: RetryBudgetTracker,
     record: RequestRecord,
-    close: Callable[[object], None],
+    close: Callable[[T], None],
     tried: list[str],
-):
+) -> T:
     """Run `attempt()`; if it has not answered after `delay_s`, also run `attempt(avoid={its backend})`.
 
     Every attempt that answers but does not win is handed to `close`, on every path (cancellation too).
@@ -53,6 +56,7 @@ async def hedged(
                 record.events.append(Event(time.perf_counter(), "hedge.won", {"slipstream.winner": "second" if won is second else "first"}))
                 tasks.remove(won)  # the caller owns the winner; every other task is closed below
                 return won.result()
+        assert error is not None  # every task ended without a winner, so one failed
         raise error  # both failed: the first failure speaks for them
     finally:
         for t in tasks:

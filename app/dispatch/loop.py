@@ -14,22 +14,23 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-from app.config import ModelAlias
-from app.deadline import NO_DEADLINE, Deadline
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
-from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
-from app.dispatch.hedge import hedged
+from app.config import ModelAlias
+from app.deadline import NO_DEADLINE, Deadline
 from app.dispatch.attempt import Attempt
+from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
+from app.dispatch.hedge import hedged
+from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
-from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
 from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import PREFIX_STRATEGIES, RouteContext
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall
+
 
 @dataclass(slots=True)
 class Dispatched:
@@ -89,13 +90,15 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
             except GatewayError as err:
                 errors[alias] = err
                 spec = models[alias]
-                target = spec.context_fallback
-                if target is not None and (target in chain[: i + 1] or not _may(allowed, target, models)):
-                    target = None
+                # Not `target` (the latency target above): the alias a context overflow falls back to.
+                context_fallback = spec.context_fallback
+                if context_fallback is not None and (context_fallback in chain[: i + 1]
+                                                     or not _may(allowed, context_fallback, models)):
+                    context_fallback = None
                 situation = Situation(
                     attempts, spec.retry, deadline.remaining(), gw.budget.can_spend(),
                     any(s.name not in failed for s in gw.router.candidates(alias)), gw.router.all_limited(alias),
-                    nxt, target, random.random(),
+                    nxt, context_fallback, random.random(),
                 )
                 d = decide(err, situation)
                 if d.action in (Action.RETRY_SAME, Action.RETRY_OTHER):
@@ -108,6 +111,7 @@ async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRe
                 if d.action is not Action.FALL_BACK:
                     raise _final_error(list(errors.items())) from None
                 reason = d.reason
+                assert d.target is not None  # decide names the alias of every fall-back
                 _note_fallback(record, alias, d.target, reason)
                 if d.target != nxt:
                     chain.insert(i + 1, d.target)
@@ -184,7 +188,10 @@ def _order_wait_by_target(gw, ctx: RouteContext, alias: str) -> None:
     """A TTFT target is a deadline for the first token: the wait queue orders slot waits by it (within
     a priority level) like an x-slipstream-timeout-ms deadline."""
     qc = QUEUE_CONTEXT.get()
-    ttft = with_policy(ctx, gw.config.models[alias]).target.ttft_s if qc is not None else None
+    if qc is None:
+        return
+    target = with_policy(ctx, gw.config.models[alias]).target
+    ttft = target.ttft_s if target is not None else None
     if ttft is not None:
         qc.deadline = min(qc.deadline, time.monotonic() + ttft)
 

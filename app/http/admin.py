@@ -16,8 +16,8 @@ from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthor
 from app.request import Endpoint, parse_request
 from app.routing.predict import estimate
 from app.routing.prefix_routing import PrefixMatch
-from app.routing.slo import from_headers as latency_target
 from app.routing.prefix_routing import match as prefix_match
+from app.routing.slo import from_headers as latency_target
 
 router = APIRouter(prefix="/admin")
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from starlette.applications import Starlette
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app import pipeline
+from app.admission.auth import duplicate_authorization
 from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
-from app.admission.auth import duplicate_authorization
 from app.errors import GatewayError, PayloadTooLarge
 from app.relay.loop import wait_for_disconnect
 from app.request import Endpoint
@@ -41,7 +42,7 @@ ROUTES = {
 class FastPath:
     """Serves ROUTES itself with the gateway that `app.state.gateway` holds once started."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: Starlette, max_body_bytes: int) -> None:
         self.app = app
         self._limit = max_body_bytes
 
@@ -73,6 +74,7 @@ async def _unless_client_leaves(call, receive: Receive) -> Response | None:
     The call runs in this task (one watcher task per request, not two): the watcher cancels it.
     """
     task = asyncio.current_task()
+    assert task is not None  # called from the request's own task
     state = [False, False]  # [call finished, client gone]
 
     def on_disconnect(watch: asyncio.Future) -> None:

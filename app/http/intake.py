@@ -76,13 +76,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # reading a request's head (request line and headers)
         self._head_bytes = 0
         self._in_body = False
+        # One idle set per server, kept on uvicorn's per-server state (which has no slot for it).
         idle = getattr(self.server_state, "slipstream_idle", None)
         if idle is None:
-            idle = self.server_state.slipstream_idle = {}  # insertion-ordered: the first is the oldest
+            idle = self.server_state.slipstream_idle = {}  # type: ignore[attr-defined]  # insertion-ordered
         self._idle: dict[BoundedHttpToolsProtocol, None] = idle
 
     # connections
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         if len(self.connections) > self._limits.connection_cap():
             if self._idle:
@@ -144,10 +145,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # limits
     def _head_timeout(self) -> None:
         self._timer = None
-        if self._in_head and not self.transport.is_closing():
-            if self._head_bytes or self.cycle is None:
-                self._reject(408, f"request headers not received within {self._limits.header_timeout_s:g}s",
-                             "request_timeout")
+        if self._in_head and not self.transport.is_closing() and (self._head_bytes or self.cycle is None):
+            self._reject(408, f"request headers not received within {self._limits.header_timeout_s:g}s",
+                         "request_timeout")
 
     def _body_timeout(self) -> None:
         self._timer = None

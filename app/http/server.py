@@ -13,14 +13,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app.http import admin, intake
-from app.http.console import routes as console
-from app.http.admin import require_ops_key
 from app.admission.auth import authorization_of
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
-from app.http.fastpath import FastPath, error_response
 from app.gateway import Gateway
+from app.http import admin, intake
+from app.http.admin import require_ops_key
+from app.http.console import routes as console
+from app.http.fastpath import FastPath, error_response
 from app.reload import Reloader
 from app.telemetry.metrics import Metrics
 

@@ -43,7 +43,7 @@ class ModelName:
     client asked for (as a cache hit does), not whatever the backend calls it (llama.cpp without --alias:
     its GGUF path)."""
 
-    __slots__ = ("_result", "_alias", "_format", "_rename", "_seen")
+    __slots__ = ("_alias", "_format", "_rename", "_result", "_seen")
 
     def __init__(self, result: RelayResult, alias: str | None, fmt: StreamFormat) -> None:
         self._result, self._alias, self._format = result, alias, fmt
@@ -67,7 +67,7 @@ class BackendReports:
     """Hands the backend's own report in a chunk (llama.cpp's timings, cached tokens) to `report`, as the
     backend's adapter reads it (the attempt's owner keeps it: app.dispatch.attempt)."""
 
-    __slots__ = ("_report", "_adapter")
+    __slots__ = ("_adapter", "_report")
 
     def __init__(self, report: Callable[[BackendReport], None], adapter) -> None:
         self._report, self._adapter = report, adapter
@@ -126,7 +126,7 @@ class CaptureAnswer:
     """Content capture for a stream: the answer as the client got it, in `answer` once the relay ended
     (complete or not). Only in the chain while content capture is on."""
 
-    __slots__ = ("assembler", "answer")
+    __slots__ = ("answer", "assembler")
 
     def __init__(self, chat: bool) -> None:
         self.assembler = StreamAssembler(chat)
@@ -144,7 +144,7 @@ class FinishReasons:
     """Collects each choice's finish reason; a stream the backend closed without [DONE] is complete only
     if all `choices` finished (n > 1 asks for several)."""
 
-    __slots__ = ("_reasons", "_format", "_choices")
+    __slots__ = ("_choices", "_format", "_reasons")
 
     def __init__(self, result: RelayResult, fmt: StreamFormat, choices: int = 1) -> None:
         self._reasons, self._format, self._choices = result.finish_reasons, fmt, choices
@@ -170,7 +170,7 @@ class UsageFilter:
     that asked gets `extension()` (the gateway's timing summary) in the usage, when given.
     """
 
-    __slots__ = ("_result", "_format", "_wanted", "_extension", "_held")
+    __slots__ = ("_extension", "_format", "_held", "_result", "_wanted")
 
     def __init__(self, result: RelayResult, fmt: StreamFormat, client_wants_usage: bool,
                  extension: Callable[[], dict] | None = None) -> None:

@@ -42,7 +42,7 @@ class Relay:
     Closing the upstream is not the relay's job: the attempt's owner does it (app.dispatch.attempt).
     """
 
-    __slots__ = ("stream", "filters", "result", "format", "_flushers", "_checks")
+    __slots__ = ("_checks", "_flushers", "filters", "format", "result", "stream")
 
     def __init__(self, stream: EventStream, filters: tuple[Filter, ...], result: RelayResult | None = None,
                  fmt: StreamFormat = OPENAI_SSE) -> None:
@@ -180,7 +180,7 @@ class SSEResponse(Response):
 
 
 class _SendState:
-    __slots__ = ("started", "ended", "tail")
+    __slots__ = ("ended", "started", "tail")
 
     def __init__(self) -> None:
         self.started = self.ended = False
@@ -197,7 +197,7 @@ async def _end_with_error(send: Send, state: _SendState) -> None:
         async with asyncio.timeout(1.0):
             await send({"type": "http.response.body", "body": body, "more_body": False})
         state.ended = True
-    except Exception:  # the connection is going away anyway
+    except Exception:  # noqa: BLE001, S110 - the connection is going away anyway
         pass
 
 
@@ -212,7 +212,7 @@ def header_value(value: str) -> bytes:
 
 def safe_headers(headers: dict[str, str]) -> dict[str, str]:
     """The headers with every value latin-1 safe (for starlette's Response, which encodes them)."""
-    for k, v in headers.items():
+    for v in headers.values():
         if not v.isascii():
             return {k: header_value(v).decode("latin-1") for k, v in headers.items()}
     return headers

@@ -22,7 +22,7 @@ class BreakerState(Enum):
 class Breaker:
     """Ejects a backend after consecutive failures or a high error rate; readmits it through one probe."""
 
-    __slots__ = ("config", "state", "open_until", "trips", "_consecutive", "_window", "_probing", "on_change")
+    __slots__ = ("_consecutive", "_probing", "_window", "config", "on_change", "open_until", "state", "trips")
 
     def __init__(self, config: BreakerConfig, on_change=None) -> None:
         self.config = config

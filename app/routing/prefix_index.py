@@ -83,7 +83,8 @@ class PromptBlocks:
 
 def prompt_blocks(body: dict) -> PromptBlocks:
     text = canonical_text(body)
-    keys, prev = [], b""
+    keys: list[bytes] = []
+    prev = b""
     for start in range(0, len(text), BLOCK_CHARS):
         chunk = text[start:start + BLOCK_CHARS]
         if len(chunk) < BLOCK_CHARS and keys:
@@ -182,7 +183,7 @@ class BackendPrefixes:
             self._blocks.popitem(last=False)
         # Expired entries at the old end go too, so an idle index does not hold memory.
         while self._blocks:
-            key, e = next(iter(self._blocks.items()))
+            e = next(iter(self._blocks.values()))
             if now - e.seen <= self.ttl_s:
                 break
             self._blocks.popitem(last=False)

@@ -9,19 +9,19 @@ from dataclasses import dataclass, field
 
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.wait_queue import Waiter, WaitQueue
-from app.config import BreakerConfig, ModelAlias
+from app.config import BackendConfig, BreakerConfig, ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
+from app.dispatch.decide import counts_against_backend, retry_after_s
 from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus, UpstreamTimeout
 from app.record import RouteDecision
-from app.dispatch.decide import counts_against_backend, retry_after_s
 from app.routing.health import Breaker, BreakerState
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
 from app.routing.predict import Estimate, InflightBook, estimate, predict
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixMatch, burst_wait_s
-from app.routing.slo import best_fit
 from app.routing.prefix_routing import match as prefix_match
+from app.routing.slo import best_fit
 from app.routing.strategies import RouteContext, Strategy, make_strategy
 from app.upstream.client import Backend
 
@@ -71,8 +71,20 @@ class _Alias:
 class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
-    __slots__ = ("state", "_router", "_released", "scores", "estimate", "_ticket", "prefix", "burst_wait_s",
-                 "_keys", "_uncached", "_prefilled", "_prefilling")
+    __slots__ = (
+        "_keys",
+        "_prefilled",
+        "_prefilling",
+        "_released",
+        "_router",
+        "_ticket",
+        "_uncached",
+        "burst_wait_s",
+        "estimate",
+        "prefix",
+        "scores",
+        "state",
+    )
 
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
                  scores: dict[str, float] | None = None) -> None:
@@ -96,6 +108,7 @@ class Lease:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
+            assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
             self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
@@ -187,10 +200,9 @@ def slot_scoped_cache(state: BackendState) -> bool:
     return state.backend.adapter.prompt_cache_per_slot
 
 
-def prefixes_for(config) -> BackendPrefixes:
+def prefixes_for(config: BackendConfig) -> BackendPrefixes:
     """A backend's prefix index, bounded by its configured cache size (else a default, then learned)."""
-    size = getattr(config, "prefix_cache_tokens", None)
-    ttl = getattr(config, "prefix_ttl_s", 120.0)
+    size, ttl = config.prefix_cache_tokens, config.prefix_ttl_s
     return BackendPrefixes(float(size), ttl, fixed_capacity=True) if size else BackendPrefixes(ttl_s=ttl)
 
 
@@ -209,7 +221,7 @@ class Router:
         latency = latency if latency is not None else {name: LatencyModel() for name in backends}
         prefixes = prefixes if prefixes is not None else {name: prefixes_for(b.config) for name, b in backends.items()}
         self.states = {
-            name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], getattr(b.config, "weight", 1.0),
+            name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], b.config.weight,
                                prefixes=prefixes[name])
             for name, b in backends.items()
         }
@@ -288,6 +300,7 @@ class Router:
             ctx = ctx or RouteContext()
             choice = self.decide(alias, ctx, usable=free, take_turn=True)
             state = choice.state
+            assert state is not None  # decide over a non-empty pool always picks one
             lease = Lease(self, state, ctx, state.inflight, choice.scores)
             state.inflight += 1
             state.breaker.on_chosen(now)
@@ -304,7 +317,7 @@ class Router:
         queued_at = time.monotonic()
         wait_s = deadline.cap(self._queue_timeout_s)
         try:
-            state = await asyncio.wait_for(waiter.future, wait_s)
+            handed: BackendState = await asyncio.wait_for(waiter.future, wait_s)
         except BaseException as exc:
             # A slot handed over in the same instant as a timeout or a client disconnect is given back.
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
@@ -326,11 +339,11 @@ class Router:
                 ) from None
             raise
         if qc is not None and qc.note is not None:
-            qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": state.name})
+            qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": handed.name})
         ctx = ctx or RouteContext()
         ctx.now = time.monotonic()
         # The slot was handed over with this request already counted in flight.
-        return Lease(self, state, ctx, state.inflight - 1)
+        return Lease(self, handed, ctx, handed.inflight - 1)
 
     def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
         """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""

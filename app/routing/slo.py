@@ -83,7 +83,7 @@ def best_fit(pool: Sequence[BackendState], ctx: RouteContext, chosen: int) -> tu
 
 
 def _cost(c: BackendState) -> float:
-    return getattr(c.backend.config, "cost", 1.0)
+    return c.backend.config.cost
 
 
 def _s(ms: float | None) -> float | None:

@@ -7,7 +7,7 @@ score's meaning depends on the strategy (a turn, an in-flight count, seconds).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from app.config import PrefixPolicy
     from app.routing.prefix_index import PromptBlocks
     from app.routing.prefix_routing import PrefixMatch
-    from app.routing.slo import LatencyTarget
     from app.routing.router import BackendState
+    from app.routing.slo import LatencyTarget
 
 
 @dataclass(slots=True)
@@ -177,8 +177,10 @@ def make_strategy(name: str) -> Strategy:
         from app.routing.prefix_routing import PrefixAware
 
         return PrefixAware()
-    return {"round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
-            "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}[name]()
+    made: dict[str, Callable[[], Strategy]] = {
+        "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
+        "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
+    return made[name]()
 
 
 STRATEGY_NAMES = ("latency_aware", "round_robin", "weighted", "least_inflight", "lowest_latency", "predicted_latency")

@@ -142,7 +142,7 @@ class RecentRequests:
 
     def newest(self, n: int) -> list[Entry]:
         """Up to `n` entries, newest first."""
-        out = []
+        out: list[Entry] = []
         for entry in reversed(self._ring):
             if len(out) >= n:
                 break

@@ -57,14 +57,12 @@ def build_exporter(config: TracingConfig) -> SpanExporter | None:
         return ConsoleSpanExporter()
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", config.protocol))
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter,
-        )
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter,
-        )
-    return OTLPSpanExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+
+        return Grpc()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
+    return Http()
 
 
 class Tracing:
@@ -75,7 +73,7 @@ class Tracing:
             "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").lower() == "true"
         exporter = exporter if exporter is not None else (build_exporter(config) if config.enabled else None)
         self.enabled = exporter is not None
-        if not self.enabled:
+        if exporter is None:
             return
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", config.service_name)})
         # OTEL_TRACES_SAMPLER, when set, wins (the SDK reads it); otherwise the configured ratio.

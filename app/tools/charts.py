@@ -4,6 +4,7 @@ ticks, light grid lines, labelled axes, and a legend beside the plot, never over
 from __future__ import annotations
 
 import html
+import itertools
 import math
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -81,15 +82,15 @@ def line_chart(title: str, xlabel: str, ylabel: str, series: dict[str, list[tupl
     def sy(v: float) -> float:
         return bottom - (v - yt[0]) / (yt[-1] - yt[0]) * _PLOT_H
 
-    out = [f'<svg width="{width:.0f}" height="{height}" viewBox="0 0 {width:.0f} {height}" '
-           f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="{_FONT}" role="img">',
+    out = [(f'<svg width="{width:.0f}" height="{height}" viewBox="0 0 {width:.0f} {height}" '
+            f'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="{_FONT}" role="img">'),
            f"<title>{html.escape(title)}</title>"]
     ystep = yt[1] - yt[0] if len(yt) > 1 else 1.0
     for v in yt:
         y = sy(v)
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + _PLOT_W}" y2="{y:.1f}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">{tick_label(v, ystep)}</text>')
-    xstep = min((b - a for a, b in zip(xt, xt[1:])), default=1.0)
+    xstep = min((b - a for a, b in itertools.pairwise(xt)), default=1.0)
     for v in xt:
         x = sx(v)
         out.append(f'<line x1="{x:.1f}" y1="{_PAD_T}" x2="{x:.1f}" y2="{bottom}" stroke="#f0f0f0"/>')

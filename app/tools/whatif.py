@@ -20,9 +20,10 @@ import aiohttp
 import orjson
 import uvicorn
 
-from app.tools.charts import CSS, line_chart
 from app.config import GatewayConfig, load_config
 from app.http.server import create_app
+from app.ports import free_port
+from app.tools.charts import CSS, line_chart
 from app.tools.simulator.fleet import start_fleet
 
 
@@ -69,7 +70,7 @@ async def replay(policy_path: str, workload: list[Arrival]) -> PolicyRun:
     if config.simulator is None or not config.simulator.backends:
         raise ValueError(f"{policy_path}: a policy needs a simulator section (the fleet to replay against)")
     runners = await start_fleet(config.simulator)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
     while not server.started:
@@ -159,14 +160,6 @@ def _q(values: list[float], q: float) -> float:
 
 def _p(values: list[float], q: float) -> str:
     return f"{_q(values, q) * 1000:.0f}" if values else "-"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_whatif(workload_path: str, policies: list[str], out: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass
+from typing import Literal
 
 import aiohttp
 from yarl import URL
@@ -118,7 +119,7 @@ class map_transport_errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError)):
             return False
         name = self._name

@@ -12,9 +12,9 @@ import time
 
 import orjson
 
-from app.upstream.assemble import StreamAssembler
 from app.errors import UpstreamProtocolError
 from app.upstream.adapters import NO_REPORT
+from app.upstream.assemble import StreamAssembler
 from app.upstream.attempt import EventStream, JsonReply, json_object
 from app.upstream.sse import DONE, event_data
 

@@ -61,7 +61,7 @@ class Stream:
     """An event stream: first event after `delay_s`, then one every `gap_s`; `cut` breaks it after its
     chunks (no [DONE]); `done=False` ends it cleanly without [DONE]."""
 
-    events: list[dict | bytes] = field(default_factory=chunks)
+    events: list[dict | bytes] = field(default_factory=lambda: list[dict | bytes](chunks()))
     delay_s: float = 0.0
     gap_s: float = 0.0
     done: bool = True
@@ -146,6 +146,7 @@ class ScriptedTransport:
             return JsonReply(backend, 200, body, dict(step.headers), timing, data=json_object(body, backend))
         if not call.stream:
             raise UpstreamProtocolError(f"backend {backend.name} streamed an answer that was not asked for")
+        assert isinstance(step, Stream)  # a Hang never gets past its delay
         timing.first_event = time.perf_counter()
         self.open_streams += 1
         return ScriptedStream(backend, dict(step.headers), timing, step, self, time.monotonic() + total, t.idle_s)

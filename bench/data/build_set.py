@@ -26,8 +26,7 @@ BASES = HERE / "semantic_bases.txt"
 OUT = HERE / "semantic_set.jsonl"
 
 _BRACKET = re.compile(r"\[([^\]|]*)\|([^\]:]*):(\w+)\]")
-_NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen " \
-                "sixteen seventeen eighteen nineteen twenty".split()
+_NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
 _US_UK = {"color": "colour", "favorite": "favourite", "center": "centre", "organize": "organise",
           "optimize": "optimise", "analyze": "analyse", "canceling": "cancelling", "traveling": "travelling",
           "license": "licence", "defense": "defence", "gray": "grey", "tires": "tyres", "mold": "mould",

@@ -436,7 +436,7 @@ def build() -> list[dict]:
             group = f"{topic}/conv{i}"
             ctx = [first, reply]
 
-            def conv(b, label, kind, ctx_b):
+            def conv(b, label, kind, ctx_b, follow=follow, topic=topic, group=group, ctx=ctx):
                 add(a=follow, b=b, label=label, kind=kind, topic=topic, group=group, split="conversation-set",
                     context_a=ctx, context_b=ctx_b)
 

@@ -16,7 +16,7 @@ import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ADMIN_KEY, gateway_config, start_gateway
-from tests.support import free_port, wait_until
+from tests.support import wait_until
 
 # One hour "minutes": refill during a test is then negligible (N per window means N per test).
 WINDOW_S = 3600

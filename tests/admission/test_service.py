@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from app.admission.service import Admission
 from app.admission.auth import Tenant
+from app.admission.service import Admission
 from app.config import GatewayConfig
 from app.deadline import NO_DEADLINE, Deadline
 from app.errors import RateLimited

@@ -12,7 +12,6 @@ from app.admission.wait_queue import Waiter, WaitQueue
 from app.errors import Overloaded
 from tests.routing.test_router import router
 
-
 _LOOP = asyncio.new_event_loop()  # futures only: never run
 
 

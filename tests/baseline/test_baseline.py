@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from app.routing.latency_model import LatencyModel, load_prior
 from app.tools.baseline.analysis import analyse
 from app.tools.baseline.sweep import SweepPlan, run_sweep
-from app.routing.latency_model import LatencyModel, load_prior
 from tests.support import ROOT, Process, free_port, write_yaml
 
 TPOT_MS, PREFILL_TPS, NET_MS = 10.0, 4000.0, 5.0

@@ -211,7 +211,7 @@ def test_tenants_never_share_answers(cached_gateway, fleet):
 
 def test_truncated_answers_are_not_cached(cached_gateway):
     q = unique("Long answer cut short")
-    h, r = ask(cached_gateway, q, max_tokens=2, extra_body={"ignore_eos": True})
+    _, r = ask(cached_gateway, q, max_tokens=2, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
     settle()
     assert ask(cached_gateway, q, max_tokens=2, extra_body={"ignore_eos": True})[0]["x-slipstream-cache"] == "miss"

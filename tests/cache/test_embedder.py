@@ -103,9 +103,9 @@ def test_late_embedding_fails_open():
 
 def test_a_spent_deadline_skips_the_semantic_lookup():
     """The lookup takes the request's deadline: with none left it is a miss at once, never a wait."""
-    from app.cache.service import CachePlan, Cache
-    from app.cache.store import MemoryStore
     from app.cache.keys import SemanticQuery
+    from app.cache.service import Cache, CachePlan
+    from app.cache.store import MemoryStore
     from app.config import CacheConfig, CachePolicy
     from app.deadline import Deadline
 

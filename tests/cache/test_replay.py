@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from app.upstream.assemble import StreamAssembler
 from app.cache.entry import CachedAnswer, Hit
 from app.cache.replay import hit_body, replay_events
+from app.upstream.assemble import StreamAssembler
 from app.upstream.sse import EventSplitter, event_data
 
 BODY = {

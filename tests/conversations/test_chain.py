@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import orjson
 
 from app.conversations.chain import as_items, expand
@@ -34,5 +36,5 @@ def test_each_turns_body_starts_with_the_previous_turns_bytes():
                 "content": [{"type": "output_text", "text": f"answer {i}", "annotations": []}]}]
         # What the store keeps is what it reads back: a round trip through its bytes.
         stored = StoredResponse.loads(StoredResponse(f"resp_{i}", items, out, {}).dumps())
-    for earlier, later in zip(bodies, bodies[1:]):
+    for earlier, later in itertools.pairwise(bodies):
         assert later[:len(earlier) - 1] == earlier[:-1]  # all but the closing bracket

@@ -7,25 +7,21 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.config import ModelAlias
+from app.config import BackendConfig, ModelAlias
 from app.errors import Overloaded
 from app.routing.router import Router
 
 
 @dataclass
-class FakeConfig:
-    max_concurrency: int
-
-
-@dataclass
 class FakeBackend:
-    # The router only reads name and config.max_concurrency: no network needed for its logic.
+    # The router reads the name and the configuration (a real one): no network needed for its logic.
     name: str
-    config: FakeConfig
+    config: BackendConfig
 
 
 def router(caps: dict[str, int], strategy: str = "least_inflight", timeout: float = 1.0) -> Router:
-    backends = {n: FakeBackend(n, FakeConfig(c)) for n, c in caps.items()}
+    backends = {n: FakeBackend(n, BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", max_concurrency=c))
+                for n, c in caps.items()}
     return Router(backends, {"m": ModelAlias(backends=tuple(caps), strategy=strategy)}, timeout)
 
 

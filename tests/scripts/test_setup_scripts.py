@@ -41,7 +41,7 @@ def test_a_binary_that_exits_names_its_exit_code(tmp_path: Path) -> None:
 
 
 def test_the_built_server_passes_the_smoke_check_and_starts_without_repacking() -> None:
-    binary, model = subprocess.run([str(SCRIPT), "--print-paths"], capture_output=True, text=True, check=True,
+    binary, _model = subprocess.run([str(SCRIPT), "--print-paths"], capture_output=True, text=True, check=True,
                                    timeout=3600).stdout.split()
     # The cache key names the version, the variant and a digest of the build flags; never -march=native.
     assert "-x86-64" in Path(binary).parent.parent.name

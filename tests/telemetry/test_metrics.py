@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,7 +46,7 @@ def test_request_histograms_by_alias_backend_and_outcome(gateway):
 
 def test_live_gauges_and_error_outcomes(gateway):
     client = gateway.client()
-    with pytest.raises(Exception):
+    with pytest.raises(openai.APIStatusError):
         client.chat.completions.create(model="dead", messages=[{"role": "user", "content": "x"}])
     m = scrape(gateway.url)
     assert sample(m, "slipstream_backend_inflight", slipstream_backend="fast") == 0
@@ -147,7 +148,7 @@ def test_metrics_survive_a_config_reload(fleet, tmp_path):
         client = gw.client()
         for _ in range(2):
             client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "m"}], max_tokens=2)
-        with pytest.raises(Exception):
+        with pytest.raises(openai.APIStatusError):
             client.chat.completions.create(model="dead", messages=[{"role": "user", "content": "x"}])
         before = scrape(gw.url)
         # A stream that starts on the old gateway and ends after the reload.
@@ -201,7 +202,7 @@ def test_dashboard_end_to_end_panel_keeps_cache_hits_and_errors_apart(fleet, tmp
         for _ in range(2):  # a miss that reaches the backend, then an exact hit
             client.chat.completions.create(model="chat", messages=question, max_tokens=200, temperature=0)
             time.sleep(0.2)  # the cache write happens after the response
-        with pytest.raises(Exception):
+        with pytest.raises(openai.APIStatusError):
             client.chat.completions.create(model="dead", messages=question)
         families = scrape(gw.url)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from app.routing.latency_model import LatencyModel
@@ -11,7 +13,7 @@ from app.upstream.adapters import NO_REPORT, BackendReport
 
 def contiguous(stages, start, end):
     assert stages[0].start == pytest.approx(start) and stages[-1].end == pytest.approx(end)
-    for a, b in zip(stages, stages[1:]):
+    for a, b in itertools.pairwise(stages):
         assert a.end == pytest.approx(b.start)
     assert sum(s.duration for s in stages) == pytest.approx(end - start)
 

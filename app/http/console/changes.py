@@ -75,7 +75,7 @@ class ConfigChanges:
             lines = self.audit_path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
-        out = []
+        out: list[dict] = []
         for line in reversed(lines):
             if len(out) >= limit:
                 break

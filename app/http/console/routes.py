@@ -271,7 +271,8 @@ async def whatif(request: Request) -> Response:
         source = "recent requests"
     if not workload:
         raise InvalidRequest("no requests to replay: send some traffic first, or upload a workload")
-    fleet = raw.get("simulator") if isinstance(raw.get("simulator"), dict) and raw["simulator"].get("backends") else learned_fleet(gw)
+    sim = raw.get("simulator")
+    fleet: dict = sim if isinstance(sim, dict) and sim.get("backends") else learned_fleet(gw)
     candidate = deep_merge(raw, patch)
     if changes is not None:
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ import orjson
 import yaml
 
 from app.http.console.changes import deep_merge
+from app.ports import free_port
 from app.record import Outcome
 from app.telemetry.recent import revive
 
@@ -82,12 +82,6 @@ def parse_workload(text: str) -> list[Arrival]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def learned_fleet(gw) -> dict:
     """A simulator section from what the latency models learned: one simulated backend per real one."""
     backends = {}
@@ -106,7 +100,7 @@ def learned_fleet(gw) -> dict:
 def policy(raw: dict, fleet: dict) -> dict:
     """A replayable policy from a config mapping: its routing as written, its backends pointed at a
     fresh simulated fleet on free ports, and nothing that reaches outside the replay."""
-    sims = {name: {**spec, "port": _free_port()} for name, spec in fleet["backends"].items()}
+    sims = {name: {**spec, "port": free_port()} for name, spec in fleet["backends"].items()}
     out = deep_merge(raw, {
         "server": {"host": "127.0.0.1", "port": 0},
         "auth": {"mode": "open", "clients": [], "admin_keys": [], "ops_keys": []},

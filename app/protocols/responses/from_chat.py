@@ -21,7 +21,8 @@ def new_id(prefix: str) -> str:
 
 def shell(response_id: str, alias: str, body: dict, created_at: int | None = None) -> dict:
     """The response object around the output: the request's settings echoed, as OpenAI's answers carry them."""
-    text = body.get("text") if isinstance(body.get("text"), dict) else {}
+    asked_text = body.get("text")
+    text: dict = asked_text if isinstance(asked_text, dict) else {}
     return {
         "id": response_id, "object": "response", "created_at": created_at or int(time.time()),
         "status": "in_progress", "error": None, "incomplete_details": None,
@@ -60,7 +61,8 @@ def from_chat(chat: dict, response: dict) -> dict:
     """The Responses object for a whole chat completion; `response` is the shell (app.protocols.responses.from_chat.shell)."""
     choices = chat.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    asked_message = choice.get("message")
+    message: dict = asked_message if isinstance(asked_message, dict) else {}
     output: list[dict] = []
     reasoning = message.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning:
@@ -100,7 +102,7 @@ def event(payload: dict) -> bytes:
 class _Open:
     """An output item being streamed: its index, id, kind and the text (or arguments) so far."""
 
-    __slots__ = ("index", "id", "kind", "parts", "call_id", "name")
+    __slots__ = ("call_id", "id", "index", "kind", "name", "parts")
 
     def __init__(self, index: int, item_id: str, kind: str, call_id: str = "", name: str = "") -> None:
         self.index, self.id, self.kind = index, item_id, kind

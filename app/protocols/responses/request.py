@@ -102,9 +102,8 @@ def _check_item(item: object, where: str) -> None:
         elif not isinstance(output, str):
             raise InvalidRequest(f"'{where}.output' must be a string or an array of content parts",
                                  param=f"{where}.output")
-    elif kind == "reasoning":
-        if not isinstance(item.get("summary", []), list):
-            raise InvalidRequest(f"'{where}.summary' must be an array", param=f"{where}.summary")
+    elif kind == "reasoning" and not isinstance(item.get("summary", []), list):
+        raise InvalidRequest(f"'{where}.summary' must be an array", param=f"{where}.summary")
 
 
 def _check_part(part: object, where: str) -> None:

@@ -7,6 +7,8 @@ concern the gateway (store, previous_response_id, metadata) never reach the back
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.errors import InvalidRequest
 
 # Passed on unchanged: the same name and meaning in both APIs.
@@ -76,7 +78,7 @@ def _add_item(messages: list[dict], item: dict, where: str) -> None:
     kind = item.get("type", "message")
     if kind == "message":
         role = item["role"]
-        content = item.get("content")
+        content: Any = item.get("content")  # a string or a list of parts, checked by request.py
         if role == "assistant":
             text = content if isinstance(content, str) else "".join(_assistant_text(content, where))
             prev = messages[-1] if messages else None

@@ -11,6 +11,8 @@ median, the same figure the report's TPOT column shows.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -55,7 +57,7 @@ class Fit:
     @property
     def quality(self) -> str:
         """A word for how far the fit can be trusted."""
-        if self.samples < 6 or not self.r2 == self.r2:
+        if self.samples < 6 or math.isnan(self.r2):
             return "too few samples"
         if self.r2 >= 0.95 and self.median_error <= 0.10:
             return "good"
@@ -151,7 +153,7 @@ def fit_linear(results: list[CellResult]) -> Fit:
 def flattening(cells: list[CellStats]) -> int | None:
     conc = sorted((c for c in cells if c.concurrency >= 1 and c.output_tokens == max(cells, key=lambda x: x.concurrency).output_tokens
                    and c.prompt_tokens == max(cells, key=lambda x: x.concurrency).prompt_tokens), key=lambda c: c.concurrency)
-    for prev, cur in zip(conc, conc[1:]):
+    for prev, cur in itertools.pairwise(conc):
         if prev.throughput_rps > 0 and cur.throughput_rps < prev.throughput_rps * 1.10:
             return prev.concurrency
     return None

@@ -16,8 +16,7 @@ import orjson
 _FILLER = "data "
 # Distinct prompts are drawn from these words, a different sequence per request from its first word on:
 # servers keep a prompt (KV) cache, and a repeated prefix would measure that cache, not prefill.
-_WORDS = ("data time river stone cloud paper north green table light water night music field story "
-          "glass horse metal plant board voice trade sound level watch image model value point space").split()
+_WORDS = ["data", "time", "river", "stone", "cloud", "paper", "north", "green", "table", "light", "water", "night", "music", "field", "story", "glass", "horse", "metal", "plant", "board", "voice", "trade", "sound", "level", "watch", "image", "model", "value", "point", "space"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +166,11 @@ async def _one(session, url: str, model: str, cell: Cell, prompt: str) -> Sample
     e2e = time.perf_counter() - t0
     if not first:
         return Sample(False, error="no content")
-    prompt = int(usage["prompt_tokens"]) if usage else cell.prompt_tokens
+    prompt_tokens = int(usage["prompt_tokens"]) if usage else cell.prompt_tokens
     output = int(usage["completion_tokens"]) if usage else chunks
     if cached is None and usage and isinstance(usage.get("prompt_tokens_details"), dict):
         cached = usage["prompt_tokens_details"].get("cached_tokens")
-    return Sample(True, first, e2e, prompt, output, cached_tokens=int(cached or 0))
+    return Sample(True, first, e2e, prompt_tokens, output, cached_tokens=int(cached or 0))
 
 
 def _progress(done: int, total: int, cell: Cell) -> None:

@@ -330,8 +330,11 @@ async def _embeddings(request: web.Request) -> web.Response:
     vectors = [embedding(t, dim) for t in texts]
     if encoding == "base64":
         # As OpenAI and vLLM send it (the Node SDK's default): little-endian float32, base64-encoded.
-        vectors = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode() for v in vectors]
-    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        encoded: list[str] | list[list[float]] = [base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
+                                                  for v in vectors]
+    else:
+        encoded = vectors
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(encoded)]
     tokens = sum(count_tokens(t) for t in texts)
     engine.stats.completed += 1
     return _json({"object": "list", "data": data, "model": engine.config.model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
@@ -380,13 +383,13 @@ async def _slots(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     """Live load in the Prometheus names of the server imitated: llama.cpp's, else vLLM's."""
     engine = request.app[ENGINE]
+    lines: list[str] = []
+    value: float
     if engine.config.report == "llamacpp":
-        lines = []
         for name, value in (("llamacpp:requests_processing", engine.running), ("llamacpp:requests_deferred", engine.queued)):
             lines += [f"# TYPE {name} gauge", f"{name} {value}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
     label = f'{{model_name="{engine.config.model}"}}'
-    lines = []
     for name, kind, help_, value in (
         ("vllm:num_requests_running", "gauge", "Number of requests currently running on GPU.", engine.running),
         ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", engine.queued),

@@ -44,7 +44,7 @@ def usage_chunk(kind: str, rid: str, created: int, model: str, usage: dict) -> d
 def usage(prompt: int, completion: int, cached: int | None = None) -> dict:
     """OpenAI's usage object; with `cached`, the prompt tokens served from the prefix cache, as
     OpenAI and vLLM (--enable-prompt-tokens-details) report them."""
-    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out: dict[str, int | dict[str, int]] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     if cached is not None:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out

@@ -6,11 +6,7 @@ import hashlib
 import math
 import random
 
-_VOCAB = (
-    "the model answers with tokens that arrive one by one while the batch runs on a busy GPU and "
-    "latency stays flat because decode time grows with output length not with hardware so a gateway "
-    "routes caches streams and measures every stage from queue to prefill to decode"
-).split()
+_VOCAB = ["the", "model", "answers", "with", "tokens", "that", "arrive", "one", "by", "one", "while", "the", "batch", "runs", "on", "a", "busy", "GPU", "and", "latency", "stays", "flat", "because", "decode", "time", "grows", "with", "output", "length", "not", "with", "hardware", "so", "a", "gateway", "routes", "caches", "streams", "and", "measures", "every", "stage", "from", "queue", "to", "prefill", "to", "decode"]
 
 
 # About four characters a token, as BPE tokenizers average on English.

@@ -118,7 +118,7 @@ def processing_header(headers: Mapping[str, str], name: str, source: str) -> Bac
 def server_root(base: URL) -> URL:
     """The server's root (where /metrics, /props, /info live) from an OpenAI base URL ending in /v1."""
     path = base.path.rstrip("/")
-    return base.with_path(path[: -len("/v1")] if path.endswith("/v1") else path)
+    return base.with_path(path.removesuffix("/v1"))
 
 
 async def get(session: aiohttp.ClientSession, url: URL, headers: Mapping[str, str]) -> bytes | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,21 +60,21 @@ class ServerLoad:
     rtt_s: float | None = None  # a measured round trip to the server that never waits for a slot
 
 
-def ms(v: object) -> float | None:
+def ms(v: Any) -> float | None:
     try:
         return float(v) / 1000 if v is not None else None
     except (TypeError, ValueError):
         return None
 
 
-def ns(v: object) -> float | None:
+def ns(v: Any) -> float | None:
     try:
         return float(v) / 1e9 if v is not None else None
     except (TypeError, ValueError):
         return None
 
 
-def integer(v: object) -> int | None:
+def integer(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
     try:

@@ -205,3 +205,26 @@ def _default_type(status: int) -> str:
 def sse_error_event(err: GatewayError) -> bytes:
     """An SSE event carrying the error; the openai SDK raises APIError when it reads one."""
     return b"data: " + err.json() + b"\n\n"
+
+
+# Two facts about an upstream error that both dispatch (retry, fall back) and routing (health) read.
+def retry_after_s(err: GatewayError) -> float | None:
+    """The backend's Retry-After in seconds, when it gave one in the delta-seconds form."""
+    value = err.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def counts_against_backend(err: GatewayError) -> bool:
+    """Failures that say the backend is unwell (a 429 only says it is busy; a 4xx is the request's fault)."""
+    if err.request_caused:
+        return False
+    if isinstance(err, UpstreamStatus):
+        return err.status >= 500 and err.status != 501
+    if isinstance(err, UpstreamTimeout):
+        return err.code != "deadline_exceeded"  # the client's budget ran out, not the backend's
+    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured))

@@ -1,4 +1,6 @@
-"""The request pipeline, top to bottom: auth -> parse -> cache -> route/attempt/retry/fallback -> relay -> record."""
+"""The request pipeline, top to bottom, one folder per stage: protocols/ (the client's API) -> admission/
+(auth, limits) -> cache/ (exact, then semantic) -> dispatch/ (routing/ picks, upstream/ attempts, retry,
+hedge, fall back) -> relay/ (the answer to the client) -> telemetry/ (the record)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from app.config import RetryBudget, RetryPolicy
 from app.dispatch.decide import (
     RetryBudgetTracker,
-    counts_against_backend,
     is_context_length,
     is_retryable,
     warrants_fallback,
@@ -16,6 +15,7 @@ from app.errors import (
     UpstreamStatus,
     UpstreamTimeout,
     UpstreamUnreachable,
+    counts_against_backend,
 )
 
 POLICY = RetryPolicy()

@@ -20,8 +20,9 @@ from app.record import AttemptRecord, Event
 from app.upstream.adapters import BackendReport
 
 if TYPE_CHECKING:
+    from app.routing.lease import Lease
     from app.routing.prefix_index import PromptBlocks
-    from app.routing.router import Lease, Router
+    from app.routing.router import Router
     from app.upstream.attempt import AttemptTiming, EventStream, JsonReply
 
 

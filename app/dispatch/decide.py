@@ -23,6 +23,7 @@ from app.errors import (
     UpstreamStatus,
     UpstreamTimeout,
     UpstreamUnreachable,
+    retry_after_s,
 )
 from app.upstream.adapters.base import is_context_overflow
 
@@ -155,28 +156,6 @@ def fallback_reason(err: GatewayError) -> str:
     if isinstance(err, UpstreamStatus):
         return f"status_{err.status}"
     return err.code or err.type
-
-
-def retry_after_s(err: GatewayError) -> float | None:
-    """The backend's Retry-After in seconds, when it gave one in the delta-seconds form."""
-    value = err.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
-
-
-def counts_against_backend(err: GatewayError) -> bool:
-    """Failures that say the backend is unwell (a 429 only says it is busy; a 4xx is the request's fault)."""
-    if err.request_caused:
-        return False
-    if isinstance(err, UpstreamStatus):
-        return err.status >= 500 and err.status != 501
-    if isinstance(err, UpstreamTimeout):
-        return err.code != "deadline_exceeded"  # the client's budget ran out, not the backend's
-    return isinstance(err, (UpstreamUnreachable, UpstreamProtocolError, UpstreamMisconfigured))
 
 
 class RetryBudgetTracker:

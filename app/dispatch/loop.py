@@ -19,14 +19,22 @@ from app.admission.priority import PRIORITY_HEADER
 from app.config import ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
 from app.dispatch.attempt import Attempt
-from app.dispatch.decide import Action, Situation, decide, is_poison, retry_after_s
+from app.dispatch.decide import Action, Situation, decide, is_poison
 from app.dispatch.hedge import hedged
-from app.errors import AllAttemptsFailed, GatewayError, TargetUnmeetable, UpstreamStatus, UpstreamTimeout
+from app.errors import (
+    AllAttemptsFailed,
+    GatewayError,
+    TargetUnmeetable,
+    UpstreamStatus,
+    UpstreamTimeout,
+    retry_after_s,
+)
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
+from app.routing.context import RouteContext
 from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
-from app.routing.strategies import PREFIX_STRATEGIES, RouteContext
+from app.routing.strategies import PREFIX_STRATEGIES
 from app.upstream.attempt import EventStream, JsonReply
 from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall

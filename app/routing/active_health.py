@@ -14,7 +14,7 @@ import aiohttp
 
 from app.config import HealthCheckConfig
 from app.routing.health import BreakerState
-from app.routing.router import BackendState
+from app.routing.state import BackendState
 
 log = logging.getLogger("slipstream.health")
 

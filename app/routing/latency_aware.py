@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 from app.routing.predict import estimate, failure_penalty, objective
 from app.routing.prefix_routing import match, rendezvous
 from app.routing.reuse import ReuseTracker
+from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
-    from app.routing.strategies import RouteContext
+    from app.routing.context import RouteContext
 
 
 class LatencyAware:
@@ -43,8 +44,6 @@ class LatencyAware:
         self.reuse = ReuseTracker()
 
     def choose(self, candidates, ctx: RouteContext, turn: int):
-        from app.routing.strategies import PredictedLatency
-
         n = len(candidates)
         if ctx.prefix is not None and ctx.prefix.keys:
             ctx.cached = {c.name: match(c, ctx) for c in candidates}

@@ -19,7 +19,7 @@ from app.upstream.adapters import BackendReport, ServerLoad
 
 if TYPE_CHECKING:
     from app.routing.prefix_index import PromptBlocks
-    from app.routing.router import BackendState
+    from app.routing.state import BackendState
 
 
 class Learner:

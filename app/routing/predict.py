@@ -8,44 +8,13 @@ the work actually ahead of it, not from an average wait per request.
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
 from app.record import Estimate
 
 if TYPE_CHECKING:
-    from app.routing.router import BackendState
-    from app.routing.strategies import RouteContext
-
-
-class InflightBook:
-    """The requests in flight to one backend: when each started, its predicted wait for the first
-    token, and the tokens it will decode. Finish times are priced at the backend's TPOT now, so a
-    backend that slowed down is seen to finish its work later, not only its new requests."""
-
-    __slots__ = ("_entries", "_next")
-
-    def __init__(self) -> None:
-        self._entries: dict[int, tuple[float, float, float]] = {}
-        self._next = 0
-
-    def add(self, start: float, ttft_s: float, decode_tokens: float) -> int:
-        """Book a request; returns the ticket to remove it with."""
-        self._next += 1
-        self._entries[self._next] = (start, ttft_s, decode_tokens)
-        return self._next
-
-    def remove(self, ticket: int) -> None:
-        self._entries.pop(ticket, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def nth_finish(self, n: int, tpot_s: float) -> float | None:
-        """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""
-        if n >= len(self._entries):
-            return None
-        return heapq.nsmallest(n + 1, (s + w + k * tpot_s for s, w, k in self._entries.values()))[-1]
+    from app.routing.context import RouteContext
+    from app.routing.state import BackendState
 
 
 def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Estimate:

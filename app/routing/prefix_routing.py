@@ -24,8 +24,8 @@ from app.routing.prefix_index import BLOCK_CHARS
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
-    from app.routing.router import BackendState
-    from app.routing.strategies import RouteContext
+    from app.routing.context import RouteContext
+    from app.routing.state import BackendState
 
 _DEFAULT_POLICY = PrefixPolicy()
 _OVERDUE_S = 0.05

@@ -5,60 +5,36 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.wait_queue import Waiter, WaitQueue
-from app.config import BackendConfig, BreakerConfig, ModelAlias
+from app.config import BreakerConfig, ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
-from app.dispatch.decide import counts_against_backend, retry_after_s
-from app.errors import GatewayError, NoBackendAvailable, Overloaded, UpstreamStatus, UpstreamTimeout
+from app.errors import (
+    GatewayError,
+    NoBackendAvailable,
+    Overloaded,
+    UpstreamStatus,
+    UpstreamTimeout,
+    counts_against_backend,
+    retry_after_s,
+)
 from app.record import RouteDecision
+from app.routing.choice import SCORE_MEANING, RouteChoice
+from app.routing.context import RouteContext
 from app.routing.health import Breaker, BreakerState
+from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
-from app.routing.predict import Estimate, InflightBook, estimate, predict
+from app.routing.lease import Lease
 from app.routing.prefix_index import BackendPrefixes
-from app.routing.prefix_routing import PrefixMatch, burst_wait_s
-from app.routing.prefix_routing import match as prefix_match
+from app.routing.prefix_routing import PrefixAware
 from app.routing.slo import best_fit
-from app.routing.strategies import RouteContext, Strategy, make_strategy
+from app.routing.state import BackendState, prefixes_for
+from app.routing.strategies import LeastInflight, LowestLatency, PredictedLatency, RoundRobin, Strategy, Weighted
 from app.upstream.client import Backend
-
-
-@dataclass(slots=True)
-class BackendState:
-    """Live per-backend state the router decides on."""
-
-    backend: Backend
-    capacity: int
-    breaker: Breaker
-    model: LatencyModel
-    weight: float = 1.0
-    inflight: int = 0
-    # Set from a 429's Retry-After: other backends are preferred until then.
-    limited_until: float = 0.0
-    # The backend's own waiting count, from its /metrics (vLLM), when scraped.
-    scraped_waiting: float | None = None
-    wrr_current: float = 0.0
-    # When each request in flight here is predicted to finish: the queue a new one would wait in.
-    book: InflightBook = field(default_factory=InflightBook)
-    # What the backend is believed to hold in its prompt cache, and the estimated prompt tokens it
-    # still has to prefill for requests in flight (released at their first token).
-    prefixes: BackendPrefixes = field(default_factory=BackendPrefixes)
-    uncached_inflight: float = 0.0
-    prefilling: int = 0  # requests in flight here not yet at their first token (each pays the fixed part)
-    # When the prefill now under way began: the backend went busy, or the one before it reached its
-    # first token. Time since then is work already done off the backlog.
-    prefill_busy_since: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.backend.name
-
-    @property
-    def has_slot(self) -> bool:
-        return self.inflight < self.capacity
 
 
 @dataclass(slots=True)
@@ -68,142 +44,12 @@ class _Alias:
     turn: int = 0
 
 
-class Lease:
-    """One held slot on a backend; release it exactly once when the upstream call is over."""
-
-    __slots__ = (
-        "_keys",
-        "_prefilled",
-        "_prefilling",
-        "_released",
-        "_router",
-        "_ticket",
-        "_uncached",
-        "burst_wait_s",
-        "estimate",
-        "prefix",
-        "scores",
-        "state",
-    )
-
-    def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
-                 scores: dict[str, float] | None = None) -> None:
-        self._router, self.state, self._released = router, state, False
-        self.scores = scores or {}  # what the strategy scored each candidate, for the record
-        # What the prefix index believed this backend holds of the prompt when it was chosen.
-        self.prefix: PrefixMatch | None = None
-        self.burst_wait_s = 0.0
-        self._keys: list[bytes] = []
-        self._uncached = 0.0
-        self._prefilled: asyncio.Event | None = None
-        self._prefilling = False
-        if ctx.prefix is not None and ctx.prefix.keys:
-            self.prefix = prefix_match(state, ctx)
-            if ctx.cached is not None:
-                ctx.cached[state.name] = self.prefix
-        # What the model predicted for this request on this backend, with the requests ahead of it.
-        self.estimate: Estimate = estimate(state, ctx, ahead)
-        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens)
-        if self.prefix is not None:
-            # Record the decision (the approximate index learns from routing); the blocks count as
-            # computed from the predicted first token, or as soon as it really comes.
-            self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
-            assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
-            self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
-            # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
-            # that slot is free again, so there the prefix is ready at the end, not the first token.
-            ready = self.estimate.e2e_s if slot_scoped_cache(state) else self.estimate.ttft_s
-            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
-            self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
-            state.uncached_inflight += self._uncached
-            if not state.prefilling:
-                state.prefill_busy_since = ctx.now
-            state.prefilling += 1
-            self._prefilling = True
-
-    @property
-    def backend(self) -> Backend:
-        return self.state.backend
-
-    async def wait_for_prefix(self, limit_s: float) -> float:
-        """Hold back (at most `limit_s`) while a sibling prefills this request's prefix here; returns
-        the seconds waited."""
-        leader = self.prefix.leader if self.prefix else None
-        if leader is None or limit_s <= 0:
-            return 0.0
-        start = time.monotonic()
-        try:
-            await asyncio.wait_for(leader.wait(), limit_s)
-        except TimeoutError:
-            pass
-        return time.monotonic() - start
-
-    def prefilled(self, done: bool = False) -> None:
-        """The first token came (or, with `done`, the call ended): the prompt is computed and no longer
-        load, and siblings waiting for its prefix may go."""
-        if self._prefilled is None or self._prefilled.is_set():
-            return
-        if self._uncached:
-            self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
-            self._uncached = 0.0
-        if self._prefilling:
-            self._prefilling = False
-            self.state.prefilling = max(0, self.state.prefilling - 1)
-            self.state.prefill_busy_since = time.monotonic()
-        if done or not slot_scoped_cache(self.state):
-            self._prefilled.set()
-            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self.prefilled(done=True)
-            self.state.book.remove(self._ticket)
-            self._router._release(self.state)
-
-
-@dataclass(slots=True)
-class RouteChoice:
-    """One routing decision: the backend the alias's strategy picks now, every candidate's score, and
-    what is predicted for the pick. Dispatch, the deadline check, hedging and /admin/route/explain all
-    take this one decision, so none of them can explain or promise what the router would not do."""
-
-    alias: str
-    ctx: RouteContext
-    state: BackendState | None  # None: no usable backend
-    scores: dict[str, float]
-    waits: bool  # every usable backend is at its concurrency limit: the request would wait for a slot
-    meets_target: bool = True  # the pick is predicted to meet the request's latency target (if it has one)
-
-    def estimate(self, state: BackendState | None = None) -> Estimate | None:
-        """The latency model's estimate for the pick (or another candidate) now."""
-        state = state or self.state
-        return None if state is None else estimate(state, self.ctx)
-
-    @property
-    def predicted_s(self) -> float | None:
-        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in."""
-        return None if self.state is None else predict(self.state, self.ctx)
-
-
-SCORE_MEANING = {
-    "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
-    "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
-    "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
-    "latency_aware": "predicted latency counting only uncached prompt tokens and the prompt tokens in flight (s)",
-}
-
-
-def slot_scoped_cache(state: BackendState) -> bool:
-    """Whether the backend's prompt cache belongs to the slot that computed it (llama.cpp), rather than
-    being shared by every running request (vLLM's, SGLang's and TGI's block caches)."""
-    return state.backend.adapter.prompt_cache_per_slot
-
-
-def prefixes_for(config: BackendConfig) -> BackendPrefixes:
-    """A backend's prefix index, bounded by its configured cache size (else a default, then learned)."""
-    size, ttl = config.prefix_cache_tokens, config.prefix_ttl_s
-    return BackendPrefixes(float(size), ttl, fixed_capacity=True) if size else BackendPrefixes(ttl_s=ttl)
+def make_strategy(name: str) -> Strategy:
+    made: dict[str, Callable[[], Strategy]] = {
+        "latency_aware": LatencyAware, "prefix_aware": PrefixAware,
+        "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
+        "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
+    return made[name]()
 
 
 def _is_429(err: GatewayError) -> bool:

@@ -20,8 +20,8 @@ from app.routing.predict import estimate
 
 if TYPE_CHECKING:
     from app.config import ModelAlias
-    from app.routing.router import BackendState
-    from app.routing.strategies import RouteContext
+    from app.routing.context import RouteContext
+    from app.routing.state import BackendState
 
 TTFT_SLO_HEADER = "x-slipstream-ttft-slo-ms"
 TPOT_SLO_HEADER = "x-slipstream-tpot-slo-ms"

@@ -13,7 +13,7 @@ from app.record import AttemptRecord, Estimate
 from app.routing.health import Breaker
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
-from app.routing.router import BackendState
+from app.routing.state import BackendState
 from app.upstream.adapters import BackendReport, ServerLoad, adapter_for
 
 

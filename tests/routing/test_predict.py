@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import InflightBook, estimate
-from app.routing.strategies import RouteContext
+from app.routing.predict import estimate
+from app.routing.state import InflightBook
 from tests.routing.test_router import router
 from tests.routing.test_strategies import State
 

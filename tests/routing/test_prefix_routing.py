@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 from app.config import PrefixPolicy
+from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import InflightBook, estimate
+from app.routing.predict import estimate
 from app.routing.prefix_index import BackendPrefixes, prompt_blocks
 from app.routing.prefix_routing import PrefixAware, match
-from app.routing.strategies import RouteContext
+from app.routing.state import InflightBook
 
 SYSTEM = "You are the support assistant of a large bank. Answer briefly and cite the policy. " * 20  # ~420 tokens
 RATE = 150.0  # prompt tokens per second: a CPU llama.cpp server's order of magnitude

@@ -111,7 +111,7 @@ def test_release_is_idempotent():
 
 
 def test_one_decision_for_dispatch_deadline_check_and_explain():
-    from app.routing.strategies import RouteContext
+    from app.routing.context import RouteContext
 
     async def main():
         r = router({"a": 10, "b": 10}, "predicted_latency")

@@ -7,11 +7,11 @@ import pytest
 
 from app.config import ModelAlias
 from app.errors import InvalidRequest
+from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import InflightBook
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.slo import LatencyTarget, best_fit, for_alias, from_headers
-from app.routing.strategies import RouteContext
+from app.routing.state import InflightBook
 from tests.conftest import start_gateway
 from tests.support import Process, free_port, write_yaml
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import InflightBook, predict
+from app.routing.predict import predict
+from app.routing.state import InflightBook
 from app.routing.strategies import (
     LeastInflight,
     LowestLatency,
     PredictedLatency,
-    RouteContext,
     Weighted,
 )
 

@@ -1,0 +1,43 @@
+"""A route choice: the one routing decision that dispatch, hedging, the deadline check and
+/admin/route/explain all read, and what each strategy's score means."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.record import Estimate
+from app.routing.context import RouteContext
+from app.routing.predict import estimate, predict
+from app.routing.state import BackendState
+
+
+@dataclass(slots=True)
+class RouteChoice:
+    """One routing decision: the backend the alias's strategy picks now, every candidate's score, and
+    what is predicted for the pick. Dispatch, the deadline check, hedging and /admin/route/explain all
+    take this one decision, so none of them can explain or promise what the router would not do."""
+
+    alias: str
+    ctx: RouteContext
+    state: BackendState | None  # None: no usable backend
+    scores: dict[str, float]
+    waits: bool  # every usable backend is at its concurrency limit: the request would wait for a slot
+    meets_target: bool = True  # the pick is predicted to meet the request's latency target (if it has one)
+
+    def estimate(self, state: BackendState | None = None) -> Estimate | None:
+        """The latency model's estimate for the pick (or another candidate) now."""
+        state = state or self.state
+        return None if state is None else estimate(state, self.ctx)
+
+    @property
+    def predicted_s(self) -> float | None:
+        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in."""
+        return None if self.state is None else predict(self.state, self.ctx)
+
+
+SCORE_MEANING = {
+    "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",
+    "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
+    "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
+    "latency_aware": "predicted latency counting only uncached prompt tokens and the prompt tokens in flight (s)",
+}

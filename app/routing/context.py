@@ -1,0 +1,41 @@
+"""What the router knows of the request it places: one value per request, read by every strategy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.config import PrefixPolicy
+    from app.routing.prefix_index import PromptBlocks
+    from app.routing.prefix_routing import PrefixMatch
+    from app.routing.slo import LatencyTarget
+
+
+@dataclass(slots=True)
+class RouteContext:
+    """What the router knows of the request it places."""
+
+    stream: bool = False
+    prompt_tokens: int = 0  # estimated from the body's length: for routing only, never reported
+    max_tokens: int | None = None
+    now: float = 0.0
+    stream_objective: str = "ttft"  # what a stream is ranked by: "ttft" or "e2e"
+    # max_tokens is the exact output length (vLLM's ignore_eos, or min_tokens = max_tokens), not a cap.
+    exact_output: bool = False
+    # Under the ttft objective, first tokens predicted within this of the earliest (or this share of
+    # that backend's predicted end-to-end time, if more) count as tied; the earliest end breaks the tie.
+    ttft_tolerance_s: float = 0.0
+    ttft_tolerance_ratio: float = 0.0
+    # Whether a strategy may explore (try a backend it does not rank first); off when only asking what
+    # it would choose (the deadline check, /admin/route/explain), so the answer is the ranking's.
+    explore: bool = True
+    # The prompt's block keys, for the prefix index (app/routing/prefix_index.py).
+    prefix: PromptBlocks | None = None
+    prefix_policy: PrefixPolicy | None = None
+    # Set by prefix-aware routing: what of the prompt each candidate is believed to hold cached, so
+    # predictions count only the uncached tokens and the prefill work already in flight there.
+    cached: dict[str, PrefixMatch] | None = None
+    # The request's own latency targets (headers), and with the alias's defaults filled in.
+    requested_target: LatencyTarget | None = None
+    target: LatencyTarget | None = None

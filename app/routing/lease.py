@@ -1,0 +1,112 @@
+"""A lease: one held concurrency slot on a backend, and what routing predicted and booked for it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from app.record import Estimate
+from app.routing.context import RouteContext
+from app.routing.predict import estimate
+from app.routing.prefix_routing import PrefixMatch, burst_wait_s
+from app.routing.prefix_routing import match as prefix_match
+from app.routing.state import BackendState, slot_scoped_cache
+from app.upstream.client import Backend
+
+if TYPE_CHECKING:
+    from app.routing.router import Router
+
+
+class Lease:
+    """One held slot on a backend; release it exactly once when the upstream call is over."""
+
+    __slots__ = (
+        "_keys",
+        "_prefilled",
+        "_prefilling",
+        "_released",
+        "_router",
+        "_ticket",
+        "_uncached",
+        "burst_wait_s",
+        "estimate",
+        "prefix",
+        "scores",
+        "state",
+    )
+
+    def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
+                 scores: dict[str, float] | None = None) -> None:
+        self._router, self.state, self._released = router, state, False
+        self.scores = scores or {}  # what the strategy scored each candidate, for the record
+        # What the prefix index believed this backend holds of the prompt when it was chosen.
+        self.prefix: PrefixMatch | None = None
+        self.burst_wait_s = 0.0
+        self._keys: list[bytes] = []
+        self._uncached = 0.0
+        self._prefilled: asyncio.Event | None = None
+        self._prefilling = False
+        if ctx.prefix is not None and ctx.prefix.keys:
+            self.prefix = prefix_match(state, ctx)
+            if ctx.cached is not None:
+                ctx.cached[state.name] = self.prefix
+        # What the model predicted for this request on this backend, with the requests ahead of it.
+        self.estimate: Estimate = estimate(state, ctx, ahead)
+        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens)
+        if self.prefix is not None:
+            # Record the decision (the approximate index learns from routing); the blocks count as
+            # computed from the predicted first token, or as soon as it really comes.
+            self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
+            assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
+            self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
+            # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
+            # that slot is free again, so there the prefix is ready at the end, not the first token.
+            ready = self.estimate.e2e_s if slot_scoped_cache(state) else self.estimate.ttft_s
+            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
+            self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
+            state.uncached_inflight += self._uncached
+            if not state.prefilling:
+                state.prefill_busy_since = ctx.now
+            state.prefilling += 1
+            self._prefilling = True
+
+    @property
+    def backend(self) -> Backend:
+        return self.state.backend
+
+    async def wait_for_prefix(self, limit_s: float) -> float:
+        """Hold back (at most `limit_s`) while a sibling prefills this request's prefix here; returns
+        the seconds waited."""
+        leader = self.prefix.leader if self.prefix else None
+        if leader is None or limit_s <= 0:
+            return 0.0
+        start = time.monotonic()
+        try:
+            await asyncio.wait_for(leader.wait(), limit_s)
+        except TimeoutError:
+            pass
+        return time.monotonic() - start
+
+    def prefilled(self, done: bool = False) -> None:
+        """The first token came (or, with `done`, the call ended): the prompt is computed and no longer
+        load, and siblings waiting for its prefix may go."""
+        if self._prefilled is None or self._prefilled.is_set():
+            return
+        if self._uncached:
+            self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
+            self._uncached = 0.0
+        if self._prefilling:
+            self._prefilling = False
+            self.state.prefilling = max(0, self.state.prefilling - 1)
+            self.state.prefill_busy_since = time.monotonic()
+        if done or not slot_scoped_cache(self.state):
+            self._prefilled.set()
+            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.prefilled(done=True)
+            self.state.book.remove(self._ticket)
+            self._router._release(self.state)

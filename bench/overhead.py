@@ -136,6 +136,8 @@ class ConsolePoller:
 
     base: str
     sizes: dict[str, list[int]] = field(default_factory=dict)
+    # Per view, the Server-Timing figures of each fetch that rebuilt it: (wall ms, event-loop CPU ms).
+    builds: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     failures: int = 0
     started: float = 0.0
     stopped: float = 0.0
@@ -149,6 +151,9 @@ class ConsolePoller:
                 try:
                     with urllib.request.urlopen(req, timeout=10) as r:
                         self.sizes.setdefault(view, []).append(len(r.read()))
+                        timing = dict(part.strip().split(";dur=") for part in r.headers.get("server-timing", "").split(",") if ";dur=" in part)
+                        if float(timing.get("build", 0)) > 0:
+                            self.builds.setdefault(view, []).append((float(timing["build"]), float(timing.get("cpu", 0))))
                 except OSError:
                     self.failures += 1
             self._stop.wait(CONSOLE_PERIOD_S)
@@ -164,9 +169,16 @@ class ConsolePoller:
     def report(self) -> str:
         span = (self.stopped or time.perf_counter()) - self.started
         lines = [f"\nconsole open: {len(CONSOLE_VIEWS)} views polled every {CONSOLE_PERIOD_S:g} s for {span:.0f} s, {self.failures} failures"]
+        cpu_per_s = 0.0
         for view, sizes in self.sizes.items():
+            builds = self.builds.get(view) or [(0.0, 0.0)]
+            cpu = statistics.median(c for _, c in builds)
+            cpu_per_s += cpu * len(builds) / span
             lines.append(f"  /console/api/{view}: {len(sizes)} fetches ({len(sizes) / span:.2f}/s), payload median "
-                         f"{statistics.median(sizes) / 1024:.1f} KiB, max {max(sizes) / 1024:.1f} KiB")
+                         f"{statistics.median(sizes) / 1024:.1f} KiB, max {max(sizes) / 1024:.1f} KiB; built {len(builds)} times, "
+                         f"median {statistics.median(w for w, _ in builds):.2f} ms wall / {cpu:.2f} ms event-loop CPU, "
+                         f"max {max(w for w, _ in builds):.2f} ms wall")
+        lines.append(f"  the console's share of the gateway's event loop: {cpu_per_s:.2f} ms CPU per second = {cpu_per_s / 10:.3f} % of a core")
         return "\n".join(lines)
 
 

@@ -105,6 +105,9 @@ def test_live_views_are_bounded_and_built_at_most_once_a_second(gw):
     a = httpx.get(f"{gw}/console/api/requests", headers=ADMIN)
     b = httpx.get(f"{gw}/console/api/requests", headers=ADMIN)
     assert a.content == b.content, "a second look within the second gets the same answer, not a rebuild"
+    timings = [dict(p.strip().split(";dur=") for p in r.headers["server-timing"].split(",")) for r in (a, b)]
+    assert set(timings[0]) == {"build", "cpu"}, "each view says what building it cost, in wall and CPU time"
+    assert timings[1] == {"build": "0.000", "cpu": "0.000"}, "the cached answer cost nothing to build"
     assert len(a.json()["rows"]) <= 100
     fleet = httpx.get(f"{gw}/console/api/fleet", headers=ADMIN).json()
     assert all(len(b["series"]) <= 120 for b in fleet["backends"])

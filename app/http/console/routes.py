@@ -72,19 +72,22 @@ def _json(data: object, status: int = 200) -> Response:
 
 
 async def _cached(request: Request, name: str, build) -> Response:
-    """The view's answer, built at most once a second; Server-Timing says what building it cost
-    (wall time: a view built in steps includes the time others ran between them)."""
+    """The view's answer, built at most once a second. Server-Timing says what building it cost: `build`
+    in wall time, `cpu` in the event loop thread's CPU time (what the console takes from serving; a
+    view built in steps counts what others ran between its steps in both, so on a busy gateway these
+    are upper bounds). Both 0 when the answer was the cached one."""
     st, now = _state(request), time.monotonic()
     hit = st.views.get(name)
-    cost = 0.0
+    cost = cpu = 0.0
     if hit is None or now - hit[0] > _CACHE_S:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         data = build()
         if asyncio.iscoroutine(data):
             data = await data
         hit = st.views[name] = (now, orjson.dumps(data))
-        cost = time.perf_counter() - t0
-    return Response(hit[1], headers={**_SAFE, "server-timing": f"build;dur={cost * 1000:.3f}"}, media_type="application/json")
+        cost, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    return Response(hit[1], headers={**_SAFE, "server-timing": f"build;dur={cost * 1000:.3f}, cpu;dur={cpu * 1000:.3f}"},
+                    media_type="application/json")
 
 
 def _login_page(message: str = "", status: int = 401) -> Response:
@@ -172,12 +175,12 @@ async def one_request(request_id: str, request: Request) -> Response:
 @router.get("/api/cache")
 async def cache_and_tenants(request: Request) -> Response:
     operator(request)
-    st, now = _state(request), time.monotonic()
-    hit = st.views.get("cache")
-    if hit is None or now - hit[0] > _CACHE_S:
-        gw = request.app.state.gateway
-        hit = st.views["cache"] = (now, orjson.dumps({"cache": views.cache(gw), "tenants": await tenants_view(gw)}))
-    return Response(hit[1], headers=_SAFE, media_type="application/json")
+    gw = request.app.state.gateway
+
+    async def build() -> dict:
+        return {"cache": views.cache(gw), "tenants": await tenants_view(gw)}
+
+    return await _cached(request, "cache", build)
 
 
 @router.post("/api/explain")

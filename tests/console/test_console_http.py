@@ -157,3 +157,14 @@ def test_an_uploaded_workload_is_replayed_against_both_policies(gw):
     assert all(row["requests"] == 12 and row["errors"] == 0 for row in job["result"]["rows"])
     bad = httpx.post(f"{gw}/console/api/whatif", headers=ADMIN, json={**change, "workload": "not json"})
     assert bad.status_code == 400 and "line 1" in bad.json()["error"]["message"]
+
+
+def test_a_request_of_another_api_is_explained_as_a_chat_request_of_its_size(gw):
+    # Embeddings stand in for any API whose body is not a chat body (Messages, Responses): the ring
+    # names its API, and explain says what it did instead of failing on the body.
+    rows = httpx.get(f"{gw}/console/api/requests", headers=ADMIN).json()["rows"]
+    row = next(r for r in rows if r["endpoint"] == "embeddings")
+    assert row["alias"] == "embed" and row["backend"] == "embed"
+    r = httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"request_id": row["id"]})
+    assert r.status_code == 200, r.text
+    assert "a /v1/embeddings request" in r.json()["note"] and r.json()["chain"][0]["choice"] == "embed"

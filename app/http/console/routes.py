@@ -194,18 +194,19 @@ async def explain(request: Request) -> Response:
         r = gw.telemetry.recent.find(str(ask["request_id"]))
         if r is None:
             raise NotFound("that request is no longer in the ring of recent requests")
-        if r.body is not None and "preview" not in r.body:
+        if r.body is not None and "preview" not in r.body and r.endpoint in _EXPLAINABLE:
             raw = orjson.dumps(r.body)
             note = "explained with the request's own body (content capture is on)"
-        else:
-            # Without its text, a stand-in of the same estimated length: load and model figures are the
-            # real ones now; prefix matches cannot be (they need the text).
-            body = {"model": r.alias, "stream": r.stream, "messages": [{"role": "user", "content": "x" * (4 * max(1, r.prompt_tokens_hint))}]}
-            if r.params and isinstance(r.params.get("max_tokens"), int):
-                body["max_tokens"] = r.params["max_tokens"]
-            raw = orjson.dumps(body)
+        elif r.endpoint in _EXPLAINABLE:
+            raw = _stand_in(r)
             note = (f"content capture is off: explained with a stand-in prompt of the same estimated length "
                     f"({r.prompt_tokens_hint} tokens); prefix matches need the real text")
+        else:
+            # Another API's body (Messages, Responses) is not a chat body; the router decides on the
+            # alias, the size and the load, which a chat stand-in of the same size carries.
+            raw = _stand_in(r)
+            note = (f"a /v1/{r.endpoint} request: explained as a chat request of the same estimated length "
+                    f"({r.prompt_tokens_hint} tokens); prefix matches need its text")
     elif isinstance(ask.get("body"), str):
         raw = ask["body"].encode()
     else:
@@ -214,6 +215,18 @@ async def explain(request: Request) -> Response:
     out["note"] = note
     out["at"] = round(time.time(), 3)
     return _json(out)
+
+
+_EXPLAINABLE = ("chat/completions", "completions")  # bodies /admin/route/explain reads as they are
+
+
+def _stand_in(r) -> bytes:
+    """A chat body of the request's alias and estimated length, without its text: load and model
+    figures are the real ones now; prefix matches cannot be (they need the text)."""
+    body: dict = {"model": r.alias, "stream": r.stream, "messages": [{"role": "user", "content": "x" * (4 * max(1, r.prompt_tokens_hint))}]}
+    if r.params and isinstance(r.params.get("max_tokens"), int):
+        body["max_tokens"] = r.params["max_tokens"]
+    return orjson.dumps(body)
 
 
 def _object(raw: bytes) -> dict:

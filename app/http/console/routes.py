@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import html
 import time
+import typing
 from importlib import resources
 from urllib.parse import parse_qs
 
@@ -16,6 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
+from app.config import ModelAlias
 from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 from app.http.admin import explain_body, tenants_view
 from app.http.console import views
@@ -148,7 +150,8 @@ async def session(request: Request) -> Response:
                   "aliases": list(gw.config.models), "strategies": _STRATEGIES, "refresh_s": 3})
 
 
-_STRATEGIES = ["latency_aware", "predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin", "weighted"]
+# The choices the config accepts, read from it: a strategy added there shows up here.
+_STRATEGIES = list(typing.get_args(ModelAlias.model_fields["strategy"].annotation))
 
 
 @router.get("/api/fleet")

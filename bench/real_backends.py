@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.harness import percentile
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
-STRATEGIES = ("predicted_latency", "least_inflight", "round_robin")
+STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ["river", "stone", "cloud", "paper", "garden", "window", "silver", "market", "engine", "forest", "lantern", "harbor", "copper", "winter", "meadow", "violin", "planet", "signal", "bridge", "canyon", "orchard", "thunder", "velvet", "compass"]
 _TIMING = re.compile(r'(\w+);dur=([\d.]+)')
 
@@ -91,7 +91,8 @@ async def throttle(pid: int, duty: float, stop: asyncio.Event) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int, rng: random.Random) -> float:
+async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int, rng: random.Random,
+                    mixed: bool = False) -> float:
     """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate."""
     done = 0
     end = time.perf_counter() + seconds
@@ -99,7 +100,8 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
         async def worker():
             nonlocal done
             while time.perf_counter() < end:
-                if (await one(session, url, "least_inflight", prompt(rng, 40), max_tokens)).ok:
+                words = word_count(rng, "mixed") if mixed else 40
+                if (await one(session, url, "least_inflight", prompt(rng, words), max_tokens)).ok:
                     done += 1
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -115,6 +117,21 @@ async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str
             return await one(session, url, alias, text, max_tokens)
 
         return await asyncio.gather(*(fire(a, t) for a, t in zip(arrivals, texts)))
+
+
+def word_count(rng: random.Random, workload: str) -> int:
+    if workload == "mixed" and rng.random() < 0.5:
+        return rng.randint(200, 800)
+    return rng.randint(20, 80)
+
+
+def median_row(name: str, rows: list[dict]) -> dict:
+    """Each figure's median over the repeats (one run: that run's)."""
+    out = {"strategy": name}
+    for k, v in rows[0].items():
+        if k != "strategy":
+            out[k] = statistics.median(r[k] for r in rows)
+    return out
 
 
 def report(name: str, results: list[Result]) -> dict:
@@ -145,12 +162,18 @@ async def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--calibrate-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workload", choices=("unequal", "mixed"), default="unequal",
+                    help="unequal: prompts of 20-80 words; mixed: half of them ~10x longer (200-800 words)")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--repeats", type=int, default=1, help="runs of every strategy (order rotated each run)")
     ap.add_argument("--dump", default=None, help="write every request's predicted and measured figures (JSON)")
     args = ap.parse_args()
+    strategies = args.strategies.split(",")
     llama_server_paths()
     tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
-    quick = LlamaServer(tmp, slots=args.slots, ctx=1024 * args.slots, alias="smol").start()
-    slow = LlamaServer(tmp, slots=args.slots, ctx=1024 * args.slots, alias="smol").start()
+    ctx_per_slot = 2048 if args.workload == "mixed" else 1024
+    quick = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
+    slow = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
     stop = asyncio.Event()
     throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
     port = free_port()
@@ -160,7 +183,7 @@ async def main() -> None:
         "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
                      "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
         "models": {s: {"backends": ["quick", "throttled"], "strategy": s, "retry": {"max_attempts": 1},
-                       "cache": {"exact": {"enabled": False}}} for s in STRATEGIES},
+                       "cache": {"exact": {"enabled": False}}} for s in {*strategies, "least_inflight"}},
         "telemetry": {"scrape_interval_s": 1.0},
     }
     gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config))], tmp / "gateway.log")
@@ -175,16 +198,33 @@ async def main() -> None:
         for _ in range(n):
             t += rng.expovariate(rate)
             arrivals.append(t)
+        if args.workload == "mixed":
+            # Half the prompts ~10x longer: prefill dominates them, so capacity is measured on the mix.
+            capacity = await calibrate(url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, rng, mixed=True)
+            rate = capacity * args.load
+            n = max(10, int(rate * args.seconds))
+            arrivals, t = [], 0.0
+            for _ in range(n):
+                t += rng.expovariate(rate)
+                arrivals.append(t)
+        lengths = [word_count(rng, args.workload) for _ in arrivals]  # one schedule for every strategy
+        print(f"workload {args.workload}; load average {os.getloadavg()[0]:.1f} at start")
         print(f"capacity {capacity:.2f} req/s (closed loop, c={2 * args.slots * 2}); offered {rate:.2f} req/s "
               f"({args.load:.0%}), {n} requests per strategy, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}",
               flush=True)
-        rows, dump = [], {}
-        for s in STRATEGIES:
-            texts = [prompt(rng, rng.randint(20, 80)) for _ in arrivals]  # distinct prompts: no cache hits
-            results = await open_loop(url, s, arrivals, texts, args.max_tokens)
-            rows.append(report(s, results))
-            dump[s] = [r.__dict__ for r in results]
-            print(f"  {s}: done", flush=True)
+        runs: dict[str, list[list[Result]]] = {s: [] for s in strategies}
+        dump: dict[str, list] = {s: [] for s in strategies}
+        for rep in range(args.repeats):
+            order = strategies[rep % len(strategies):] + strategies[:rep % len(strategies)]
+            for s in order:
+                texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
+                results = await open_loop(url, s, arrivals, texts, args.max_tokens)
+                runs[s].append(results)
+                dump[s] += [r.__dict__ for r in results]
+                row = report(s, results)
+                print(f"  run {rep + 1} {s}: TTFT p99 {row['ttft_p99']:.0f} ms, E2E p99 {row['e2e_p99']:.0f} ms, "
+                      f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        rows = [median_row(s, [report(s, r) for r in runs[s]]) for s in strategies]
     finally:
         stop.set()
         await throttler
@@ -208,7 +248,9 @@ async def main() -> None:
           f"quick share {p['quick_share']:.0%} (>= 70 %); Server-Timing network p99 {p['network_ms_p99']:.2f} ms (<= 5 ms)")
     for other in rows[1:]:
         print(f"vs {other['strategy']}: p99 TTFT {p['ttft_p99'] / other['ttft_p99']:.2f}x, "
-              f"p99 E2E {p['e2e_p99'] / other['e2e_p99']:.2f}x (predicted_latency / {other['strategy']})")
+              f"p99 E2E {p['e2e_p99'] / other['e2e_p99']:.2f}x, p50 TTFT {p['ttft_p50'] / other['ttft_p50']:.2f}x, "
+              f"p50 E2E {p['e2e_p50'] / other['e2e_p50']:.2f}x ({p['strategy']} / {other['strategy']})")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

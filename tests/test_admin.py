@@ -30,6 +30,24 @@ def test_admin_backends_shows_live_figures(gateway):
     assert {"net_s", "tpot_s", "prefill_tokens_per_s", "residual_queue_s", "slots", "failure_rate"} <= set(fast["latency_model"])
 
 
+def test_admin_backends_and_metrics_show_predicted_against_measured(gateway):
+    client = gateway.client()
+    for _ in range(4):
+        stream = client.chat.completions.create(model="chat", messages=MSG, max_tokens=8, stream=True,
+                                                stream_options={"include_usage": True}, stop=["zzz"])
+        for _ in stream:
+            pass
+    body = httpx.get(f"{gateway.url}/admin/backends", headers=ADMIN).json()
+    errors = [b["prediction_error"] for b in body["backends"] if b["prediction_error"]["e2e_samples"]]
+    assert errors and errors[0]["ttft_samples"] >= 1 and errors[0]["e2e_median_abs_error"] >= 0
+    assert errors[0]["source"] == "estimated vs measured"
+    shapes = [o for o in body["output_lengths"] if o["alias"] == "chat" and o["stop"] and o["max_tokens_up_to"] == 8]
+    assert shapes and shapes[0]["samples"] >= 3 and 0 < shapes[0]["output_tokens"] <= 8
+    metrics = httpx.get(f"{gateway.url}/metrics").text
+    for kind in ("predicted", "measured"):
+        assert f'figure="ttft",kind="{kind}"' in metrics and f'figure="e2e",kind="{kind}"' in metrics
+
+
 def test_route_explain_sends_nothing(gateway, fleet):
     before = sim_stats(fleet.ports["fast"])["requests"]
     r = httpx.post(f"{gateway.url}/admin/route/explain", headers=ADMIN,

@@ -32,6 +32,7 @@ from app.errors import (
 from app.record import AttemptRecord, Event, RequestRecord
 from app.request import Endpoint, ParsedRequest
 from app.routing.context import RouteContext
+from app.routing.output_length import shape_of
 from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import PREFIX_STRATEGIES
@@ -342,7 +343,8 @@ def route_context(req: ParsedRequest) -> RouteContext:
     max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None  # -1: no limit (llama.cpp)
     exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
     prefix = prompt_blocks(body) if req.endpoint is not Endpoint.EMBEDDINGS else None
-    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact, prefix=prefix)
+    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact, prefix=prefix,
+                        shape=shape_of(req.endpoint.value, max_tokens, body.get("stop")))
 
 
 def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:

@@ -66,10 +66,13 @@ async def backends(request: Request) -> Response:
                         "seconds_until_probe": round(s.breaker.seconds_until_available(now), 3)},
             "rate_limited_for_s": round(max(0.0, s.limited_until - now), 3),
             "latency_model": s.model.snapshot(now),
+            # The latency model's recent predictions against what was measured (relative errors).
+            "prediction_error": gw.router.learner.accuracy[name].snapshot() if name in gw.router.learner.accuracy else None,
+            "prefill_backlog": {"requests": s.prefilling, "uncached_prompt_tokens": round(s.uncached_inflight)},
             "reported_load": None if load is None else {"running": load.running, "waiting": load.waiting,
                                                         "kv_cache_usage": load.kv_cache_usage},
         })
-    return _json({"backends": out, "queued": gw.router.queued})
+    return _json({"backends": out, "queued": gw.router.queued, "output_lengths": gw.router.outputs.snapshot(now)})
 
 
 @router.post("/route/explain")

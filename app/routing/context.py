@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.config import PrefixPolicy
+    from app.routing.output_length import Shape
     from app.routing.prefix_index import PromptBlocks
     from app.routing.prefix_routing import PrefixMatch
     from app.routing.slo import LatencyTarget
@@ -39,3 +40,7 @@ class RouteContext:
     # The request's own latency targets (headers), and with the alias's defaults filled in.
     requested_target: LatencyTarget | None = None
     target: LatencyTarget | None = None
+    # What the request says of its answer's length (API, max_tokens, stop), and the output tokens the
+    # router expects of that shape on the alias being routed (None: the backend's own average).
+    shape: Shape | None = None
+    expected_output: float | None = None

@@ -21,6 +21,11 @@ from dataclasses import dataclass, field
 
 # A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
 QUEUE_NOISE_S = 0.025
+# TPOT against the batch: samples fade over this many seconds, and the prior slope counts as this much
+# spread of batch sizes (in requests squared) until the batch has varied more than that.
+DECODE_TAU_S = 30.0
+DECODE_RIDGE = 4.0
+MIN_TPOT_S = 1e-5
 
 
 @dataclass
@@ -121,7 +126,12 @@ class LatencyModel:
         self.queue = Decaying(p.queue_s, tau_s)
         # Prefill time against prompt tokens: a fixed part (scheduling, the first step) plus a rate.
         self.prefill = DecayingLine(0.0, 1.0 / p.prefill_tokens_per_s)
+        # TPOT at batch 1 (an average, for the record and the console), and TPOT against the running
+        # batch as a line learned from every decode sample (issue 24: a fixed 3 % per extra request
+        # read a CPU server's 2-slot batch, ~40 % slower, as a slower server).
         self.tpot_base = Decaying(p.tpot_s, tau_s)
+        self.decode = DecayingLine(p.tpot_s, p.tpot_s * p.tpot_growth, tau_s=DECODE_TAU_S, stale_tau_s=120.0,
+                                   ridge=DECODE_RIDGE)
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
         # Where the slot count came from: the prior, learned from queueing, or published by the server
@@ -129,7 +139,6 @@ class LatencyModel:
         self.slots_source = "prior" if p.slots is not None else "unknown"
         # The most requests seen running here at once with none waiting: what it surely handles.
         self.slots_at_least = 1
-        self.tpot_growth = p.tpot_growth
         # Share of recent attempts that failed (0..1), and the plain average of observed end-to-end
         # latency that simpler strategies route on.
         self.failure_rate = Decaying(0.0, tau_s)
@@ -180,16 +189,19 @@ class LatencyModel:
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
                        measured: bool = True, count_output: bool = True) -> None:
-        """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens).
-
-        Only a measured decode (a stream, or the backend's report) may raise the estimate at once
-        (peak-EWMA); one inferred from a whole answer's time carries the queue's error too. A decode
-        still under way (`count_output` off) says nothing of the answer's length.
-        """
+        """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
+        a point on the line of TPOT against the batch. `measured` says whether it was timed (a stream,
+        the backend's report) or inferred from a whole answer's time; both count alike, since no sample
+        replaces the estimate. A decode still under way (`count_output` off) says nothing of the
+        answer's length."""
         if output_tokens > 1 and seconds > 0:
+            t = _now(now)
             tpot = seconds / (output_tokens - 1)
-            base = tpot / (1.0 + self.tpot_growth * max(0.0, self.batch(load) - 1.0))
-            self.tpot_base.add(base, _now(now), peak=measured)
+            extra = max(0.0, self.batch(load) - 1.0)
+            # A plain average, never a peak: a peak-EWMA tracks the slowest recent samples, and its
+            # predictions stayed high for seconds after every burst.
+            self.decode.add(extra, tpot, t)
+            self.tpot_base.add(tpot / (1.0 + self.tpot_growth * extra), t)
         if output_tokens > 0 and count_output:
             self.output_tokens.add(float(output_tokens), _now(now))
 
@@ -204,9 +216,15 @@ class LatencyModel:
         """Requests running together when `load` are in flight: the rest wait for a slot."""
         return load if self.slots is None else min(load, self.slots)
 
+    @property
+    def tpot_growth(self) -> float:
+        """Decode slowdown per extra request in the batch, as a share of TPOT at batch 1 (learned)."""
+        a, b = self.decode.coefficients(time.monotonic())
+        return b / a if a > 0 else 0.0
+
     def tpot(self, load: float, now: float | None = None) -> float:
-        """Time per output token with `load` requests in flight here."""
-        return self.tpot_base.get(_now(now)) * (1.0 + self.tpot_growth * max(0.0, self.batch(load) - 1.0))
+        """Time per output token with `load` requests in flight here (at most `slots` decode together)."""
+        return max(MIN_TPOT_S, self.decode.at(max(0.0, self.batch(load) - 1.0), _now(now)))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return self.prefill.at(prompt_tokens, _now(now))

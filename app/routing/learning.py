@@ -13,7 +13,9 @@ import time
 from typing import TYPE_CHECKING
 
 from app.record import AttemptRecord
+from app.routing.accuracy import PredictionErrors
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
+from app.routing.output_length import OutputLengths, Shape
 from app.routing.prefix_routing import verify as verify_prefix
 from app.upstream.adapters import BackendReport, ServerLoad
 
@@ -25,8 +27,11 @@ if TYPE_CHECKING:
 class Learner:
     """Feeds the latency models of the router's backends; the only writer of what routing learns."""
 
-    def __init__(self, states: dict[str, BackendState]) -> None:
+    def __init__(self, states: dict[str, BackendState], outputs: OutputLengths | None = None) -> None:
         self.states = states
+        self.outputs = outputs if outputs is not None else OutputLengths()
+        # Predicted against measured, per backend (for /admin/backends).
+        self.accuracy: dict[str, PredictionErrors] = {name: PredictionErrors() for name in states}
 
     def _state(self, name: str) -> BackendState | None:
         return self.states.get(name)
@@ -79,13 +84,19 @@ class Learner:
             s.model.observe_decode(events - last_events + 1, now - last_at, state.inflight, count_output=False)
 
     # --- a finished request -------------------------------------------------------------------
-    def learn(self, a: AttemptRecord, prompt_hint: int, output: int, blocks: PromptBlocks | None = None) -> int | None:
+    def learn(self, a: AttemptRecord, prompt_hint: int, output: int, blocks: PromptBlocks | None = None,
+              shape: tuple[str, Shape] | None = None) -> int | None:
         """Feed an attempt that served a whole answer to its backend's latency model (its measured and
         reported figures; `output` tokens from its usage). Called once, by the attempt's owner
         (app.dispatch.attempt), which it tells the prompt tokens the backend reported reusing, if any."""
         s = self._state(a.backend)
         if s is None or a.error_type or not a.end:
             return None
+        if shape is not None and output > 0:
+            self.outputs.observe(shape[0], shape[1], output, time.monotonic())
+        if a.predicted is not None:
+            ttft = a.first_event - a.start if a.stream and a.first_event else None
+            self.accuracy.setdefault(a.backend, PredictionErrors()).add(a.predicted.ttft_s, ttft, a.predicted.e2e_s, a.end - a.start)
         cached = verify_prefix(a, s, blocks)
         model, r = s.model, a.report
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from app.record import Estimate
 from app.routing.context import RouteContext
+from app.routing.output_length import Shape
 from app.routing.predict import estimate
 from app.routing.prefix_routing import PrefixMatch, burst_wait_s
 from app.routing.prefix_routing import match as prefix_match
@@ -33,12 +34,15 @@ class Lease:
         "estimate",
         "prefix",
         "scores",
+        "shape",
         "state",
     )
 
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
                  scores: dict[str, float] | None = None) -> None:
         self._router, self.state, self._released = router, state, False
+        # (alias, shape) the answer's length is learned under, set by the router that leased it.
+        self.shape: tuple[str, Shape] | None = None
         self.scores = scores or {}  # what the strategy scored each candidate, for the record
         # What the prefix index believed this backend holds of the prompt when it was chosen.
         self.prefix: PrefixMatch | None = None

@@ -54,7 +54,7 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
             prompt = max(1, round(prompt - cached.tokens))
             queue = max(queue, cached.ready_at - now)
     ttft = m.ttft(prompt, now, queue)
-    n = m.output_tokens.get(now)
+    n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
     if ctx.max_tokens:
         n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
     decode_tokens = max(0.0, n - 1)

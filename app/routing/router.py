@@ -28,6 +28,7 @@ from app.routing.health import Breaker, BreakerState
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
+from app.routing.output_length import OutputLengths
 from app.routing.lease import Lease
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixAware
@@ -78,7 +79,9 @@ class Router:
         # Ordered by priority, then fair share across tenants, then deadline: app/admission/wait_queue.py.
         self.queue = queue if queue is not None else WaitQueue()
         # Routing owns what it learns: attempts' outcomes and the load backends publish feed the models.
-        self.learner = Learner(self.states)
+        # Answer lengths per alias and request shape: predicted at each decision, learned at each answer.
+        self.outputs = OutputLengths()
+        self.learner = Learner(self.states, self.outputs)
         self._queue_timeout_s = queue_timeout_s
 
     @property
@@ -104,6 +107,7 @@ class Router:
         free = [s for s in cands if s.has_slot]
         pool = free or cands
         ctx.now = time.monotonic()
+        self._expect_output(alias, ctx)
         if take_turn:
             entry.turn += 1
             i, scores = entry.strategy.choose(pool, ctx, entry.turn)
@@ -148,6 +152,7 @@ class Router:
             state = choice.state
             assert state is not None  # decide over a non-empty pool always picks one
             lease = Lease(self, state, ctx, state.inflight, choice.scores)
+            lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
             state.inflight += 1
             state.breaker.on_chosen(now)
             return lease
@@ -188,8 +193,16 @@ class Router:
             qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": handed.name})
         ctx = ctx or RouteContext()
         ctx.now = time.monotonic()
+        self._expect_output(alias, ctx)
         # The slot was handed over with this request already counted in flight.
-        return Lease(self, handed, ctx, handed.inflight - 1)
+        lease = Lease(self, handed, ctx, handed.inflight - 1)
+        lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
+        return lease
+
+    def _expect_output(self, alias: str, ctx: RouteContext) -> None:
+        """The answer length this alias's requests of this shape have had (none needed for an exact one)."""
+        if ctx.shape is not None:
+            ctx.expected_output = None if ctx.exact_output else self.outputs.predict(alias, ctx.shape, ctx.now)
 
     def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
         """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""

@@ -24,6 +24,7 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5)
 DURATION_BUCKETS = tuple(0.01 * 2**i for i in range(14))  # 0.01 .. 81.92 s
 TOKEN_BUCKETS = tuple(4**i for i in range(14))  # 1 .. 67M
+PREDICTION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60)
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
@@ -63,6 +64,11 @@ class Metrics:
         self.targets = Counter("slipstream_latency_target_requests",
                                "Requests with a latency target: met (as predicted at routing), unmeetable, shed.",
                                ["gen_ai_request_model", "result"], registry=r)
+        # Routing's predictions beside what was measured, per backend (both from the attempt's start):
+        # figure = ttft | e2e, kind = predicted | measured (bounded: backends from the config).
+        self.prediction = Histogram("slipstream_route_latency", "Predicted (at routing, an estimate) and measured TTFT and "
+                                    "end-to-end time of answered attempts, seconds.",
+                                    ["slipstream_backend", "figure", "kind"], buckets=PREDICTION_BUCKETS, registry=r, unit="seconds")
         self.prefix_requests = Counter("slipstream_prefix_requests",
                                        "Requests by predicted vs reported prefix hit: hit, miss, false_hit (predicted, not reused), missed_hit.",
                                        ["slipstream_backend", "result"], registry=r)
@@ -92,6 +98,13 @@ class Metrics:
                 result = f"status_{a.status}" if 100 <= a.status <= 599 else "other"
             self.attempts.labels(a.backend, result).inc()
         last = record.answered_by
+        if last is not None and last.predicted is not None and record.outcome is Outcome.OK and last.end:
+            p, h = last.predicted, self.prediction
+            h.labels(last.backend, "e2e", "predicted").observe(p.e2e_s)
+            h.labels(last.backend, "e2e", "measured").observe(last.end - last.start)
+            if last.stream and last.first_event:
+                h.labels(last.backend, "ttft", "predicted").observe(p.ttft_s)
+                h.labels(last.backend, "ttft", "measured").observe(last.first_event - last.start)
         if last is not None and last.cached_reported is not None and last.prefix is not None and record.prefix is not None:
             total = last.report.prompt_tokens or 0
             if total and record.prefix.chars:

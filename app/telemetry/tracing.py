@@ -175,6 +175,9 @@ class Tracing:
             r.end(end_time=ns(route.end))
         for event in record.events:
             span.add_event(event.name, attributes=event.attributes, timestamp=ns(event.at))
+        answered = record.answered_by
+        if answered is not None and answered.predicted is not None:
+            span.set_attributes(prediction_attributes(answered))
         for attempt in record.attempt_log:
             self._finish_attempt(record, attempt, models.get(attempt.backend), request_params)
         if self.capture_content and record.body is not None:
@@ -205,6 +208,8 @@ class Tracing:
                 span.set_attribute("slipstream.prefix.burst_wait_s", round(a.burst_wait_s, 6))
         if a.cached_reported is not None:
             span.set_attribute("slipstream.prefix.reported_cached_tokens", a.cached_reported)
+        if a.predicted is not None:
+            span.set_attributes(prediction_attributes(a))
         end = a.end or record.finished or time.perf_counter()
         final = a is record.answered_by and not a.error_type
         if final:
@@ -247,6 +252,21 @@ def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel,
 
 
 _INT64 = (1 << 63) - 1
+
+
+def prediction_attributes(a: AttemptRecord) -> dict:
+    """What routing predicted for the attempt (estimates) beside what was measured, both in seconds from
+    the attempt's start, so a trace viewer shows the two side by side."""
+    p = a.predicted
+    assert p is not None
+    out = {"slipstream.predicted.queue_s": round(p.queue_s, 6), "slipstream.predicted.ttft_s": round(p.ttft_s, 6),
+           "slipstream.predicted.e2e_s": round(p.e2e_s, 6), "slipstream.predicted.output_tokens": round(p.decode_tokens + 1, 1),
+           "slipstream.predicted.source": "estimated"}
+    if a.stream and a.first_event:
+        out["slipstream.measured.ttft_s"] = round(a.first_event - a.start, 6)
+    if a.end:
+        out["slipstream.measured.e2e_s"] = round(a.end - a.start, 6)
+    return out
 
 
 def clamp_number(v: object) -> int | float | None:

@@ -72,3 +72,24 @@ def test_the_prefill_backlog_counts_each_prompts_fixed_part_and_what_is_already_
     # Half a second into the first of them: that much less to wait for.
     ctx.now = 1.5
     assert abs(estimate(a, ctx).queue_s - (2 * fixed + 1000 * per_token - 0.5)) < 0.05
+
+
+def test_decode_slowdown_against_the_batch_is_learned_not_assumed():
+    from app.routing.latency_model import LatencyModel, Prior
+
+    m = LatencyModel(Prior(tpot_s=0.03, tpot_growth=0.03, slots=4))
+    for k in range(40):  # a CPU server: each extra request in the batch adds 40 % to TPOT
+        batch = 1 + k % 4
+        m.observe_decode(11, 10 * 0.02 * (1 + 0.4 * (batch - 1)), load=batch, now=1.0 + k * 0.1)
+    assert abs(m.tpot(1, now=5.0) - 0.02) < 0.003
+    assert abs(m.tpot(4, now=5.0) - 0.044) < 0.005
+
+
+def test_one_slow_sample_after_a_burst_does_not_become_the_prediction():
+    from app.routing.latency_model import LatencyModel, Prior
+
+    m = LatencyModel(Prior(tpot_s=0.03, slots=2))
+    for k in range(30):
+        m.observe_decode(11, 0.2, load=1, now=1.0 + k * 0.1)
+    m.observe_decode(11, 2.0, load=1, now=4.1)  # one interval stalled 10x
+    assert m.tpot(1, now=4.2) < 0.03  # a peak-EWMA would say 0.2

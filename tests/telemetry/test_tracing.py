@@ -108,6 +108,13 @@ def test_streamed_request_span_tree(gw):
     assert abs(sum(s.end_time - s.start_time for s in stages) - total) < 1_000_000  # within 1 ms
     assert stages[0].start_time == attempt.start_time
     assert server.start_time <= attempt.start_time and attempt.end_time <= server.end_time
+    # The prediction routing made, beside what was measured, on the attempt and on the request span.
+    for span in (attempt, server):
+        p = span.attributes
+        assert p["slipstream.predicted.source"] == "estimated"
+        assert p["slipstream.predicted.output_tokens"] == 12  # ignore_eos: max_tokens is the length
+        assert 0 < p["slipstream.predicted.ttft_s"] < p["slipstream.predicted.e2e_s"]
+        assert 0 < p["slipstream.measured.ttft_s"] < p["slipstream.measured.e2e_s"] <= total / 1e9 + 0.001
 
 
 def test_tgi_json_stages_are_reported(gw):

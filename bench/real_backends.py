@@ -128,7 +128,7 @@ def word_count(rng: random.Random, workload: str) -> int:
 def median_row(name: str, rows: list[dict]) -> dict:
     """Each figure's median over the repeats (one run: that run's)."""
     out = {"strategy": name}
-    for k, v in rows[0].items():
+    for k in rows[0]:
         if k != "strategy":
             out[k] = statistics.median(r[k] for r in rows)
     return out

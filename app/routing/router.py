@@ -28,8 +28,8 @@ from app.routing.health import Breaker, BreakerState
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
-from app.routing.output_length import OutputLengths
 from app.routing.lease import Lease
+from app.routing.output_length import OutputLengths
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixAware
 from app.routing.slo import best_fit

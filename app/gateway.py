@@ -12,9 +12,9 @@ import orjson
 from app.admission.auth import Authenticator
 from app.admission.service import Admission
 from app.admission.wait_queue import WaitQueue
-from app.cache.judge import gateway_ask
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
+from app.dispatch.ask import ask_alias
 from app.dispatch.decide import PoisonBook, RetryBudgetTracker
 from app.routing.active_health import run_health_checks
 from app.routing.discovery import discover_forever
@@ -74,7 +74,14 @@ class Gateway:
             for alias, spec in config.models.items()
         }
         budget = RetryBudgetTracker(config.reliability.retry_budget)
-        cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()))
+        gw: Gateway  # assigned below, before any request can run
+
+        async def ask(alias: str, body: dict, timeout_s: float) -> dict | None:
+            # The semantic cache's judge asks a model alias of this same gateway: the cache gets this
+            # callable at construction, and it reaches the gateway only when a request runs.
+            return await ask_alias(gw, alias, body, timeout_s)
+
+        cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()), ask)
         telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
@@ -82,7 +89,6 @@ class Gateway:
         }
         gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
                  timeouts, Admission.from_config(config), transport or HttpTransport())
-        cache.ask = gateway_ask(gw)  # an LLM judge asks a model alias of this same gateway
         if telemetry.metrics is not None and metrics is None:
             telemetry.metrics.register_live(lambda: gw)
         loop = asyncio.get_running_loop()

@@ -1,16 +1,19 @@
 """An LLM judge verifier: asks a model alias of this same gateway whether two questions share an answer.
 
 One yes/no question at temperature 0 with max_tokens 1, bounded by the request's deadline (and the
-judge's own timeout). Fails closed: an error, a timeout or any reply but "yes" is a miss. Verdicts
-are cached in process, so a popular cached question is judged once per distinct asking.
+judge's own timeout). Fails closed: an error, a timeout or any reply but "yes" is a miss, but only a
+"no" counts as a refusal; a judge that fails is counted and logged apart, so a broken judge cannot pass
+for a strict one. Verdicts are cached in process, so a popular cached question is judged once per
+distinct asking. How the judge reaches a model is one narrow callable (`AskFn`), passed in by the
+composition root: the cache never imports dispatch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -21,6 +24,9 @@ from app.config import JudgeConfig
 
 # ask(alias, body, timeout_s) -> the chat.completion body, or None when no answer came.
 AskFn = Callable[[str, dict, float], Awaitable[dict | None]]
+
+log = logging.getLogger("slipstream.cache")
+_LOG_EVERY_S = 60.0
 
 SYSTEM = (
     "You check a cache. Decide whether one answer serves both user questions: they must ask for exactly "
@@ -63,7 +69,9 @@ class LlmJudge:
         self.calls = 0
         self.cached_verdicts = 0
         self.timeouts = 0
-        self.errors = 0
+        self.errors = 0  # the ask raised: a judge that is broken, not one that said no
+        self.unclear = 0  # an answer that was neither yes nor no
+        self._logged_at = -_LOG_EVERY_S
 
     async def verify(self, query: str, cached: str, timeout_s: float) -> Verdict:
         key = hashlib.sha256(orjson.dumps([self.config.alias, cached, query])).hexdigest()
@@ -88,12 +96,17 @@ class LlmJudge:
             return Verdict(False, "timeout")
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - counted as an error, apart from refusals
+        except Exception as exc:
             self.errors += 1
+            now_log = time.monotonic()
+            if now_log - self._logged_at >= _LOG_EVERY_S:
+                self._logged_at = now_log
+                log.warning("cache judge %r failed (%d so far): the hit is refused, not judged",
+                            self.config.alias, self.errors, exc_info=exc)
             return Verdict(False, "error")
         verdict = parse_verdict(reply)
         if verdict is None:
-            self.errors += 1
+            self.unclear += 1
             return Verdict(False, "unclear")  # not cached: a transient failure may answer next time
         self._remember(key, verdict, now)
         return Verdict(verdict, None if verdict else "no")
@@ -103,28 +116,3 @@ class LlmJudge:
         self._verdicts.move_to_end(key)
         while len(self._verdicts) > self.config.max_verdicts:
             self._verdicts.popitem(last=False)
-
-
-def gateway_ask(gw) -> AskFn:
-    """Ask an alias of `gw` in process: the same routing, retries and fallbacks as a client's call."""
-
-    async def ask(alias: str, body: dict, timeout_s: float) -> dict | None:
-        from app.deadline import Deadline
-        from app.dispatch.loop import dispatch
-        from app.record import RequestRecord
-        from app.request import Endpoint, parse_request
-        from app.upstream.attempt import JsonReply
-
-        req = parse_request(Endpoint.CHAT, orjson.dumps(body))
-        record = RequestRecord(uuid.uuid4().hex, Endpoint.CHAT.value, time.perf_counter(), tenant="slipstream-judge",
-                               alias=alias)
-        dispatched = await dispatch(gw, req, Deadline(time.monotonic() + timeout_s), record)
-        try:
-            reply = dispatched.result
-            if not isinstance(reply, JsonReply) or reply.status != 200:
-                return None
-            return orjson.loads(reply.body)
-        finally:
-            dispatched.owner.end()
-
-    return ask

@@ -65,7 +65,8 @@ class CacheStats:
     stores: int = 0
     stale_served: int = 0
     guard_rejections: int = 0
-    judge_rejections: int = 0
+    judge_rejections: int = 0  # the judge answered no
+    judge_failures: int = 0  # the judge gave no verdict: it failed, timed out or answered neither yes nor no
     history_rejections: int = 0
     beyond_window: int = 0  # semantic lookups skipped: the last turn is longer than the model reads
     embed_timeouts: int = 0
@@ -78,7 +79,8 @@ class Cache:
     store: CacheStore
     embedder: Embedder | None
     stats: CacheStats = field(default_factory=CacheStats)
-    # ask(alias, body, timeout_s): how an LLM judge reaches a model alias; set by the gateway.
+    # ask(alias, body, timeout_s): how an LLM judge reaches a model alias (the composition root passes
+    # app.dispatch.ask in); None: no judge can be asked, and a configured one fails closed.
     ask: AskFn | None = None
     _last_log: float = 0.0
     _down_until: float = 0.0
@@ -183,10 +185,12 @@ class Cache:
             cached, history = parse_stored(n.query)
             ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left)
             if not ok:
-                if by is not None and by.startswith("guard:"):
+                if by.startswith("guard:"):
                     self.stats.guard_rejections += 1
-                else:
+                elif by == "judge:no":
                     self.stats.judge_rejections += 1
+                else:  # the judge gave no verdict: a miss, but not a refusal
+                    self.stats.judge_failures += 1
                 continue
             if not await self._same_history(q.history, history, plan.threshold, policy.guard, left):
                 self.stats.history_rejections += 1
@@ -246,13 +250,8 @@ class Cache:
             return None
         judge = self._judges.get(policy.judge)
         if judge is None:
-            judge = self._judges[policy.judge] = LlmJudge(policy.judge, self._ask_judge)
+            judge = self._judges[policy.judge] = LlmJudge(policy.judge, self.ask or _no_model)
         return judge
-
-    async def _ask_judge(self, alias: str, body: dict, timeout_s: float) -> dict | None:
-        if self.ask is None:
-            return None  # no way to reach a model: fail closed
-        return await self.ask(alias, body, timeout_s)
 
     def serve_stale(self, plan: CachePlan) -> Hit | None:
         """The expired exact entry found at lookup, if the policy lets it stand in for a failed call."""
@@ -322,6 +321,15 @@ class Cache:
             log.warning("cache store unavailable, serving without it (%s: %.200s); %d errors so far",
                         type(exc).__name__, exc, self.stats.errors)
 
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) until every answer handed to `save_later` so far is written to the store or
+        given up: a test's next lookup sees it without sleeping, and a drain before shutdown keeps it."""
+        async with asyncio.timeout(timeout_s):
+            while self._pending:
+                await asyncio.gather(*list(self._pending), return_exceptions=True)
+        if self._writer is not None:
+            await self._writer.drain(timeout_s)
+
     async def start(self) -> None:
         if self.embedder is not None:
             await self.embedder.start()
@@ -359,7 +367,11 @@ def _threshold(value: str | None, default: float) -> float:
     return t
 
 
-def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
+async def _no_model(alias: str, body: dict, timeout_s: float) -> dict | None:
+    return None  # no way to reach a model: the judge fails closed
+
+
+def build_cache(config: CacheConfig, semantic_wanted: bool, ask: AskFn | None = None) -> Cache:
     """The configured store, and the embedding model only when some alias uses the semantic cache."""
     store: CacheStore
     if config.store == "redis":
@@ -374,4 +386,4 @@ def build_cache(config: CacheConfig, semantic_wanted: bool) -> Cache:
         from app.cache.store import MemoryStore
 
         store = MemoryStore(config.memory_max_entries)
-    return Cache(config, store, Embedder(config.embedding) if semantic_wanted else None)
+    return Cache(config, store, Embedder(config.embedding) if semantic_wanted else None, ask=ask)

@@ -155,8 +155,11 @@ class Metrics:
 _STATE_COUNTERS: tuple[tuple[str, str, Callable[[Gateway], float]], ...] = (
     ("slipstream_cache_errors", "Cache store failures (the cache failed open).", lambda g: g.cache.stats.errors),
     ("slipstream_cache_guard_rejections", "Semantic matches rejected by the guard.", lambda g: g.cache.stats.guard_rejections),
-    ("slipstream_cache_judge_rejections", "Semantic matches the LLM judge did not confirm.",
+    ("slipstream_cache_judge_rejections", "Semantic matches the LLM judge refused (it answered no).",
      lambda g: g.cache.stats.judge_rejections),
+    ("slipstream_cache_judge_failures",
+     "Semantic matches refused because the LLM judge gave no verdict (it failed, timed out or answered neither).",
+     lambda g: g.cache.stats.judge_failures),
     ("slipstream_cache_history_rejections", "Semantic matches whose earlier turns did not match.",
      lambda g: g.cache.stats.history_rejections),
     ("slipstream_cache_beyond_window", "Semantic lookups skipped (exact only): the text is longer than the embedder reads.",

@@ -9,9 +9,11 @@ import httpx
 
 from app.cache.judge import LlmJudge, parse_verdict
 from app.config import JudgeConfig
+from app.upstream.scripted import Reply, ScriptedTransport, completion
 from tests.cache.conftest import CACHE_POLICY, cache_config
 from tests.cache.test_cache import ask, settle
 from tests.conftest import start_gateway
+from tests.scripted import call, config, run
 
 
 def _reply(text: str) -> dict:
@@ -88,7 +90,9 @@ def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
         h, _ = ask(gw, f"What is the procedure for resetting the router model {topic}?", model="judged")
         assert h["x-slipstream-cache"] == "miss"
         metrics = httpx.get(f"{gw.url}/metrics").text
-        assert "slipstream_cache_judge_rejections_total 1.0" in metrics
+        # Not a yes/no answer: no verdict, which is a failure of the judge, not a refusal.
+        assert "slipstream_cache_judge_failures_total 1.0" in metrics
+        assert "slipstream_cache_judge_rejections_total 0.0" in metrics
         # What the guard aligns is served without asking the judge.
         h, _ = ask(gw, f"how do i reset my router model {topic}?", model="judged")
         assert (h["x-slipstream-cache"], h["x-slipstream-cache-verifier"]) == ("semantic-hit", "guard")
@@ -101,3 +105,58 @@ def test_judge_alias_must_be_another_model_alias(tmp_path):
 
     judged = GOOD.replace("chat: {backends: [a]}", "chat: {backends: [a], cache: {semantic: {enabled: true, judge: {alias: nope}}}}")
     assert "models.chat.cache.semantic.judge.alias: 'nope' is not another model alias" in error_for(tmp_path, judged)
+
+
+# The judge in the gateway, over the scripted transport (app.upstream.scripted): the judge alias is a
+# scripted backend whose answer the test chooses, so a crash, a "no" and a "yes" can be told apart. The
+# guard is off here, so the judge alone decides each candidate.
+JUDGED = {"exact": {"enabled": True}, "semantic": {"enabled": True, "threshold": 0.8, "guard": False,
+                                                   "judge": {"alias": "judge", "timeout_ms": 5000}}}
+FIRST = "How do I reset my home wifi router?"
+REWORDED = "What is the way to reset my home wifi router?"
+
+
+def _judged_gateway(judge_says: str | None):
+    """`chat` answers every question; `judge` answers `judge_says` (None: its backend fails every call)."""
+    def script(backend: str, n: int):
+        if backend == "j":
+            return Reply(completion(judge_says)) if judge_says is not None else Reply({"error": {}}, status=500)
+        return Reply(completion("Hold the reset button for ten seconds."))
+
+    cfg = config({"chat": {"backends": ["a"], "cache": JUDGED}, "judge": {"backends": ["j"], "retry": {"max_attempts": 1}}},
+                 backends=("a", "j"), cache={"embedding": {"timeout_ms": 5000}})
+    return cfg, ScriptedTransport(script)
+
+
+def _ask_twice(judge_says: str | None):
+    cfg, transport = _judged_gateway(judge_says)
+
+    async def scenario(gw):
+        await gw.cache.start()
+        first = await call(gw, {"model": "chat", "messages": [{"role": "user", "content": FIRST}], "temperature": 0})
+        await gw.cache.flush()  # the answer is stored before the second question is looked up
+        second = await call(gw, {"model": "chat", "messages": [{"role": "user", "content": REWORDED}], "temperature": 0})
+        return first, second, gw.cache.stats
+
+    return run(cfg, transport, scenario)
+
+
+def test_a_judge_that_says_yes_serves_the_semantic_hit_marked_judge():
+    first, second, stats = _ask_twice("yes")
+    assert first.headers["x-slipstream-cache"] == "miss"
+    assert second.status == 200
+    assert (second.headers["x-slipstream-cache"], second.headers["x-slipstream-cache-verifier"]) == ("semantic-hit", "judge")
+    assert second.json()["choices"][0]["message"]["content"] == "Hold the reset button for ten seconds."
+    assert (stats.semantic_hits, stats.judge_rejections, stats.judge_failures) == (1, 0, 0)
+
+
+def test_a_judge_that_says_no_refuses_the_hit():
+    _, second, stats = _ask_twice("no")
+    assert second.headers["x-slipstream-cache"] == "miss"
+    assert (stats.semantic_hits, stats.judge_rejections, stats.judge_failures) == (0, 1, 0)
+
+
+def test_a_judge_that_fails_is_a_miss_counted_as_a_failure_not_a_refusal():
+    _, second, stats = _ask_twice(None)
+    assert second.status == 200 and second.headers["x-slipstream-cache"] == "miss"
+    assert (stats.semantic_hits, stats.judge_rejections, stats.judge_failures) == (0, 0, 1)

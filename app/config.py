@@ -18,6 +18,18 @@ from pydantic import (
 )
 
 Flavor = Literal["openai", "vllm", "tgi", "llamacpp", "ollama"]
+# The client APIs a backend may speak natively (app.protocols: chat, completions, embeddings, and the
+# Responses and Anthropic Messages APIs).
+ApiName = Literal["chat", "completions", "embeddings", "responses", "messages"]
+# What each kind of server speaks unless a backend says otherwise: llama.cpp, vLLM and Ollama serve all
+# of them; TGI serves OpenAI's chat and text completions; the hosted OpenAI API adds Responses to its own.
+DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
+    "llamacpp": ("chat", "completions", "embeddings", "responses", "messages"),
+    "vllm": ("chat", "completions", "embeddings", "responses", "messages"),
+    "ollama": ("chat", "completions", "embeddings", "responses", "messages"),
+    "tgi": ("chat", "completions"),
+    "openai": ("chat", "completions", "embeddings", "responses"),
+}
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
 from app.admission.config import LimitsConfig, ScopeLimits
@@ -153,8 +165,26 @@ class BackendConfig(Strict):
     # Relative cost of serving here: a request with a latency target goes to the cheapest backend
     # predicted to meet it (best fit), not always to the fastest.
     cost: float = Field(1.0, ge=0)
+    # The client APIs this backend serves natively: a request in one of them passes through unchanged
+    # (apart from `model`); a Responses or Messages request to a backend without it is translated to chat
+    # completions. Unset: the flavour's default (DEFAULT_APIS).
+    apis: tuple[ApiName, ...] | None = None
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+
+    @model_validator(mode="after")
+    def _apis(self) -> BackendConfig:
+        if self.apis is None:
+            object.__setattr__(self, "apis", DEFAULT_APIS[self.flavor])
+        elif not self.apis:
+            raise ValueError("apis must name at least one client API (or be left out for the flavour's default)")
+        elif len(set(self.apis)) != len(self.apis):
+            raise ValueError("apis names the same client API twice")
+        return self
+
+    def speaks(self, api: str) -> bool:
+        """Whether this backend serves the client API natively."""
+        return api in (self.apis or ())
 
 
 class ExactCachePolicy(Strict):

@@ -13,27 +13,29 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.cache.entry import Hit
-from app.cache.replay import SERVED_BY, hit_body, replay_events, served_by
+from app.cache.replay import SERVED_BY, hit_body, served_by
 from app.cache.service import CachePlan
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
-from app.record import Outcome, RequestRecord, Usage
+from app.protocols import ClientProtocol, ParsedRequest
+from app.record import Outcome, RequestRecord
 from app.relay.filters import (
     BackendReports,
     CacheFill,
     CaptureAnswer,
+    EndEvent,
     Filter,
     FinishReasons,
     ModelName,
     Progress,
+    StreamUsage,
     UsageFilter,
 )
 from app.relay.format import MODEL_FIELD, OPENAI_SSE
 from app.relay.loop import Relay, SSEResponse, replay, safe_headers
 from app.relay.result import RelayResult
-from app.request import Endpoint, ParsedRequest, parse_request
 from app.routing.slo import from_headers as latency_target
 from app.telemetry.server_timing import server_timing, timing_summary
 from app.telemetry.stages import Stage, first_byte_stages
@@ -43,12 +45,13 @@ from app.upstream.attempt import JsonReply
 _TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
 
-async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str], path: str) -> Response:
+async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
+                 path: str) -> Response:
     """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
-    record = RequestRecord(uuid.uuid4().hex, endpoint.value, time.perf_counter())
+    record = RequestRecord(uuid.uuid4().hex, protocol.value, time.perf_counter())
     gw.telemetry.start_request(record, path, headers.get("traceparent"))
     try:
-        response = await _serve(gw, endpoint, raw_body, headers, record)
+        response = await _serve(gw, protocol, raw_body, headers, record)
     except GatewayError as err:
         for name, value in record.response_headers.items():
             err.headers.setdefault(name, value)
@@ -69,12 +72,14 @@ async def handle(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     return response
 
 
-async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict[str, str], record: RequestRecord) -> Response:
+async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
+                 record: RequestRecord) -> Response:
     # auth
-    tenant = gw.auth.authenticate(headers.get("authorization"))
+    tenant = gw.auth.authenticate(protocol.credentials(headers))
     record.tenant = tenant.name
     # parse
-    req = parse_request(endpoint, raw_body)
+    req = protocol.parse(raw_body)
+    req.headers = protocol.pass_headers(headers)
     record.stream = req.stream
     if req.alias not in gw.config.models:
         # Not recorded: metric labels come only from configured aliases.
@@ -124,7 +129,7 @@ async def _serve(gw: Gateway, endpoint: Endpoint, raw_body: bytes, headers: dict
     # relay -> record (and the cache write, for complete answers only)
     try:
         if isinstance(dispatched.result, JsonReply):
-            return _json_response(gw, dispatched, plan, record)
+            return _json_response(gw, req, dispatched, plan, record)
         return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
     except BaseException as exc:
         dispatched.owner.end(exc)  # the response never came to own the attempt (a no-op once it did)
@@ -165,7 +170,8 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
     return out
 
 
-def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record: RequestRecord) -> Response:
+def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan,
+                   record: RequestRecord) -> Response:
     reply = dispatched.result
     assert isinstance(reply, JsonReply)  # the dispatcher reads a streamed answer whole for a JSON client
     owner, attempt = dispatched.owner, dispatched.attempt
@@ -173,9 +179,9 @@ def _json_response(gw: Gateway, dispatched: Dispatched, plan: CachePlan, record:
     body = reply.data
     payload = reply.body
     if body is not None:
-        _note_answer(record, body, reply.backend)
+        _note_answer(record, body, reply.backend, req.protocol)
         if record.body is not None:  # content capture is on
-            record.output_text = _answer_text(body)
+            record.output_text = req.protocol.answer_text(body)
         # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
         owner.add_report(reply.backend.adapter.report_from_body(body))
         payload = _name_alias(payload, body, record.alias)
@@ -197,7 +203,6 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     assert not isinstance(stream, JsonReply)  # a streaming client is always served from an upstream stream
     model = gw.models[attempt.backend]
-    chat = req.endpoint is Endpoint.CHAT
 
     def usage_extension() -> dict:
         now = time.perf_counter()  # the attempt is not over yet: its stages so far
@@ -206,20 +211,26 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
 
     # The relay's filter chain, in order (app.relay.filters): built once, only with the filters that have
     # work to do for this request.
+    # The client protocol says how its stream frames and classifies (app.relay.format.StreamFormat).
+    protocol = req.protocol
+    fmt = protocol.sse or OPENAI_SSE
     result = RelayResult()
-    filters: list[Filter] = [ModelName(result, req.alias, OPENAI_SSE), BackendReports(owner.add_report, stream.backend.adapter),
+    filters: list[Filter] = [ModelName(result, req.alias, fmt), BackendReports(owner.add_report, stream.backend.adapter),
                              Progress(owner.progress)]
-    capture = CaptureAnswer(chat) if record.body is not None else None  # content capture is on
+    capture = CaptureAnswer(protocol.assembler()) if record.body is not None else None  # content capture is on
     if capture is not None:
         filters.append(capture)
     if plan.store and not dispatched.fallback:
         served = stream.backend.config.model
-        filters.append(CacheFill(chat, lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
+        filters.append(CacheFill(protocol.assembler(), lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
     n = req.body.get("n")
-    filters.append(FinishReasons(result, OPENAI_SSE, n if isinstance(n, int) and n > 1 else 1))
-    filters.append(UsageFilter(result, OPENAI_SSE, req.client_wants_usage,
-                               usage_extension if summary_wanted and req.client_wants_usage else None))
-    relay = Relay(stream, tuple(filters), result, OPENAI_SSE)
+    filters.append(FinishReasons(result, fmt, n if isinstance(n, int) and n > 1 else 1))
+    if protocol.sse is None:
+        filters.append(UsageFilter(result, OPENAI_SSE, req.client_wants_usage,
+                                   usage_extension if summary_wanted and req.client_wants_usage else None))
+    else:  # named events: usage told in parts, nothing hidden; the end event is the format's to send
+        filters += [StreamUsage(result, protocol), EndEvent(protocol)]
+    relay = Relay(stream, tuple(filters), result, fmt)
 
     def close() -> None:
         # Runs once, from the response, on every path (app.relay.loop.SSEResponse): the relay's result
@@ -234,7 +245,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         else:  # the relay never ran: the client was gone before the first byte
             record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
         if capture is not None:
-            record.output_text = _answer_text(capture.answer) if capture.answer is not None else None
+            record.output_text = protocol.answer_text(capture.answer) if capture.answer is not None else None
         broken = record.outcome is Outcome.STREAM_BROKEN
         owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=result.complete,
                   output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
@@ -246,11 +257,11 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         known = first_byte_stages(attempt.start, attempt.headers, attempt.first_event,
                                   stream.backend.adapter.headers_at_slot, model)
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
-    return SSEResponse(relay.events(), headers, close)
+    return SSEResponse(relay.events(), headers, close, protocol)
 
 
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:
-    body = hit_body(hit)
+    body = hit_body(hit, req.protocol)
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if hit.similarity is not None:
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
@@ -265,7 +276,7 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
     record.finished = time.perf_counter()
     background = BackgroundTask(gw.telemetry.finish_after_response, record)
     if req.stream:
-        response = SSEResponse(replay(replay_events(body, req.client_wants_usage)), headers)
+        response = SSEResponse(replay(req.protocol.replay(body, req.client_wants_usage)), headers, None, req.protocol)
         response.background = background
         return response
     return Response(orjson.dumps(body), 200, headers, media_type="application/json", background=background)
@@ -291,23 +302,12 @@ def _gateway_s(record: RequestRecord, now: float, upstream_s: float) -> float:
     return max(0.0, now - record.received - (_cache_s(record) or 0.0) - upstream_s)
 
 
-def _note_answer(record: RequestRecord, body: dict, backend) -> None:
-    usage = body.get("usage")
-    if isinstance(usage, dict):
-        record.usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+def _note_answer(record: RequestRecord, body: dict, backend, protocol: ClientProtocol) -> None:
+    usage = protocol.usage(body)
+    if usage is not None:
+        record.usage = usage
     record.response_model = backend.adapter.reported_model(body.get("model"), backend.config.model)
-    for choice in body.get("choices") or ():
-        if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str):
-            record.finish_reasons.append(choice["finish_reason"])
-
-
-def _answer_text(body: dict) -> str | None:
-    """The first choice's text (chat or completions), for content capture."""
-    choices = body.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    message = first.get("message")
-    text = message.get("content") if isinstance(message, dict) else first.get("text")
-    return text if isinstance(text, str) else None
+    record.finish_reasons.extend(protocol.finish_reasons(body))
 
 
 def _name_alias(payload: bytes, body: dict, alias: str) -> bytes:
@@ -318,5 +318,9 @@ def _name_alias(payload: bytes, body: dict, alias: str) -> bytes:
         return payload
     body["model"] = alias
     m = MODEL_FIELD.search(payload)
-    # Quotes inside JSON strings are escaped, so the first unescaped "model": "..." is the field itself.
-    return payload.replace(m.group(0), b'"model":' + orjson.dumps(alias), 1) if m else orjson.dumps(body)
+    # Quotes inside JSON strings are escaped, so the first unescaped "model": "..." before the content (whose
+    # tool inputs are JSON objects in some APIs) is the field itself.
+    content = payload.find(b'"content"')
+    if m is None or (content != -1 and m.start() > content):
+        return orjson.dumps(body)
+    return payload.replace(m.group(0), b'"model":' + orjson.dumps(alias), 1)

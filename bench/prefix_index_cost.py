@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import redis
 
+from app.protocols import CHAT
 from app.routing.prefix_index import BackendPrefixes, prompt_blocks
 from bench.harness import free_port
 
@@ -43,9 +44,9 @@ print(f"  lookup MGET   p50 {q(look,.5):.0f} us  p99 {q(look,.99):.0f} us")
 print(f"  record SET EX p50 {q(rec,.5):.0f} us  p99 {q(rec,.99):.0f} us")
 body = {"messages": [{"role": "system", "content": "x" * 2100}, {"role": "user", "content": "hi"}]}
 idx = BackendPrefixes()
-pb = prompt_blocks(body)
+pb = prompt_blocks(CHAT.prefix_text(body))
 t = time.perf_counter()
 for i in range(2000):
-    pb = prompt_blocks(body); idx.match(pb.keys, 0.0); idx.record(pb.keys, 0.0, 0.0)
+    pb = prompt_blocks(CHAT.prefix_text(body)); idx.match(pb.keys, 0.0); idx.record(pb.keys, 0.0, 0.0)
 print(f"  in-process index (hash + match + record) per decision: {(time.perf_counter() - t) / 2000 * 1e6:.0f} us")
 p.terminate(); p.wait()

@@ -18,7 +18,8 @@ from app.config import GatewayConfig
 from app.errors import GatewayError
 from app.gateway import Gateway
 from app.http.fastpath import _unless_client_leaves, error_response
-from app.request import Endpoint
+from app.protocols import CHAT as CHAT_API
+from app.protocols import ClientProtocol
 from app.upstream.scripted import ScriptedTransport
 
 KEY = "sk-scripted-0123456789"
@@ -71,7 +72,7 @@ class Answer:
         return self.json()["error"]
 
 
-async def call(gw: Gateway, body: dict | bytes = CHAT, key: str = KEY, endpoint: Endpoint = Endpoint.CHAT,
+async def call(gw: Gateway, body: dict | bytes = CHAT, key: str = KEY, endpoint: ClientProtocol = CHAT_API,
                headers: dict[str, str] | None = None, leave_after_s: float | None = None) -> Answer | None:
     """One request through the pipeline and its response, as app.http.fastpath serves it.
 
@@ -90,7 +91,7 @@ async def call(gw: Gateway, body: dict | bytes = CHAT, key: str = KEY, endpoint:
     try:
         response = await _unless_client_leaves(pipeline.handle(gw, endpoint, raw, hdrs, "/v1/" + endpoint.value), receive)
     except GatewayError as err:
-        response = error_response(err)
+        response = error_response(err, endpoint)
     if response is None:
         return None
     sent: list[dict] = []

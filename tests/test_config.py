@@ -149,3 +149,33 @@ def test_the_console_trace_link_is_an_http_url_with_the_trace_id_in_it(tmp_path)
     assert ok.telemetry.tracing.trace_url == "http://127.0.0.1:16686/trace/{trace_id}"
     for bad in ("javascript:alert(1)//{trace_id}", "http://jaeger/trace/"):
         assert "trace_url" in error_for(tmp_path, GOOD + f"telemetry: {{tracing: {{trace_url: '{bad}'}}}}\n")
+
+
+@pytest.mark.parametrize(("flavor", "apis"), [
+    ("llamacpp", {"chat", "completions", "embeddings", "responses", "messages"}),
+    ("vllm", {"chat", "completions", "embeddings", "responses", "messages"}),
+    ("ollama", {"chat", "completions", "embeddings", "responses", "messages"}),
+    ("tgi", {"chat", "completions"}),
+    ("openai", {"chat", "completions", "embeddings", "responses"}),
+])
+def test_a_backend_speaks_its_flavours_apis_by_default(tmp_path, flavor, apis):
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", f"model: m, flavor: {flavor}}}")), environ={})
+    assert set(config.backends["a"].apis) == apis
+    assert config.backends["a"].speaks("messages") == ("messages" in apis)
+
+
+def test_declared_apis_replace_the_flavours(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, flavor: llamacpp, apis: [chat]}")),
+                         environ={})
+    assert config.backends["a"].apis == ("chat",)
+    assert not config.backends["a"].speaks("messages")
+
+
+@pytest.mark.parametrize(("apis", "expected"), [
+    ("[chat, anthropic]", "backends.a.apis[1]"),
+    ("[]", "apis must name at least one client API"),
+    ("[chat, chat]", "apis names the same client API twice"),
+])
+def test_bad_apis_are_named_at_start(tmp_path, apis, expected):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", f"model: m, apis: {apis}}}"))
+    assert expected in msg

@@ -35,7 +35,7 @@ def test_stream_that_never_started_frees_its_slot():
         from app import pipeline
         from tests.scripted import KEY
 
-        response = await pipeline.handle(gw, __import__("app.request").request.Endpoint.CHAT, orjson.dumps(STREAM),
+        response = await pipeline.handle(gw, __import__("app.protocols").protocols.CHAT, orjson.dumps(STREAM),
                                          {"authorization": f"Bearer {KEY}"}, "/v1/chat/completions")
 
         async def send(message):
@@ -116,13 +116,13 @@ def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slo
     import orjson
 
     from app import pipeline
-    from app.request import Endpoint
+    from app.protocols import CHAT
     from tests.scripted import KEY
 
     t = ScriptedTransport(lambda name, n: Stream(events=chunks("x" * 100), gap_s=0.01))
 
     async def scenario(gw):
-        response = await pipeline.handle(gw, Endpoint.CHAT, orjson.dumps(STREAM), {"authorization": f"Bearer {KEY}"},
+        response = await pipeline.handle(gw, CHAT, orjson.dumps(STREAM), {"authorization": f"Bearer {KEY}"},
                                          "/v1/chat/completions")
         sent = []
 

@@ -101,12 +101,12 @@ def test_odd_but_valid_json_is_a_400_naming_the_param(body, param):
     ({"model": "chat", "prompt": [1, "a"]}, "prompt"),
 ])
 def test_odd_completions_bodies_are_a_400_naming_the_param(body, param):
-    from app.request import Endpoint
+    from app.protocols import COMPLETIONS
 
     t = ScriptedTransport(lambda name, n: Reply())
 
     async def scenario(gw):
-        return await call(gw, body, endpoint=Endpoint.COMPLETIONS)
+        return await call(gw, body, endpoint=COMPLETIONS)
 
     answer = run(config(), t, scenario)
     assert answer.status == 400

@@ -9,8 +9,8 @@ import orjson
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from app.config import TracingConfig
+from app.protocols import CHAT
 from app.record import RequestRecord
-from app.request import Endpoint, parse_request
 from app.telemetry.tracing import Tracing, clamp_number
 from app.upstream.scripted import ScriptedTransport
 from tests.conftest import ACME_KEY, GLOBEX_KEY, gateway_config, start_gateway
@@ -22,7 +22,7 @@ SAMPLED_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 def test_client_chosen_cache_ttl_is_capped_by_config():
     async def scenario(gw):
-        req = parse_request(Endpoint.CHAT, orjson.dumps({"model": "chat", "temperature": 0,
+        req = CHAT.parse(orjson.dumps({"model": "chat", "temperature": 0,
                                                          "messages": [{"role": "user", "content": "hi"}]}))
         policy = gw.config.models["chat"].cache
         plan = gw.cache.plan("acme", req, policy, {"x-slipstream-cache-ttl": "50000000"})

@@ -1,4 +1,4 @@
-"""Rate-limit state as OpenAI reports it: x-ratelimit-* headers, and the 429 that names the limit.
+"""Rate-limit state for the client: its headers (named by the client protocol), and the 429 that names the limit.
 
 OpenAI sends `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with every answer; the resets
 are Go-style durations ("1s", "6m0s", "17ms"). On a 429 the SDKs honour `retry-after-ms`, then
@@ -11,6 +11,8 @@ import math
 
 from app.admission.limits import BUDGET, CONCURRENT, REQUESTS, TOKENS, CheckState, Decision
 from app.errors import RateLimited
+from app.protocols import CHAT, ClientProtocol, LimitFigure
+from app.protocols.openai import duration
 
 _WHAT = {
     REQUESTS: "requests per minute",
@@ -22,36 +24,24 @@ _WHAT = {
 _SDK_MAX_WAIT_S = 60.0
 
 
-def duration(seconds: float) -> str:
-    """A Go-style duration as OpenAI's reset headers carry it: 17ms, 1s, 1.5s, 6m0s, 1h2m3s."""
-    if seconds < 1:
-        return f"{max(0, math.ceil(seconds * 1000))}ms"
-    seconds = math.ceil(seconds * 1000) / 1000
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    s = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{int(hours)}h{int(minutes)}m{s}"
-    if minutes:
-        return f"{int(minutes)}m{s}"
-    return s
-
-
-def ratelimit_headers(states: list[CheckState]) -> dict[str, str]:
-    """The x-ratelimit-* headers from the tightest request and token limits that apply."""
-    out: dict[str, str] = {}
+def limit_figures(states: list[CheckState]) -> list[LimitFigure]:
+    """The tightest request and token limits that apply, as the client protocol names them in headers."""
+    out = []
     for kind in (REQUESTS, TOKENS):
         mine = [s for s in states if s.check.kind == kind]
         if not mine:
             continue
         tight = min(mine, key=lambda s: s.remaining / s.check.limit)
-        out[f"x-ratelimit-limit-{kind}"] = str(tight.check.limit)
-        out[f"x-ratelimit-remaining-{kind}"] = str(max(0, math.floor(tight.remaining)))
-        out[f"x-ratelimit-reset-{kind}"] = duration(tight.reset_s)
+        out.append(LimitFigure(kind, tight.check.limit, max(0, math.floor(tight.remaining)), tight.reset_s))
     return out
 
 
-def rate_limited(decision: Decision, requested_tokens: int) -> RateLimited:
+def ratelimit_headers(states: list[CheckState], protocol: ClientProtocol = CHAT) -> dict[str, str]:
+    """The rate-limit headers (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*) of the limits."""
+    return protocol.ratelimit_headers(limit_figures(states))
+
+
+def rate_limited(decision: Decision, requested_tokens: int, protocol: ClientProtocol = CHAT) -> RateLimited:
     """The 429 for a refused admission: names the limit and scope, says when to come back."""
     check = decision.denied
     assert check is not None
@@ -69,7 +59,7 @@ def rate_limited(decision: Decision, requested_tokens: int) -> RateLimited:
     wait = decision.retry_after_s
     if wait is None and not decision.never:
         wait = 1.0  # a concurrency slot: when one frees is unknown
-    headers = ratelimit_headers(decision.states)
+    headers = ratelimit_headers(decision.states, protocol)
     if wait is not None and not decision.never:
         message += f" Please try again in {duration(wait)}."
         headers["retry-after"] = str(max(1, math.ceil(wait)))

@@ -20,8 +20,8 @@ from app.admission.priority import PRIORITY_HEADER, Priority, PriorityPolicy
 from app.admission.redis_limiter import LimiterDown, RedisLimiter
 from app.admission.reserve import reservation
 from app.errors import LimiterUnavailable
+from app.protocols import ParsedRequest
 from app.record import Event, RequestRecord
-from app.request import ParsedRequest
 
 log = logging.getLogger("slipstream.admission")
 # Redis-down lines: at most one per this many seconds, with the count of those held back.
@@ -122,7 +122,7 @@ class Admission:
                     "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.scope": denied.scope,
                     "slipstream.ratelimit.retry_after_s": round(decision.retry_after_s or 0.0, 3),
                     "slipstream.priority": priority.klass}))
-                raise rate_limited(decision, tokens)
+                raise rate_limited(decision, tokens, req.protocol)
             record.events.append(Event(time.perf_counter(), "ratelimit.wait", {
                 "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.wait_s": round(wait, 3)}))
             self.counters.count(label, priority.klass, "waited")
@@ -130,7 +130,7 @@ class Admission:
         self.counters.count(label, priority.klass, "admitted")
         admitted.checks, admitted.request_id, admitted.reserved = checks, record.request_id, tokens
         admitted.periods, admitted.states = decision.periods, decision.states
-        record.response_headers.update(ratelimit_headers(decision.states))
+        record.response_headers.update(ratelimit_headers(decision.states, req.protocol))
         loop = asyncio.get_running_loop()
         # The record stage may run in a worker thread (a JSON answer's background task): settle on the loop.
 

@@ -14,12 +14,15 @@ from dataclasses import dataclass
 
 import orjson
 
-from app.request import Endpoint, ParsedRequest
+from app.protocols import ParsedRequest
+from app.protocols.chat import plain_text
 
 # Delivery and bookkeeping fields: they never change the answer's content.
 _NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier"})
 # Semantic matching is for plain text questions only.
 _NOT_SEMANTIC = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
+# The fields that carry the conversation's turns (compared turn by turn, not as parameters).
+_TURNS = ("messages", "prompt", "system")
 
 
 def _digest(*parts: bytes) -> str:
@@ -38,7 +41,7 @@ def exact_key(tenant: str, req: ParsedRequest) -> str:
     """The exact-match key: a digest of the tenant scope and the canonical request."""
     params = {k: v for k, v in req.body.items() if k not in _NOT_IN_KEY}
     params["model"] = req.alias
-    return _digest(tenant.encode(), req.endpoint.value.encode(), _canonical(params))
+    return _digest(tenant.encode(), req.protocol.value.encode(), _canonical(params))
 
 
 def is_deterministic(body: dict) -> bool:
@@ -77,22 +80,14 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
     body = req.body
     if not is_deterministic(body) or any(body.get(k) for k in _NOT_SEMANTIC):
         return None
-    if req.endpoint is Endpoint.CHAT:
-        messages = body["messages"]
-        last = messages[-1]
-        text = _plain_text(last.get("content"))
-        if last.get("role") != "user" or text is None or any(_has_media(m) for m in messages):
-            return None
-        earlier, history = _conversation(messages[:-1])
-    elif req.endpoint is Endpoint.COMPLETIONS and isinstance(body.get("prompt"), str):
-        text, earlier, history = body["prompt"], [], ()
-    else:
+    turns = req.protocol.cache_turns(body)
+    if turns is None or not turns[0].strip():
         return None
-    if not text.strip():
-        return None
-    params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in ("messages", "prompt")}
+    text, messages = turns
+    earlier, history = _conversation(messages)
+    params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _TURNS}
     params["model"] = req.alias
-    scope = _digest(tenant.encode(), req.endpoint.value.encode(), _canonical(earlier), _canonical(params))
+    scope = _digest(tenant.encode(), req.protocol.value.encode(), _canonical(earlier), _canonical(params))
     return SemanticQuery(scope, text, history)
 
 
@@ -106,23 +101,10 @@ def _conversation(earlier: list) -> tuple[list, tuple[str, ...]]:
     exact: list = []
     texts: list[str] = []
     for m in earlier:
-        text = _plain_text(m.get("content")) if isinstance(m, dict) else None
+        text = plain_text(m.get("content")) if isinstance(m, dict) else None
         if text is not None and m.get("role") in ("user", "assistant") and set(m) <= {"role", "content"}:
             exact.append(m["role"])
             texts.append(text)
         else:
             exact.append(m)
     return exact, tuple(texts)
-
-
-def _plain_text(content: object) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "\n".join(str(p.get("text", "")) for p in content)
-    return None
-
-
-def _has_media(message: object) -> bool:
-    content = message.get("content") if isinstance(message, dict) else None
-    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") != "text" for p in content)

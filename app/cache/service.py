@@ -26,7 +26,7 @@ from app.cache.verify import confirm
 from app.cache.writer import StoreWriter, WriteOp, WriterStats
 from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
-from app.request import Endpoint, ParsedRequest
+from app.protocols import ParsedRequest
 
 log = logging.getLogger("slipstream.cache")
 
@@ -106,7 +106,7 @@ class Cache:
     def plan(self, tenant: str, req: ParsedRequest, policy: CachePolicy, headers: dict[str, str]) -> CachePlan:
         """Decide eligibility from the policy, the request and its Cache-Control headers."""
         plan = CachePlan(policy)
-        if req.endpoint is Endpoint.EMBEDDINGS:
+        if not req.protocol.streams:  # embeddings: not cached
             return plan
         directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
         exact_ok = policy.exact.enabled and (not policy.exact.deterministic_only or is_deterministic(req.body))

@@ -11,8 +11,8 @@ import orjson
 
 from app.deadline import Deadline
 from app.dispatch.loop import dispatch
+from app.protocols import CHAT
 from app.record import RequestRecord
-from app.request import Endpoint, parse_request
 from app.upstream.attempt import JsonReply
 
 if TYPE_CHECKING:
@@ -24,8 +24,8 @@ JUDGE_TENANT = "slipstream-judge"
 async def ask_alias(gw: Gateway, alias: str, body: dict, timeout_s: float) -> dict | None:
     """The chat.completion body `alias` answers to `body` within `timeout_s`; None for a non-200 answer.
     Errors (no backend, every attempt failed) raise: the caller tells a failure from an answer."""
-    req = parse_request(Endpoint.CHAT, orjson.dumps(body))
-    record = RequestRecord(uuid.uuid4().hex, Endpoint.CHAT.value, time.perf_counter(), tenant=JUDGE_TENANT, alias=alias)
+    req = CHAT.parse(orjson.dumps(body))
+    record = RequestRecord(uuid.uuid4().hex, CHAT.value, time.perf_counter(), tenant=JUDGE_TENANT, alias=alias)
     dispatched = await dispatch(gw, req, Deadline(time.monotonic() + timeout_s), record)
     try:
         reply = dispatched.result

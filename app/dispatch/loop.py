@@ -29,8 +29,8 @@ from app.errors import (
     UpstreamTimeout,
     retry_after_s,
 )
+from app.protocols import ParsedRequest
 from app.record import AttemptRecord, Event, RequestRecord
-from app.request import Endpoint, ParsedRequest
 from app.routing.context import RouteContext
 from app.routing.output_length import shape_of
 from app.routing.prefix_index import prompt_blocks
@@ -273,16 +273,20 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
                 record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
             extra = gw.telemetry.start_attempt(record, a)
             streamed = req.stream or streams_upstream(backend, req)
-            body = (req.upstream_body(backend.config.model, backend.config.stream_usage) if req.stream or not streamed
-                    else req.upstream_stream_body(backend.config.model))
-            call = UpstreamCall(req.endpoint.value, body, streamed, gw.timeouts[alias][backend.name], deadline, extra)
+            # The client protocol says how: natively, or translated to an API this backend speaks.
+            up = req.protocol.upstream(req, backend.config, streamed)
+            if up.headers:
+                extra = {**extra, **up.headers} if extra else up.headers
+            call = UpstreamCall(up.path, up.body, streamed, gw.timeouts[alias][backend.name], deadline, extra)
             owner.result = result = await gw.transport.send(backend, call)
+            if up.adapt is not None:
+                owner.result = result = up.adapt(result)
             owner.answered(result.timing, streamed, uncached_tokens(ctx, lease))
             if not req.stream:
                 if streamed:
                     # A JSON client served from a stream: read it whole (a client that leaves cancels
                     # this, and closing the stream frees the backend's slot at once).
-                    reply = await collect_json(result, req.endpoint is Endpoint.CHAT)
+                    reply = await collect_json(result, req.protocol.assembler())
                     result.close()
                     owner.result = result = reply
                 # The header report; the body's follows when the pipeline reads it, and then ends the
@@ -313,7 +317,7 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
 def streams_upstream(backend, req: ParsedRequest) -> bool:
     """Whether a JSON client's call to this backend is streamed upstream and assembled (chat and text
     completions only, and only where the stream's usage is asked for, so the answer keeps it)."""
-    if req.endpoint not in (Endpoint.CHAT, Endpoint.COMPLETIONS) or not backend.config.stream_usage:
+    if not req.protocol.assembles or not backend.config.stream_usage:
         return False
     flag = backend.config.stream_upstream
     return backend.adapter.stream_upstream if flag is None else flag
@@ -326,25 +330,14 @@ def _blame_later(err: GatewayError) -> bool:
 
 
 def route_context(req: ParsedRequest) -> RouteContext:
-    """What the router needs of a request; the prompt's token count is estimated from its length."""
-    body = req.body
-    chars = 0
-    messages = body.get("messages")
-    for m in messages if isinstance(messages, list) else ():
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            chars += sum(len(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        chars += len(prompt)
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    max_tokens = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None  # -1: no limit (llama.cpp)
-    exact = bool(max_tokens) and (body.get("ignore_eos") is True or body.get("min_tokens") == max_tokens)
-    prefix = prompt_blocks(body) if req.endpoint is not Endpoint.EMBEDDINGS else None
-    return RouteContext(req.stream, max(1, chars // 4), max_tokens, exact_output=exact, prefix=prefix,
-                        shape=shape_of(req.endpoint.value, max_tokens, body.get("stop")))
+    """What the router needs of a request: the protocol's one size estimate (app.protocols.PromptSize, as
+    admission reads it), the prompt's block keys for prefix affinity, and the request's shape (answer lengths
+    are learned per shape)."""
+    size = req.size
+    text = req.protocol.prefix_text(req.body)
+    prefix = prompt_blocks(text) if text is not None else None
+    return RouteContext(req.stream, size.prompt_tokens, size.output_cap, exact_output=size.exact_output, prefix=prefix,
+                        shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)))
 
 
 def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:

@@ -13,7 +13,7 @@ from app.admission.auth import authorization_of, hash_key
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.loop import route_context, time_budget, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
-from app.request import Endpoint, parse_request
+from app.protocols import CHAT, COMPLETIONS
 from app.routing.predict import estimate
 from app.routing.prefix_routing import PrefixMatch
 from app.routing.prefix_routing import match as prefix_match
@@ -84,8 +84,8 @@ async def explain(request: Request) -> Response:
 
 def explain_body(gw, raw: bytes, headers) -> dict:
     """The explanation /admin/route/explain answers with (the console's route explain shows the same)."""
-    endpoint = Endpoint.COMPLETIONS if b'"prompt"' in raw and b'"messages"' not in raw else Endpoint.CHAT
-    req = parse_request(endpoint, raw)
+    protocol = COMPLETIONS if b'"prompt"' in raw and b'"messages"' not in raw else CHAT
+    req = protocol.parse(raw)
     if req.alias not in gw.config.models:
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
@@ -124,7 +124,7 @@ def explain_body(gw, raw: bytes, headers) -> dict:
             "meets_deadline": None if budget is None or predicted is None else predicted <= budget,
         })
     taken = next((a["alias"] for a in aliases if a["meets_deadline"] is not False and a["choice"]), aliases[-1]["alias"])
-    return {"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": route_context(req).prompt_tokens},
+    return {"request": {"alias": req.alias, "stream": req.stream, "prompt_tokens_estimated": req.size.prompt_tokens},
             "would_use": taken, "chain": aliases}
 
 

@@ -20,8 +20,8 @@ from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
+from app.protocols import CHAT, PROTOCOLS, ClientProtocol
 from app.relay.loop import wait_for_disconnect
-from app.request import Endpoint
 from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
 
 log = logging.getLogger("slipstream.server")
@@ -30,13 +30,11 @@ PIPELINE_HEADERS = frozenset({
     b"authorization", b"content-length", b"cache-control", b"traceparent", b"x-slipstream-server-timing",
     DEADLINE_HEADER.encode(), TTL_HEADER.encode(), THRESHOLD_HEADER.encode(), PRIORITY_HEADER.encode(),
     TTFT_SLO_HEADER.encode(), TPOT_SLO_HEADER.encode(),
+    # Anthropic's clients: the key as x-api-key, and the headers a native backend must see.
+    b"x-api-key", b"anthropic-version", b"anthropic-beta",
 })
 
-ROUTES = {
-    "/v1/chat/completions": Endpoint.CHAT,
-    "/v1/completions": Endpoint.COMPLETIONS,
-    "/v1/embeddings": Endpoint.EMBEDDINGS,
-}
+ROUTES = PROTOCOLS
 
 
 class FastPath:
@@ -47,23 +45,23 @@ class FastPath:
         self._limit = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if endpoint is None:
+        protocol = ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if protocol is None:
             await self.app(scope, receive, send)
             return
         try:
             headers = _headers(scope)
             body = await _read_body(receive, self._limit, headers.get("content-length"))
             response = await _unless_client_leaves(
-                pipeline.handle(self.app.state.gateway, endpoint, body, headers, scope["path"]), receive)
+                pipeline.handle(self.app.state.gateway, protocol, body, headers, scope["path"]), receive)
             if response is None:
                 return  # the client left before its answer began: the call was cancelled, nothing to send
         except GatewayError as err:
-            response = error_response(err)
+            response = error_response(err, protocol)
         except Exception:
             # The traceback goes to the log, never to the client.
             log.exception("unhandled error on POST %s", scope["path"])
-            response = error_response(GatewayError("internal gateway error", code="internal_error"))
+            response = error_response(GatewayError("internal gateway error", code="internal_error"), protocol)
         await response(scope, receive, send)
 
 
@@ -96,16 +94,11 @@ async def _unless_client_leaves(call, receive: Receive) -> Response | None:
         watch.cancel()
 
 
-def error_response(err: GatewayError) -> Response:
-    """The error as OpenAI's JSON, with the SDK's retry hints: `x-should-retry`, and a Retry-After
-    whenever a retry is invited."""
-    headers = err.headers
-    if "x-should-retry" not in headers:
-        retry = err.should_retry
-        headers["x-should-retry"] = "true" if retry else "false"
-        if retry and "retry-after" not in headers:
-            headers["retry-after"] = "1"
-    return Response(err.json(), err.status, headers=headers, media_type="application/json")
+def error_response(err: GatewayError, protocol: ClientProtocol = CHAT) -> Response:
+    """The error in the client API's own shape and status, with its retry hints (OpenAI's SDK reads
+    `x-should-retry`, and a Retry-After whenever a retry is invited)."""
+    headers = protocol.error_headers(err)
+    return Response(protocol.error_body(err), protocol.error_status(err), headers=headers, media_type="application/json")
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -114,7 +107,7 @@ def _headers(scope: Scope) -> dict[str, str]:
     for k, v in scope["headers"]:
         if k in PIPELINE_HEADERS:
             name = k.decode("latin-1")
-            if name in out and name == "authorization":
+            if name in out and name in ("authorization", "x-api-key"):
                 raise duplicate_authorization()
             out[name] = v.decode("latin-1")
     return out

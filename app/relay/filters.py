@@ -22,11 +22,12 @@ from typing import Protocol
 
 import orjson
 
+from app.protocols import ClientProtocol, EventKind
+from app.protocols.base import Assembler
 from app.record import Usage
 from app.relay.format import StreamFormat
 from app.relay.result import RelayResult
 from app.upstream.adapters import NO_REPORT, BackendReport
-from app.upstream.assemble import StreamAssembler
 
 # Every this many data events, a stream's recent decode speed is reported (an early TPOT sample).
 PROGRESS_EVENTS = 8
@@ -109,8 +110,8 @@ class CacheFill:
 
     __slots__ = ("_save", "assembler")
 
-    def __init__(self, chat: bool, save: Callable[[dict], None]) -> None:
-        self.assembler = StreamAssembler(chat)
+    def __init__(self, assembler: Assembler, save: Callable[[dict], None]) -> None:
+        self.assembler = assembler  # the client protocol's (app.protocols: ClientProtocol.assembler)
         self._save = save
 
     def on_data(self, data: bytes) -> bytes | None:
@@ -128,8 +129,8 @@ class CaptureAnswer:
 
     __slots__ = ("answer", "assembler")
 
-    def __init__(self, chat: bool) -> None:
-        self.assembler = StreamAssembler(chat)
+    def __init__(self, assembler: Assembler) -> None:
+        self.assembler = assembler
         self.answer: dict | None = None
 
     def on_data(self, data: bytes) -> bytes | None:
@@ -242,3 +243,44 @@ def _with_timings(chunk: bytes, usage_chunk: bytes) -> bytes:
         return chunk
     obj["timings"] = timings
     return orjson.dumps(obj)
+
+
+class StreamUsage:
+    """Usage for a stream of named events (Anthropic Messages): each usage event, folded into what the
+    stream reported before, as the client protocol reads it (`stream_usage`); nothing is hidden."""
+
+    __slots__ = ("_protocol", "_result")
+
+    def __init__(self, result: RelayResult, protocol: ClientProtocol) -> None:
+        self._result, self._protocol = result, protocol
+
+    def on_data(self, data: bytes) -> bytes | None:
+        if self._protocol.classify(data) & EventKind.USAGE:
+            self._result.usage = self._protocol.stream_usage(data, self._result.usage)
+        return data
+
+    def on_end(self, result: RelayResult) -> None:
+        pass
+
+
+class EndEvent:
+    """A protocol whose stream ends with a named event (Messages' message_stop), not [DONE]: the upstream's
+    end event is held here and sent by the loop as the format's `done` once the stream is over; a stream
+    that closed without it is not complete."""
+
+    __slots__ = ("_protocol", "_seen")
+
+    def __init__(self, protocol: ClientProtocol) -> None:
+        self._protocol, self._seen = protocol, False
+
+    def on_data(self, data: bytes) -> bytes | None:
+        if self._protocol.classify(data) & EventKind.END:
+            self._seen = True
+            return None
+        return data
+
+    def incomplete(self) -> str | None:
+        return None if self._seen else "ended the stream before its end event"
+
+    def on_end(self, result: RelayResult) -> None:
+        pass

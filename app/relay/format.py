@@ -42,6 +42,9 @@ class StreamFormat(Protocol):
     def model(self, data: bytes) -> re.Match[bytes] | None:
         """The event's model field (group 1: the name), for the alias rename."""
 
+    def is_content(self, data: bytes) -> bool:
+        """Whether the event is the protocol's first content (its TTFT), asked only until one is."""
+
 
 class OpenAISse:
     """OpenAI's chat and text completions streams."""
@@ -65,6 +68,9 @@ class OpenAISse:
 
     def model(self, data: bytes) -> re.Match[bytes] | None:
         return MODEL_FIELD.search(data)
+
+    def is_content(self, data: bytes) -> bool:
+        return True  # the first data event, as the latency model has always measured OpenAI streams
 
 
 OPENAI_SSE = OpenAISse()

@@ -22,7 +22,8 @@ from collections.abc import AsyncIterator, Callable
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.errors import GatewayError, UpstreamProtocolError, sse_error_event
+from app.errors import GatewayError, UpstreamProtocolError
+from app.protocols import CHAT, ClientProtocol
 from app.record import Outcome
 from app.relay.filters import Filter
 from app.relay.format import MODEL_FIELD, OPENAI_SSE, StreamFormat
@@ -68,7 +69,7 @@ class Relay:
                     if data == DONE:
                         complete = True
                         break
-                    if not result.first_token:
+                    if not result.first_token and fmt.is_content(data):
                         result.first_token = time.perf_counter()
                     if fmt.is_error(data):
                         result.outcome, result.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
@@ -134,7 +135,8 @@ class SSEResponse(Response):
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], headers: dict[str, str],
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, protocol: ClientProtocol = CHAT) -> None:
+        self.protocol = protocol  # how a stream the gateway must stop ends: its error event
         self.status_code = 200
         self.background = None
         self.body_iterator = chunks
@@ -157,7 +159,7 @@ class SSEResponse(Response):
                 await asyncio.gather(relay, watch, return_exceptions=True)
                 if state.started and not state.ended and not (watch.done() and not watch.cancelled()):
                     # Stopped with the client still there (shutdown past its grace period): say so.
-                    await _end_with_error(send, state)
+                    await _end_with_error(send, state, self.protocol)
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
             if self.on_close is not None:
@@ -187,12 +189,12 @@ class _SendState:
         self.tail = b""
 
 
-async def _end_with_error(send: Send, state: _SendState) -> None:
-    if state.tail.endswith(_DONE_EVENT) or state.tail.startswith(b'data: {"error"'):
+async def _end_with_error(send: Send, state: _SendState, protocol: ClientProtocol) -> None:
+    if protocol.stream_over(state.tail):
         body = b""
     else:
-        body = sse_error_event(GatewayError("the gateway stopped this stream before it was complete",
-                                            code="stream_interrupted", status=503))
+        body = protocol.error_event(GatewayError("the gateway stopped this stream before it was complete",
+                                                 code="stream_interrupted", status=503))
     try:
         async with asyncio.timeout(1.0):
             await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -20,44 +20,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 # ~32 tokens of English: small enough that a short question after a shared system prompt still
 # matches the whole prompt, large enough that hashing a long conversation costs microseconds.
 BLOCK_CHARS = 128
 CHARS_PER_TOKEN = 4.0
 # Believed share of a predicted match before any report has confirmed or denied one.
 PRIOR_ACCURACY = 0.8
-_SEP = "\x1e"
-
-
-def canonical_text(body: dict) -> str:
-    """The prompt as one string, in the order a chat template lays it out: tools first, then every
-    message (role, name, content; non-text parts as JSON) in order; a completion's prompt as is."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        parts = []
-        tools = body.get("tools")
-        if tools:
-            parts.append("tools" + _SEP + orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode())
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            if isinstance(content, list):
-                content = "".join(p["text"] if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                                  else orjson.dumps(p, option=orjson.OPT_SORT_KEYS).decode() for p in content)
-            elif not isinstance(content, str):
-                content = "" if content is None else orjson.dumps(content).decode()
-            extra = ""
-            if m.get("tool_calls"):
-                extra = orjson.dumps(m["tool_calls"], option=orjson.OPT_SORT_KEYS).decode()
-            parts.append(f"{m.get('role')}{_SEP}{m.get('name') or ''}{_SEP}{content}{extra}")
-        return _SEP.join(parts) + _SEP
-    prompt = body.get("prompt", "")
-    if isinstance(prompt, list):
-        prompt = "".join(p if isinstance(p, str) else orjson.dumps(p).decode() for p in prompt)
-    return prompt if isinstance(prompt, str) else str(prompt)
 
 
 @dataclass(slots=True)
@@ -81,8 +49,8 @@ class PromptBlocks:
         return self.keys[0] if self.keys else b""
 
 
-def prompt_blocks(body: dict) -> PromptBlocks:
-    text = canonical_text(body)
+def prompt_blocks(text: str) -> PromptBlocks:
+    """The block keys of a prompt's canonical text (the client protocol's `prefix_text`)."""
     keys: list[bytes] = []
     prev = b""
     for start in range(0, len(text), BLOCK_CHARS):

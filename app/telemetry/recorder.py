@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 
 from app.config import TelemetryConfig
+from app.protocols import OPERATIONS
 from app.record import AttemptRecord, RequestRecord
 from app.routing.latency_model import LatencyModel
 from app.telemetry.metrics import Metrics
 from app.telemetry.recent import RecentRequests
-from app.telemetry.tracing import OPERATIONS, Tracing
+from app.telemetry.tracing import Tracing
 
 log = logging.getLogger("slipstream.request")
 

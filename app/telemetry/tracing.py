@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from app.config import TracingConfig
+from app.protocols import OPERATIONS
 from app.record import AttemptRecord, RequestRecord
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import processed_prompt
@@ -36,7 +37,6 @@ log = logging.getLogger("slipstream.tracing")
 # perf_counter instants -> epoch nanoseconds, fixed once per process.
 _EPOCH_OFFSET = time.time() - time.perf_counter()
 _PROVIDERS = {"vllm": "vllm", "tgi": "tgi", "llamacpp": "llama_cpp", "ollama": "ollama", "openai": "openai"}
-OPERATIONS = {"chat/completions": "chat", "completions": "text_completion", "embeddings": "embeddings"}
 
 
 def ns(t: float) -> int:

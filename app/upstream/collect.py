@@ -9,20 +9,22 @@ the first event also teaches routing the backend's TTFT from JSON traffic.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import orjson
 
 from app.errors import UpstreamProtocolError
 from app.upstream.adapters import NO_REPORT
-from app.upstream.assemble import StreamAssembler
 from app.upstream.attempt import EventStream, JsonReply, json_object
 from app.upstream.sse import DONE, event_data
 
+if TYPE_CHECKING:
+    from app.protocols.base import Assembler
 
-async def collect_json(stream: EventStream, chat: bool) -> JsonReply:
+
+async def collect_json(stream: EventStream, assembler: Assembler) -> JsonReply:
     """The whole answer as one JSON reply; raises a GatewayError if the stream breaks or errs (nothing has
     reached the client yet, so retries and fallback still may act). The caller closes the stream."""
-    assembler = StreamAssembler(chat)
     extras: dict = {}
     done = False
     async for batch in stream.batches():

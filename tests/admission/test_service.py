@@ -12,8 +12,8 @@ from app.admission.service import Admission
 from app.config import GatewayConfig
 from app.deadline import NO_DEADLINE, Deadline
 from app.errors import RateLimited
+from app.protocols import CHAT
 from app.record import RequestRecord, Usage
-from app.request import Endpoint, parse_request
 
 BODY = b'{"model": "chat", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 10}'
 
@@ -34,7 +34,7 @@ def record() -> RequestRecord:
 
 async def admit(adm: Admission, rec: RequestRecord | None = None, deadline: Deadline = NO_DEADLINE, headers=None):
     rec = rec or record()
-    await adm.admit(Tenant("t"), parse_request(Endpoint.CHAT, BODY), headers or {}, deadline, rec)
+    await adm.admit(Tenant("t"), CHAT.parse(BODY), headers or {}, deadline, rec)
     return rec
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from app.cache.keys import exact_key, is_deterministic, semantic_query
-from app.request import Endpoint, parse_request
+from app.protocols import CHAT
 
 
 def req(**body):
     base = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
-    return parse_request(Endpoint.CHAT, __import__("orjson").dumps({**base, **body}))
+    return CHAT.parse(__import__("orjson").dumps({**base, **body}))
 
 
 def test_delivery_fields_do_not_change_the_key():
@@ -24,8 +24,8 @@ def test_tenant_alias_and_parameters_change_the_key():
 
 
 def test_key_is_independent_of_field_order():
-    a = parse_request(Endpoint.CHAT, b'{"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]}')
-    b = parse_request(Endpoint.CHAT, b'{"messages":[{"content":"x","role":"user"}],"model":"m","temperature":0}')
+    a = CHAT.parse(b'{"model":"m","temperature":0,"messages":[{"role":"user","content":"x"}]}')
+    b = CHAT.parse(b'{"messages":[{"content":"x","role":"user"}],"model":"m","temperature":0}')
     assert exact_key("t", a) == exact_key("t", b)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 
 from app.cache.entry import CachedAnswer, Hit
-from app.cache.replay import hit_body, replay_events
+from app.cache.replay import hit_body
+from app.protocols import CHAT
 from app.upstream.assemble import StreamAssembler
 from app.upstream.sse import EventSplitter, event_data
 
@@ -26,13 +27,13 @@ def reassemble(events: list[bytes]) -> dict:
 
 
 def test_replay_then_assemble_round_trips():
-    out = reassemble(replay_events(BODY, include_usage=True))
+    out = reassemble(CHAT.replay(BODY, include_usage=True))
     assert out["choices"] == BODY["choices"]
     assert out["usage"] == BODY["usage"]
 
 
 def test_replay_without_usage_has_no_usage_chunk():
-    events = replay_events(BODY, include_usage=False)
+    events = CHAT.replay(BODY, include_usage=False)
     assert not any(b'"usage"' in e for e in events)
     assert events[-1] == b"data: [DONE]\n\n"
 
@@ -49,8 +50,8 @@ def test_tool_calls_are_assembled_from_fragments():
 
 
 def test_semantic_hit_usage_counts_only_the_answer():
-    body = hit_body(Hit(CachedAnswer(BODY, 0, 10**10), "semantic-hit", 0.95))
+    body = hit_body(Hit(CachedAnswer(BODY, 0, 10**10), "semantic-hit", 0.95), CHAT)
     assert body["usage"]["prompt_tokens"] == 0 and body["usage"]["completion_tokens"] == 2
-    exact = hit_body(Hit(CachedAnswer(BODY, 0, 10**10), "hit"))
+    exact = hit_body(Hit(CachedAnswer(BODY, 0, 10**10), "hit"), CHAT)
     assert exact["usage"]["prompt_tokens_details"]["cached_tokens"] == 5
     assert BODY["usage"].get("prompt_tokens_details") is None  # the stored answer is not modified

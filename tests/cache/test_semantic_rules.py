@@ -11,7 +11,7 @@ from app.cache.embedder import Embedder
 from app.cache.service import Cache
 from app.cache.store import MemoryStore
 from app.config import CacheConfig, CachePolicy, EmbeddingConfig
-from app.request import Endpoint, parse_request
+from app.protocols import CHAT
 
 POLICY = CachePolicy.model_validate({"semantic": {"enabled": True}})  # shipped threshold and guard
 
@@ -31,7 +31,7 @@ class Harness:
 
     async def ask(self, body: dict, reply: str) -> str:
         """The answer served for `body`: from the cache, else `reply` (which is then stored)."""
-        req = parse_request(Endpoint.CHAT, orjson.dumps(body))
+        req = CHAT.parse(orjson.dumps(body))
         plan = self.cache.plan("tenant", req, POLICY, {})
         hit = await self.cache.lookup(plan)
         if hit is not None:

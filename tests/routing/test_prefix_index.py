@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from app.routing.prefix_index import BLOCK_CHARS, BackendPrefixes, canonical_text, prompt_blocks
+from app.protocols import CHAT, COMPLETIONS
+from app.routing.prefix_index import BLOCK_CHARS, BackendPrefixes, prompt_blocks
+
+
+def blocks_of(body: dict):
+    """The block keys of a request body, as dispatch computes them (the protocol's canonical text)."""
+    protocol = COMPLETIONS if "prompt" in body else CHAT
+    return prompt_blocks(protocol.prefix_text(body))
+
 
 SYSTEM = "You answer questions about the billing system. " * 20
 
@@ -15,8 +23,8 @@ def chat(*turns: tuple[str, str], tools=None) -> dict:
 
 
 def test_prompts_sharing_a_system_prompt_share_leading_blocks():
-    a = prompt_blocks(chat(("system", SYSTEM), ("user", "What is my balance?")))
-    b = prompt_blocks(chat(("system", SYSTEM), ("user", "When is it due?")))
+    a = blocks_of(chat(("system", SYSTEM), ("user", "What is my balance?")))
+    b = blocks_of(chat(("system", SYSTEM), ("user", "When is it due?")))
     shared = len(SYSTEM) // BLOCK_CHARS
     assert a.keys[:shared] == b.keys[:shared]
     # Only full blocks are keyed (block-based caches keep no partial block): the questions are not.
@@ -26,27 +34,27 @@ def test_prompts_sharing_a_system_prompt_share_leading_blocks():
 def test_a_conversations_next_turn_extends_the_previous_one():
     turn1 = chat(("system", SYSTEM), ("user", "Hello " * 30))
     turn2 = chat(("system", SYSTEM), ("user", "Hello " * 30), ("assistant", "Hi, how can I help?"), ("user", "My bill."))
-    k1, k2 = prompt_blocks(turn1).keys, prompt_blocks(turn2).keys
+    k1, k2 = blocks_of(turn1).keys, blocks_of(turn2).keys
     assert k2[:len(k1) - 1] == k1[:-1]
 
 
 def test_roles_tools_and_order_are_part_of_the_prefix():
-    as_user = prompt_blocks(chat(("user", SYSTEM)))
-    as_system = prompt_blocks(chat(("system", SYSTEM)))
+    as_user = blocks_of(chat(("user", SYSTEM)))
+    as_system = blocks_of(chat(("system", SYSTEM)))
     assert as_user.keys[0] != as_system.keys[0]
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
-    assert prompt_blocks(chat(("system", SYSTEM), tools=tools)).keys[0] != as_system.keys[0]
+    assert blocks_of(chat(("system", SYSTEM), tools=tools)).keys[0] != as_system.keys[0]
 
 
 def test_completions_hash_the_prompt_text():
-    assert canonical_text({"prompt": "abc"}) == "abc"
-    assert prompt_blocks({"prompt": "x" * (3 * BLOCK_CHARS)}).keys == prompt_blocks({"prompt": "x" * (3 * BLOCK_CHARS) + "y"}).keys
+    assert COMPLETIONS.prefix_text({"prompt": "abc"}) == "abc"
+    assert blocks_of({"prompt": "x" * (3 * BLOCK_CHARS)}).keys == blocks_of({"prompt": "x" * (3 * BLOCK_CHARS) + "y"}).keys
 
 
 def test_match_is_the_longest_leading_run_recorded_on_that_backend():
     idx = BackendPrefixes()
-    a = prompt_blocks(chat(("system", SYSTEM), ("user", "one")))
-    b = prompt_blocks(chat(("system", SYSTEM), ("user", "two")))
+    a = blocks_of(chat(("system", SYSTEM), ("user", "one")))
+    b = blocks_of(chat(("system", SYSTEM), ("user", "two")))
     idx.record(a.keys, now=0, ready_at=0)
     blocks, *_ = idx.match(b.keys, now=1)
     assert blocks == len(SYSTEM) // BLOCK_CHARS
@@ -55,7 +63,7 @@ def test_match_is_the_longest_leading_run_recorded_on_that_backend():
 
 def test_entries_expire_after_the_ttl():
     idx = BackendPrefixes(ttl_s=120)
-    keys = prompt_blocks(chat(("system", SYSTEM))).keys
+    keys = blocks_of(chat(("system", SYSTEM))).keys
     idx.record(keys, now=0, ready_at=0)
     assert idx.match(keys, now=100)[0] == len(keys)
     assert idx.match(keys, now=121)[0] == 0
@@ -64,7 +72,7 @@ def test_entries_expire_after_the_ttl():
 def test_capacity_bounds_entries_least_recently_used_first():
     per_prompt = 10 * BLOCK_CHARS // 4  # tokens in a 10-block prompt
     idx = BackendPrefixes(capacity_tokens=2 * per_prompt, fixed_capacity=True)
-    prompts = [prompt_blocks({"prompt": str(i) * (10 * BLOCK_CHARS)}).keys for i in range(3)]
+    prompts = [blocks_of({"prompt": str(i) * (10 * BLOCK_CHARS)}).keys for i in range(3)]
     idx.record(prompts[0], 0, 0)
     idx.record(prompts[1], 1, 1)
     idx.match(prompts[0], 2)
@@ -102,7 +110,7 @@ def test_a_configured_capacity_is_never_learned_over():
 
 def test_a_pending_prefix_names_its_leader_until_settled():
     idx = BackendPrefixes()
-    keys = prompt_blocks(chat(("system", SYSTEM))).keys
+    keys = blocks_of(chat(("system", SYSTEM))).keys
     leader = object()
     idx.record(keys, now=0, ready_at=3.0, leader=leader)
     _, ready_at, who, _ = idx.match(keys, now=1)

@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections import Counter
 
 from app.config import PrefixPolicy
+from app.protocols import CHAT, COMPLETIONS
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
 from app.routing.prefix_index import BackendPrefixes, prompt_blocks
 from app.routing.prefix_routing import PrefixAware, match
 from app.routing.state import InflightBook
+
+
+def blocks_of(body: dict):
+    """The block keys of a request body, as dispatch computes them (the protocol's canonical text)."""
+    protocol = COMPLETIONS if "prompt" in body else CHAT
+    return prompt_blocks(protocol.prefix_text(body))
+
 
 SYSTEM = "You are the support assistant of a large bank. Answer briefly and cite the policy. " * 20  # ~420 tokens
 RATE = 150.0  # prompt tokens per second: a CPU llama.cpp server's order of magnitude
@@ -35,7 +43,7 @@ class State:
 
 
 def ctx_for(body: dict, now: float = 1.0) -> RouteContext:
-    blocks = prompt_blocks(body)
+    blocks = blocks_of(body)
     return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, now=now, prefix=blocks,
                         prefix_policy=PrefixPolicy(), cached={})
 
@@ -45,7 +53,7 @@ def ask(question: str, system: str = SYSTEM) -> dict:
 
 
 def warm(state: State, body: dict) -> None:
-    state.prefixes.record(prompt_blocks(body).keys, now=0.0, ready_at=0.0)
+    state.prefixes.record(blocks_of(body).keys, now=0.0, ready_at=0.0)
 
 
 def test_predicted_ttft_counts_only_uncached_tokens():

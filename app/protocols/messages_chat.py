@@ -1,0 +1,375 @@
+"""Anthropic Messages over a chat-completions backend: the request translated to chat, the answer (JSON
+or stream) translated back. Used only for backends whose `apis` leave out `messages`; a backend that
+speaks Messages gets the request unchanged (passthrough first).
+
+What maps (request):
+
+| Messages                                  | Chat completions                                           |
+|-------------------------------------------|------------------------------------------------------------|
+| system (string or text blocks)            | a first `system` message (blocks joined by newlines)       |
+| user/assistant text (string or blocks)    | the same role's content (text parts)                       |
+| image block (base64 or url source)        | an `image_url` part (data: URI for base64)                 |
+| assistant tool_use blocks                 | the assistant message's `tool_calls` (input as JSON text)  |
+| user tool_result blocks                   | `tool` messages (tool_call_id; text content), in order     |
+| max_tokens, temperature, top_p, top_k     | the same (top_k as llama.cpp and vLLM take it)              |
+| stop_sequences                            | stop                                                       |
+| tools (name, description, input_schema)   | function tools (parameters = input_schema)                 |
+| tool_choice auto / any / tool / none      | "auto" / "required" / {function: name} / "none"            |
+| tool_choice.disable_parallel_tool_use     | parallel_tool_calls: false                                 |
+| metadata.user_id                          | user                                                       |
+| stream                                    | stream, with stream_options.include_usage                  |
+| cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
+
+What maps (answer): content text -> a text block; tool_calls -> tool_use blocks (arguments parsed as
+JSON); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
+tool_use / refusal; usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens ->
+input_tokens / cache_read_input_tokens / output_tokens. A backend's reasoning_content is not relayed
+(thinking was not asked for: a request that asks is refused, below).
+
+Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
+`thinking` (enabled or adaptive), thinking and redacted_thinking blocks in the history, document and
+search-result blocks, server tools (a tool with a `type` other than "custom"), `mcp_servers`,
+`container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import orjson
+
+from app.errors import InvalidRequest, UpstreamProtocolError
+from app.protocols.base import ParsedRequest
+from app.upstream.attempt import EventStream, JsonReply, json_object
+from app.upstream.sse import event_data
+
+
+def event(name: str, data: dict) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def system_text(system: object) -> str:
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(b["text"] for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
+                 "content_filter": "refusal"}
+_REFUSED_FIELDS = ("mcp_servers", "container")
+_BLOCKS = ("text", "image", "tool_use", "tool_result")
+
+
+def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: bool = False) -> bytes:
+    """The chat-completions body for this Messages request, or InvalidRequest for what cannot map."""
+    body = req.body
+    thinking = body.get("thinking")
+    if thinking is not None and thinking.get("type") != "disabled":
+        raise InvalidRequest("thinking: this model's backends speak only chat completions, which cannot return "
+                             "thinking blocks; send the request without 'thinking'", param="thinking")
+    for name in _REFUSED_FIELDS:
+        if body.get(name) is not None:
+            raise InvalidRequest(f"{name}: not supported by this model's chat-completions backends", param=name)
+    out: dict = {"model": backend_model}
+    messages: list[dict] = []
+    system = body.get("system")
+    if system:
+        messages.append({"role": "system", "content": system_text(system)})
+    for i, m in enumerate(body["messages"]):
+        messages.extend(_turn(m, f"messages.{i}"))
+    out["messages"] = messages
+    if count_only:
+        out["max_tokens"] = 1
+    else:
+        out["max_tokens"] = body["max_tokens"]
+        for name in ("temperature", "top_p", "top_k"):
+            if body.get(name) is not None:
+                out[name] = body[name]
+        stops = body.get("stop_sequences")
+        if stops:
+            if len(stops) > 4:
+                raise InvalidRequest("stop_sequences: at most 4 are supported by this model's chat-completions "
+                                     "backends", param="stop_sequences")
+            out["stop"] = stops
+        metadata = body.get("metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+            out["user"] = metadata["user_id"]
+    tools = body.get("tools")
+    if tools:
+        out["tools"] = [_tool(t, j) for j, t in enumerate(tools)]
+        choice = body.get("tool_choice")
+        if choice is not None:
+            kind = choice.get("type")
+            if kind == "tool":
+                if not isinstance(choice.get("name"), str):
+                    raise InvalidRequest("tool_choice.name: Field required", param="tool_choice.name")
+                out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+            else:
+                out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
+            if choice.get("disable_parallel_tool_use") is True:
+                out["parallel_tool_calls"] = False
+    if stream and not count_only:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return orjson.dumps(out)
+
+
+def _tool(tool: dict, j: int) -> dict:
+    if tool.get("type") not in (None, "custom"):
+        raise InvalidRequest(f"tools.{j}.type: server tools ({tool['type']}) are not supported by this model's "
+                             "chat-completions backends", param=f"tools.{j}.type")
+    function: dict = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
+    if isinstance(tool.get("description"), str):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _turn(m: dict, where: str) -> list[dict]:
+    """One Messages turn as chat messages: tool results become `tool` messages before the rest of a user
+    turn; an assistant's tool_use blocks become its tool_calls."""
+    role, content = m["role"], m["content"]
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    parts: list[dict] = []
+    calls: list[dict] = []
+    results: list[dict] = []
+    for j, block in enumerate(content):
+        btype, at = block["type"], f"{where}.content.{j}"
+        if btype not in _BLOCKS:
+            raise InvalidRequest(f"{at}.type: '{btype}' blocks are not supported by this model's chat-completions "
+                                 "backends", param=f"{at}.type")
+        if btype == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif btype == "image":
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block["source"], at)}})
+        elif btype == "tool_use":
+            if role != "assistant":
+                raise InvalidRequest(f"{at}: tool_use blocks belong to assistant turns", param=at)
+            calls.append({"id": block["id"], "type": "function", "function": {
+                "name": block["name"], "arguments": orjson.dumps(block.get("input") or {}).decode()}})
+        else:  # tool_result
+            if role != "user":
+                raise InvalidRequest(f"{at}: tool_result blocks belong to user turns", param=at)
+            inner = block.get("content")
+            text = inner if isinstance(inner, str) else "\n".join(
+                b.get("text", "") for b in inner or () if isinstance(b, dict) and b.get("type") == "text")
+            if block.get("is_error") is True:
+                text = f"Error: {text}"
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+    out = results
+    if calls:
+        text = "".join(p["text"] for p in parts if p["type"] == "text")
+        out.append({"role": "assistant", "content": text or None, "tool_calls": calls})
+    elif parts:
+        only_text = all(p["type"] == "text" for p in parts)
+        out.append({"role": role, "content": "".join(p["text"] for p in parts) if only_text and len(parts) == 1
+                    else parts})
+    return out
+
+
+def _image_url(source: dict, at: str) -> str:
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        return f"data:{source['media_type']};base64,{source['data']}"
+    if kind == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise InvalidRequest(f"{at}.source: only base64 and url image sources are supported here", param=f"{at}.source")
+
+
+# --- the answer --------------------------------------------------------------------------------------
+
+def message_body(chat: dict, alias: str) -> dict:
+    """A chat completion as the Message it stands for."""
+    choices = chat.get("choices")
+    choice: dict = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message: dict = choice["message"] if isinstance(choice.get("message"), dict) else {}
+    content: list[dict] = []
+    text = message.get("content")
+    if isinstance(text, str) and text:
+        content.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
+                        "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"))})
+    return {"id": _message_id(chat.get("id")), "type": "message", "role": "assistant", "model": alias,
+            "content": content, "stop_reason": _STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
+            "stop_sequence": None, "usage": message_usage(chat.get("usage"))}
+
+
+def count_body(chat: dict) -> dict:
+    """count_tokens' answer from a chat completion's usage (the backend's own count of the prompt)."""
+    usage = chat.get("usage")
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, int):
+        raise UpstreamProtocolError("the backend's answer carries no prompt token count")
+    return {"input_tokens": tokens}
+
+
+def message_usage(usage: object) -> dict:
+    if not isinstance(usage, dict):
+        return {"input_tokens": 0, "output_tokens": 0}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    details = usage.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    return {"input_tokens": max(0, prompt - cached), "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached, "output_tokens": int(usage.get("completion_tokens") or 0)}
+
+
+def _arguments(raw: object) -> dict:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = orjson.loads(raw) if isinstance(raw, str) and raw else {}
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError("the backend's tool call arguments are not JSON") from None
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _message_id(chat_id: object) -> str:
+    return f"msg_{chat_id}" if isinstance(chat_id, str) and chat_id else f"msg_{uuid.uuid4().hex[:24]}"
+
+
+class StreamTranslator:
+    """Chat-completion chunks in, Messages events out, one chunk at a time (each call returns the events
+    that chunk completes; nothing is held back beyond what the Messages framing needs)."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.started = False
+        self.index = -1  # the open content block's index
+        self.open: str | None = None  # its kind: "text" or "tool_use"
+        self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> block index
+        self.stop_reason: str | None = None
+        self.usage: dict | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if data == b"[DONE]":
+            return self.finish()
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError("the backend sent a chunk that is not JSON") from None
+        if not isinstance(chunk, dict):
+            raise UpstreamProtocolError("the backend sent a chunk that is not a JSON object")
+        out: list[bytes] = []
+        if not self.started:
+            self.started = True
+            out.append(event("message_start", {"type": "message_start", "message": {
+                "id": _message_id(chunk.get("id")), "type": "message", "role": "assistant", "model": self.alias,
+                "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}}))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = message_usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                if self.open != "text":
+                    out.extend(self._start({"type": "text", "text": ""}, "text"))
+                out.append(event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                         "delta": {"type": "text_delta", "text": text}}))
+            for call in delta.get("tool_calls") or ():
+                out.extend(self._tool_delta(call))
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.stop_reason = _STOP_REASONS.get(reason, "end_turn")
+        return out
+
+    def _start(self, block: dict, kind: str) -> list[bytes]:
+        out = self._close()
+        self.index += 1
+        self.open = kind
+        out.append(event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                                 "content_block": block}))
+        return out
+
+    def _close(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _tool_delta(self, call: dict) -> list[bytes]:
+        out: list[bytes] = []
+        k = call.get("index", 0)
+        fn = call.get("function") or {}
+        if k not in self.tool_blocks:
+            out.extend(self._start({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
+                                    "name": fn.get("name") or "", "input": {}}, "tool_use"))
+            self.tool_blocks[k] = self.index
+        elif self.tool_blocks[k] != self.index:
+            raise UpstreamProtocolError("the backend interleaved two tool calls' arguments")
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            out.append(event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                     "delta": {"type": "input_json_delta", "partial_json": args}}))
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The closing events, once the chat stream ended complete ([DONE] after a finish reason)."""
+        if self.done:
+            return []
+        if self.stop_reason is None:
+            raise UpstreamProtocolError("the backend ended the stream without a finish reason")
+        self.done = True
+        out = [] if self.started else self.feed(b'{"choices":[]}')
+        out.extend(self._close())
+        out.append(event("message_delta", {"type": "message_delta", "delta": {
+            "stop_reason": self.stop_reason, "stop_sequence": None},
+            "usage": self.usage or {"input_tokens": 0, "output_tokens": 0}}))
+        out.append(event("message_stop", {"type": "message_stop"}))
+        return out
+
+
+class TranslatedStream:
+    """A chat-completions stream read as the Messages stream it stands for (the relay sees only Messages
+    events). Closing it closes the backend's stream."""
+
+    def __init__(self, inner: EventStream, alias: str) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.headers = inner.headers
+        self.timing = inner.timing
+        self.translator = StreamTranslator(alias)
+
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        translator = self.translator
+        async for batch in self.inner.batches():
+            out: list[bytes] = []
+            for raw in batch:
+                data = event_data(raw)
+                if data is None:
+                    continue
+                if data.startswith(b'{"error"'):
+                    json_object(data, self.backend)  # raises the backend's error, classified by its adapter
+                out.extend(e[:-2] for e in translator.feed(data))  # events without their blank line
+                if translator.done:
+                    break
+            if out:
+                yield out
+            if translator.done:
+                return
+        # A backend that closed after its final chunk without [DONE]: complete if it said why it stopped.
+        yield [e[:-2] for e in translator.finish()]
+
+    def close(self) -> None:
+        self.inner.close()
+
+    async def aclose(self) -> None:
+        self.inner.close()
+
+
+def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False) -> JsonReply | TranslatedStream:
+    """A chat backend's answer as the Messages (or count_tokens) answer it stands for."""
+    if isinstance(result, JsonReply):
+        chat = result.data if result.data is not None else json_object(result.body, result.backend)
+        body = count_body(chat) if count_only else message_body(chat, alias)
+        return replace(result, body=orjson.dumps(body), data=body)
+    return TranslatedStream(result, alias)

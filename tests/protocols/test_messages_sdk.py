@@ -1,0 +1,100 @@
+"""Anthropic's Messages API through the gateway, driven by the official anthropic SDK against the real
+gateway process and the simulator fleet. The `tgi` alias's backend speaks only chat completions, so these
+calls are translated both ways (app/protocols/messages_chat.py)."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from tests.conftest import ACME_KEY, GLOBEX_KEY
+
+
+def sdk(gateway, key: str = ACME_KEY, **kw) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, **kw)
+
+
+def test_a_message_is_answered_in_anthropics_shape(gateway):
+    message = sdk(gateway).messages.create(model="tgi", max_tokens=16, system="Be brief.",
+                                           messages=[{"role": "user", "content": "Hello"}])
+    assert message.type == "message" and message.role == "assistant" and message.model == "tgi"
+    assert message.id.startswith("msg_")
+    assert message.content[0].type == "text" and message.content[0].text
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.input_tokens > 0 and 0 < message.usage.output_tokens <= 16
+
+
+def test_a_streamed_message_arrives_as_anthropics_event_sequence(gateway):
+    with sdk(gateway).messages.stream(model="tgi", max_tokens=8,
+                                      messages=[{"role": "user", "content": "Hello"}]) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert kinds[1] == "content_block_start" and "content_block_delta" in kinds
+    assert kinds[-3:-1] == ["content_block_stop", "message_delta"]
+    assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 8
+    assert final.usage.input_tokens > 0
+    assert final.content[0].text
+
+
+def test_count_tokens_answers_the_backends_own_count(gateway):
+    short = sdk(gateway).messages.count_tokens(model="tgi", messages=[{"role": "user", "content": "Hi"}])
+    longer = sdk(gateway).messages.count_tokens(model="tgi", messages=[{"role": "user", "content": "Hi " * 40}])
+    assert 0 < short.input_tokens < longer.input_tokens
+
+
+def test_x_api_key_and_bearer_both_authenticate(gateway):
+    body = {"model": "tgi", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+    by_key = httpx.post(f"{gateway.url}/v1/messages", json=body,
+                        headers={"x-api-key": ACME_KEY, "anthropic-version": "2023-06-01"})
+    by_bearer = httpx.post(f"{gateway.url}/v1/messages", json=body, headers={"authorization": f"Bearer {ACME_KEY}"})
+    assert by_key.status_code == by_bearer.status_code == 200
+    assert by_key.json()["type"] == "message"
+
+
+@pytest.mark.parametrize(("call", "exc", "etype"), [
+    (lambda c: c.messages.create(model="tgi", max_tokens=4, messages=[]), anthropic.BadRequestError,
+     "invalid_request_error"),
+    (lambda c: c.messages.create(model="nope", max_tokens=4, messages=[{"role": "user", "content": "x"}]),
+     anthropic.NotFoundError, "not_found_error"),
+    (lambda c: c.messages.create(model="tgi", max_tokens=4, messages=[{"role": "user", "content": "x"}],
+                                 thinking={"type": "enabled", "budget_tokens": 1024}),
+     anthropic.BadRequestError, "invalid_request_error"),
+])
+def test_errors_raise_the_matching_sdk_exception(gateway, call, exc, etype):
+    with pytest.raises(exc) as info:
+        call(sdk(gateway))
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == etype
+
+
+def test_a_wrong_key_is_an_authentication_error(gateway):
+    with pytest.raises(anthropic.AuthenticationError) as info:
+        sdk(gateway, key="sk-wrong").messages.create(model="tgi", max_tokens=4,
+                                                     messages=[{"role": "user", "content": "x"}])
+    assert info.value.body["error"]["type"] == "authentication_error"
+
+
+def test_a_model_outside_the_keys_list_is_a_permission_error(gateway):
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        sdk(gateway, key=GLOBEX_KEY).messages.create(model="tgi", max_tokens=4,
+                                                     messages=[{"role": "user", "content": "x"}])
+    assert info.value.body["error"]["type"] == "permission_error"
+
+
+def test_a_body_over_the_limit_is_request_too_large(gateway):
+    with pytest.raises(anthropic.RequestTooLargeError) as info:
+        sdk(gateway).messages.create(model="tgi", max_tokens=4,
+                                     messages=[{"role": "user", "content": "x" * 70_000}])
+    assert info.value.body["error"]["type"] == "request_too_large"
+
+
+def test_bad_params_are_named_in_a_400_never_a_500(gateway):
+    r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
+                   json={"model": "tgi", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 400
+    assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                   "message": "max_tokens: Field required"}}
+    r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
+                   json={"model": "tgi", "max_tokens": 4, "messages": [{"role": "bot", "content": "x"}]})
+    assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["message"]

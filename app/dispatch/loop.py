@@ -13,6 +13,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from app.admission.context import CURRENT as QUEUE_CONTEXT
 from app.admission.priority import PRIORITY_HEADER
@@ -37,6 +38,9 @@ from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import PREFIX_STRATEGIES
 from app.upstream.attempt import EventStream, JsonReply
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
 from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall
 
@@ -55,7 +59,7 @@ class Dispatched:
         return self.owner.record
 
 
-async def dispatch(gw, req: ParsedRequest, deadline: Deadline, record: RequestRecord,
+async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: RequestRecord,
                    allowed: frozenset[str] | None = None, target: LatencyTarget = NO_TARGET) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers.
 
@@ -140,7 +144,7 @@ def _may(allowed: frozenset[str] | None, alias: str, models) -> bool:
     return alias in models and (allowed is None or alias in allowed)
 
 
-def _settle(gw, held: list[tuple[Attempt, GatewayError]], record: RequestRecord) -> None:
+def _settle(gw: Gateway, held: list[tuple[Attempt, GatewayError]], record: RequestRecord) -> None:
     """Report held 5xx failures to backend health, unless the request itself caused them (app.dispatch.decide.is_poison,
     or the same error was found to be a request's own before)."""
     if is_poison([(o.record.backend, e) for o, e in held]):
@@ -171,7 +175,7 @@ def _note_retry(record: RequestRecord, attempt: int, err: GatewayError, wait_s: 
     }))
 
 
-def time_budget(gw, alias: str, deadline: Deadline) -> float | None:
+def time_budget(gw: Gateway, alias: str, deadline: Deadline) -> float | None:
     """The seconds an answer from `alias` may take: the request's deadline, else the alias's SLO, else None."""
     if deadline.at is not None:
         return deadline.remaining()
@@ -179,7 +183,7 @@ def time_budget(gw, alias: str, deadline: Deadline) -> float | None:
     return None if slo is None else slo / 1000
 
 
-def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
+def _can_meet(gw: Gateway, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
     """Whether the backend the router would choose is predicted to answer within the budget: the same
     decision dispatch takes and /admin/route/explain shows (Router.decide)."""
     budget = time_budget(gw, alias, deadline)
@@ -193,7 +197,7 @@ def _can_meet(gw, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
     return budget is None or (predicted is not None and predicted <= budget)
 
 
-def _order_wait_by_target(gw, ctx: RouteContext, alias: str) -> None:
+def _order_wait_by_target(gw: Gateway, ctx: RouteContext, alias: str) -> None:
     """A TTFT target is a deadline for the first token: the wait queue orders slot waits by it (within
     a priority level) like an x-slipstream-timeout-ms deadline."""
     qc = QUEUE_CONTEXT.get()
@@ -205,7 +209,7 @@ def _order_wait_by_target(gw, ctx: RouteContext, alias: str) -> None:
         qc.deadline = min(qc.deadline, time.monotonic() + ttft)
 
 
-def _shed_if_unmeetable(gw, ctx: RouteContext, chain: list[str]) -> None:
+def _shed_if_unmeetable(gw: Gateway, ctx: RouteContext, chain: list[str]) -> None:
     """A sheddable request (priority batch or lower) whose latency target no alias of its chain is
     predicted to meet is refused now, with a Retry-After of the predicted excess: serving it late
     would take capacity from requests that must be served."""
@@ -223,6 +227,7 @@ def _shed_if_unmeetable(gw, ctx: RouteContext, chain: list[str]) -> None:
         if choice.meets_target:
             return
         est = choice.estimate()
+        assert est is not None  # the choice has a backend (checked above)
         over = est.ttft_s - ctx.target.ttft_s if ctx.target.ttft_s is not None else 1.0
         excess.append(max(over, 0.0))
     if not excess:
@@ -238,7 +243,7 @@ def _close(dispatched: Dispatched) -> None:
     dispatched.owner.end()
 
 
-async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
+async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
                          record: RequestRecord, failed: set[str],
                          held: list[tuple[Attempt, GatewayError]], tried: list[str]) -> Dispatched:
     """One attempt on the alias, or two racing ones when hedging is on and the first is late."""
@@ -286,11 +291,13 @@ async def _attempt_alias(gw, req: ParsedRequest, ctx: RouteContext, alias: str, 
                 if streamed:
                     # A JSON client served from a stream: read it whole (a client that leaves cancels
                     # this, and closing the stream frees the backend's slot at once).
+                    assert not isinstance(result, JsonReply)  # asked to stream, the transport streams
                     reply = await collect_json(result, req.protocol.assembler())
                     result.close()
                     owner.result = result = reply
                 # The header report; the body's follows when the pipeline reads it, and then ends the
                 # attempt (at once: the slot is free for the next request).
+                assert isinstance(result, JsonReply)  # read whole above, or asked as JSON
                 owner.add_report(result.report)
             return Dispatched(result, owner, alias)
         except GatewayError as err:

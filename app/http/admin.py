@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from typing import TYPE_CHECKING
 
 import orjson
 from fastapi import APIRouter, Request
@@ -18,6 +19,9 @@ from app.routing.predict import estimate
 from app.routing.prefix_routing import PrefixMatch
 from app.routing.prefix_routing import match as prefix_match
 from app.routing.slo import from_headers as latency_target
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
 
 router = APIRouter(prefix="/admin")
 
@@ -82,7 +86,7 @@ async def explain(request: Request) -> Response:
     return _json(explain_body(request.app.state.gateway, await request.body(), request.headers))
 
 
-def explain_body(gw, raw: bytes, headers) -> dict:
+def explain_body(gw: Gateway, raw: bytes, headers) -> dict:
     """The explanation /admin/route/explain answers with (the console's route explain shows the same)."""
     protocol = COMPLETIONS if b'"prompt"' in raw and b'"messages"' not in raw else CHAT
     req = protocol.parse(raw)
@@ -102,6 +106,7 @@ def explain_body(gw, raw: bytes, headers) -> dict:
             if s.name not in gw.config.models[alias].backends:
                 continue
             est = choice.estimate(s)
+            assert est is not None  # asked for a named backend: always an estimate
             candidates.append({
                 "backend": s.name, "usable": s.name in choice.scores, "score": choice.scores.get(s.name),
                 "predicted_queue_s": round(est.queue_s, 6), "predicted_ttft_s": round(est.ttft_s, 6),
@@ -135,7 +140,7 @@ async def tenants(request: Request) -> Response:
     return _json(await tenants_view(request.app.state.gateway))
 
 
-async def tenants_view(gw) -> dict:
+async def tenants_view(gw: Gateway) -> dict:
     """What /admin/tenants answers (and the console's tenants table shows)."""
     adm = gw.admission
     usage = await adm.usage()

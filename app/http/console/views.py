@@ -13,6 +13,7 @@ import asyncio
 import statistics
 import time
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from app.record import Outcome, RequestRecord
 from app.routing.health import BreakerState
@@ -20,6 +21,9 @@ from app.telemetry import recent as R
 from app.telemetry.recent import Entry, revive
 from app.telemetry.stages import Stage
 from app.telemetry.tracing import attempt_stages
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
 
 # Bounds on what one answer carries, whatever the traffic.
 ROWS = 100
@@ -78,7 +82,7 @@ def _entry_added_s(e: Entry) -> float | None:
     return max(0.0, e[R.FINISHED] - e[R.RECEIVED] - cache - (e[R.LAST_END] - e[R.FIRST_START]))
 
 
-def _recent(gw, now: float) -> list[Entry]:
+def _recent(gw: Gateway, now: float) -> list[Entry]:
     """The newest SAMPLE finished requests of the window, oldest first."""
     out = [e for e in gw.telemetry.recent.newest(SAMPLE) if e[R.FINISHED] and now - e[R.FINISHED] <= WINDOW_S]
     out.reverse()
@@ -96,7 +100,7 @@ def _state_of(s, now: float) -> tuple[str, float]:
     return "healthy", 0.0
 
 
-async def fleet(gw) -> dict:
+async def fleet(gw: Gateway) -> dict:
     """Built in steps, one backend at a time, handing the event loop back between them: requests in
     flight wait for one backend's figures at most, never the whole view's."""
     now_m, now_p, now_w = time.monotonic(), time.perf_counter(), time.time()
@@ -223,7 +227,7 @@ def request_row(r: RequestRecord, now_p: float, now_w: float) -> dict:
 _ROWS_PER_STEP = 25
 
 
-async def requests(gw, limit: int = ROWS) -> dict:
+async def requests(gw: Gateway, limit: int = ROWS) -> dict:
     """Built in steps, as the fleet view is: requests in flight wait for a quarter of it at most."""
     now_p, now_w = time.perf_counter(), time.time()
     ring = gw.telemetry.recent
@@ -236,7 +240,7 @@ async def requests(gw, limit: int = ROWS) -> dict:
             "capture_content": gw.telemetry.tracing.capture_content}
 
 
-def request_detail(gw, request_id: str) -> dict | None:
+def request_detail(gw: Gateway, request_id: str) -> dict | None:
     entry = next((e for e in gw.telemetry.recent.newest(gw.telemetry.recent.size) if e[R.ID] == request_id), None)
     if entry is None:
         return None
@@ -291,7 +295,7 @@ def request_detail(gw, request_id: str) -> dict | None:
     return out
 
 
-def cache(gw) -> dict:
+def cache(gw: Gateway) -> dict:
     c = gw.cache
     st = c.stats
     looked = st.hits + st.semantic_hits + st.misses

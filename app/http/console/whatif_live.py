@@ -31,6 +31,7 @@ from app.record import Outcome
 from app.telemetry.recent import revive
 
 if TYPE_CHECKING:
+    from app.gateway import Gateway
     from app.tools.whatif import Arrival
 
 MAX_REQUESTS = 400
@@ -82,7 +83,7 @@ def parse_workload(text: str) -> list[Arrival]:
     return out
 
 
-def learned_fleet(gw) -> dict:
+def learned_fleet(gw: Gateway) -> dict:
     """A simulator section from what the latency models learned: one simulated backend per real one."""
     backends = {}
     for name, s in gw.router.states.items():

@@ -51,3 +51,24 @@ def test_it_refuses_previous_response_id_as_llama_cpp_does(sim):
 def test_a_chat_only_simulator_has_no_responses_route(sim):
     r = httpx.post(f"http://127.0.0.1:{sim['chat']}/v1/responses", json={"model": "c", "input": "x"})
     assert r.status_code == 404
+
+
+TOOLS = [{"type": "function", "name": "weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_tool_choice_answers_with_a_call(sim, stream):
+    c = client(sim["native"])
+    if stream:
+        events = list(c.responses.create(model="n", input="weather?", tools=TOOLS, tool_choice="required", stream=True))
+        r = events[-1].response
+    else:
+        r = c.responses.create(model="n", input="weather?", tools=TOOLS, tool_choice="required")
+    (call,) = r.output
+    assert call.type == "function_call" and call.name == "weather" and call.arguments == '{"city":"Paris"}'
+
+
+def test_without_a_forced_choice_the_answer_is_text(sim):
+    r = client(sim["native"]).responses.create(model="n", input="weather?", tools=TOOLS)
+    assert r.output[0].type == "message"

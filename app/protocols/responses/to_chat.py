@@ -16,7 +16,7 @@ _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "seed", "stop")
 # The gateway's own, or a transport matter: not part of the chat body.
 _GATEWAY = ("model", "input", "instructions", "stream", "store", "previous_response_id", "metadata", "include",
             "truncation", "stream_options", "service_tier", "prompt_cache_key", "safety_identifier",
-            "prompt_cache_retention")
+            "prompt_cache_retention", "prompt_cache_options")
 # Answer-changing features a chat completions backend has no way to honour.
 _REFUSED = {
     "background": "background responses",

@@ -128,6 +128,25 @@ async def _responses(request: web.Request) -> web.StreamResponse:
         raise
 
 
+def forced_call(body: dict) -> dict | None:
+    """The tool call a request forces (tool_choice "required" or a named function), with arguments that fill the
+    function's required parameters: what a model bound to call a tool answers. Else None (a text answer)."""
+    tools = [t.get("function") for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    choice = body.get("tool_choice")
+    if not tools or not (choice == "required" or isinstance(choice, dict)):
+        return None
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    fn = next((t for t in tools if isinstance(t, dict) and (name is None or t.get("name") == name)), None)
+    if fn is None:
+        return None
+    params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+    props = params.get("properties") or {}
+    sample = {"string": "Paris", "integer": 1, "number": 1.5, "boolean": True}
+    args = {p: sample.get((props.get(p) or {}).get("type"), "x") for p in params.get("required") or ()}
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": fn.get("name"), "arguments": orjson.dumps(args).decode()}}
+
+
 def _invalid(body: dict, llamacpp: bool = False) -> str | None:
     """The parameter checks a real server makes before queueing a request (llama.cpp takes max_tokens -1: no limit)."""
     n = body.get("n", 1)
@@ -214,6 +233,11 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict,
         kind, rid, created, model, ["".join(t) for t in texts], plan.finish_reason,
         _usage(engine, p_tokens, plan.output_tokens * n_choices, timings),
     )
+    call = forced_call(body) if kind == "chat" else None
+    if call is not None:
+        message = data["choices"][0]["message"]
+        message["content"], message["tool_calls"] = None, [call]
+        data["choices"][0]["finish_reason"] = "tool_calls"
     headers = None
     if engine.config.report == "llamacpp":
         data["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
@@ -234,6 +258,7 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
                   responses: dict | None = None) -> web.StreamResponse:
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
     n_choices = len(texts)
+    call = forced_call(body) if kind == "chat" else None
     translator = None
     if responses is not None:
         translator = ChatStreamTranslator(shell(new_id("resp"), model, responses, created))
@@ -259,6 +284,16 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
                 _drop(request)
                 return response
             await asyncio.sleep(engine.faults.stall_s)
+        if call is not None:
+            if step == 0:  # the call in three chunks, as servers stream one: name first, then its arguments
+                opener = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+                half = len(call["function"]["arguments"]) // 2
+                for delta in ({"tool_calls": [opener]},
+                              {"tool_calls": [{"index": 0, "function": {"arguments": call["function"]["arguments"][:half]}}]},
+                              {"tool_calls": [{"index": 0, "function": {"arguments": call["function"]["arguments"][half:]}}]}):
+                    await send({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]})
+            continue
         for i in range(n_choices):
             await send(shapes.chunk(kind, rid, created, model, i, texts[i][step], None))
     timings.finished = now()
@@ -269,7 +304,7 @@ async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, 
         report = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
     usage = _usage(engine, p_tokens, plan.output_tokens * n_choices, timings) if with_usage else None
     for i in range(n_choices):
-        final = shapes.chunk(kind, rid, created, model, i, None, plan.finish_reason)
+        final = shapes.chunk(kind, rid, created, model, i, None, "tool_calls" if call is not None else plan.finish_reason)
         if report is not None and i == n_choices - 1:
             if kind != "chat" and usage is not None:
                 # Real llama.cpp puts /v1/completions' usage (and timings) on its last choice chunk, off the spec.

@@ -14,6 +14,7 @@ from app.admission.service import Admission
 from app.admission.wait_queue import WaitQueue
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
+from app.conversations.service import Conversations, build_conversations
 from app.dispatch.ask import ask_alias
 from app.dispatch.decide import PoisonBook, RetryBudgetTracker
 from app.routing.active_health import run_health_checks
@@ -48,6 +49,8 @@ class Gateway:
     # Effective timeouts per alias and backend: the backend's, overridden by the alias's.
     timeouts: dict[str, dict[str, Timeouts]]
     admission: Admission
+    # Stored Responses turns (previous_response_id); a reload with the same store settings keeps them.
+    conversations: Conversations
     # The upstream seam (app.upstream.transport): aiohttp in service, a scripted fake in unit tests.
     transport: Transport = field(default_factory=HttpTransport)
     # 5xx signatures found to be caused by requests, not backends (app.dispatch.decide.is_poison).
@@ -56,6 +59,8 @@ class Gateway:
     _reachable: dict[str, bool] = field(default_factory=dict)
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _models_bodies: dict[frozenset[str] | None, bytes] = field(default_factory=dict)
+    # False once a reloaded gateway adopted the store (app.reload): then it is that gateway's to close.
+    owns_conversations: bool = True
 
     @classmethod
     def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None,
@@ -88,7 +93,8 @@ class Gateway:
             for alias, spec in config.models.items() if spec.hedge.enabled
         }
         gw = cls(config, Authenticator(config.auth), backends, router, budget, hedge_budgets, cache, telemetry, models, {},
-                 timeouts, Admission.from_config(config), transport or HttpTransport())
+                 timeouts, Admission.from_config(config), build_conversations(config.responses, config.cache),
+                 transport or HttpTransport())
         if telemetry.metrics is not None and metrics is None:
             telemetry.metrics.register_live(lambda: gw)
         loop = asyncio.get_running_loop()
@@ -106,6 +112,8 @@ class Gateway:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.cache.aclose()
         await self.admission.aclose()
+        if self.owns_conversations:
+            await self.conversations.aclose()
         self.telemetry.shutdown()
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 

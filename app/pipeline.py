@@ -15,6 +15,7 @@ from starlette.responses import Response
 from app.cache.entry import Hit
 from app.cache.replay import SERVED_BY, hit_body, served_by
 from app.cache.service import CachePlan
+from app.conversations.service import Turn
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
@@ -86,6 +87,9 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         raise ModelNotFound(f"The model '{req.alias}' does not exist", param="model")
     record.alias = req.alias
     tenant.check_model(req.alias)
+    # conversation: a stateful API's chain (Responses' previous_response_id) expanded into the request, and the
+    # turn that keeps its answer; after the key's model check, so no stored turn is read for a model it may not use
+    turn = await gw.conversations.begin(tenant.name, req) if req.protocol.stateful else None
     deadline = Deadline.from_header(headers.get(DEADLINE_HEADER))
     target = latency_target(headers)
     if gw.telemetry.tracing.enabled:
@@ -102,7 +106,7 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         exact_s = time.perf_counter() - t0
         if hit is not None:
             record.cache_start, record.cache_end, record.cache = t0, t0 + exact_s, plan.status
-            return _serve_hit(gw, hit, req, plan, record)
+            return await _kept(turn, _serve_hit(gw, hit, req, plan, record))
     # admission: limits, priority (429s here; the reservation is settled when the record ends)
     await gw.admission.admit(tenant, req, headers, deadline, record)
     # cache, semantic: after admission, since its embedding costs CPU the limits protect
@@ -112,7 +116,7 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         record.cache_end, record.embed_s, record.similarity = time.perf_counter(), plan.embed_s, plan.similarity
         record.cache = plan.status
         if hit is not None:
-            return _serve_hit(gw, hit, req, plan, record)
+            return await _kept(turn, _serve_hit(gw, hit, req, plan, record))
     # route -> attempt -> retry -> fallback
     try:
         dispatched = await dispatch(gw, req, deadline, record, tenant.models, target)
@@ -123,17 +127,23 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
                 err.headers["x-should-retry"] = "false"  # a retry has no time left either
             raise
         record.cache = plan.status
-        return _serve_hit(gw, stale, req, plan, record)
+        return await _kept(turn, _serve_hit(gw, stale, req, plan, record))
     record.backend, record.cache = dispatched.result.backend.name, plan.status
     record.answered_by = dispatched.attempt
     # relay -> record (and the cache write, for complete answers only)
     try:
         if isinstance(dispatched.result, JsonReply):
-            return _json_response(gw, req, dispatched, plan, record)
-        return _stream_response(gw, req, dispatched, plan, record, headers.get("x-slipstream-server-timing") == "usage")
+            return await _kept(turn, _json_response(gw, req, dispatched, plan, record))
+        return await _kept(turn, _stream_response(gw, req, dispatched, plan, record,
+                                                  headers.get("x-slipstream-server-timing") == "usage"))
     except BaseException as exc:
         dispatched.owner.end(exc)  # the response never came to own the attempt (a no-op once it did)
         raise
+
+
+async def _kept(turn: Turn | None, response: Response) -> Response:
+    """The answer, its turn kept in the response store where the API keeps turns (app.conversations)."""
+    return response if turn is None else await turn.keep(response)
 
 
 async def _lookup(gw: Gateway, plan: CachePlan, deadline: Deadline) -> Hit | None:

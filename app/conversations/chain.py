@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from app.conversations.store import StoredResponse
 from app.errors import InvalidRequest
+from app.protocols.responses.to_chat import as_items
 
 
 class ChainTooLong(InvalidRequest):
@@ -21,13 +22,6 @@ class ChainTooLong(InvalidRequest):
         super().__init__(f"the conversation chain is {size} bytes, over the gateway's bound of {limit} bytes per "
                          "stored response; start a new chain (nothing was cut)",
                          param="previous_response_id", code="context_length_exceeded")
-
-
-def as_items(value: str | list) -> list:
-    """A request's `input` as a list of items: a string is one user message (OpenAI's own reading)."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    return value
 
 
 def expand(previous: StoredResponse | None, new_input: str | list) -> list:

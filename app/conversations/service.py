@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import orjson
+from starlette.responses import Response
 
 from app.cache.redis_store import connect
 from app.config import CacheConfig, ResponsesConfig
-from app.conversations.chain import ChainTooLong
+from app.conversations.chain import ChainTooLong, expand
 from app.conversations.store import MemoryResponseStore, RedisResponseStore, ResponseStore, StoredResponse
 from app.errors import GatewayError, InvalidRequest, NotFound
+from app.protocols import ParsedRequest
+from app.protocols.responses.protocol import event_type
+from app.relay.loop import SSEResponse
+from app.upstream.sse import event_data
+
+# The final events whose response is kept (an answer exists); response.failed and error events are not.
+_FINAL = (b"response.completed", b"response.incomplete")
+_FINAL_QUOTED = tuple(b'"' + f + b'"' for f in _FINAL)
 
 log = logging.getLogger("slipstream.conversations")
 
@@ -37,6 +47,19 @@ class Conversations:
         self.store = store
         self.max_entry_bytes = config.max_entry_bytes
         self._timeout_s = config.timeout_ms / 1000
+
+    async def begin(self, tenant: str, req: ParsedRequest) -> Turn:
+        """A Responses request made stateless: its chain expanded into `input` (the id stays in the body
+        for the answer's echo; the protocol never sends it upstream), and the turn that will keep it."""
+        body = req.body
+        previous_id = body.get("previous_response_id")
+        previous = await self.previous(tenant, previous_id) if previous_id is not None else None
+        items = expand(previous, body["input"])
+        if previous is not None:
+            self.check_size(items)
+            body["input"] = items
+            req.size = req.protocol.prompt_size(body)  # the estimate every stage reads covers the chain
+        return Turn(self, tenant, items, body.get("store", True) is not False, previous_id, req.alias)
 
     async def previous(self, tenant: str, response_id: str) -> StoredResponse:
         """The turn a request chains from; 404 naming previous_response_id when the tenant has none by that id."""
@@ -93,6 +116,53 @@ class Conversations:
 
     async def aclose(self) -> None:
         await self.store.aclose()
+
+
+class Turn:
+    """One request's turn: keeps its answer (when `store` allows) before the client can chain from it."""
+
+    __slots__ = ("conv", "tenant", "items", "store", "previous_id", "alias")
+
+    def __init__(self, conv: Conversations, tenant: str, items: list, store: bool, previous_id: str | None,
+                 alias: str) -> None:
+        self.conv, self.tenant, self.items, self.store = conv, tenant, items, store
+        self.previous_id, self.alias = previous_id, alias
+
+    async def keep(self, response: Response) -> Response:
+        """The pipeline's answer, its turn kept: a JSON answer now, a stream's before its final event leaves."""
+        if not self.store:
+            return response
+        if isinstance(response, SSEResponse):
+            response.body_iterator = self._keep_final(response.body_iterator)
+        elif response.status_code == 200:
+            answer = orjson.loads(response.body)
+            if isinstance(answer, dict) and not await self._keep(answer):
+                response.headers["x-slipstream-response-stored"] = "false"
+        return response
+
+    async def _keep(self, answer: dict) -> bool:
+        if answer.get("status") not in ("completed", "incomplete"):
+            return False
+        stored = {**answer, "model": self.alias, "store": True}
+        if self.previous_id is not None:
+            stored["previous_response_id"] = self.previous_id
+        return await self.conv.keep(self.tenant, self.items, stored)
+
+    async def _keep_final(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        # The relay joins the events of one upstream read: the write holding the final event waits for the
+        # store, so a client that chains as soon as it has the id finds the turn on any replica.
+        try:
+            async for chunk in chunks:
+                if any(f in chunk for f in _FINAL_QUOTED):
+                    for ev in chunk.split(b"\n\n"):
+                        data = event_data(ev)
+                        if data is not None and event_type(data) in _FINAL:
+                            final = orjson.loads(data).get("response")
+                            if isinstance(final, dict):
+                                await self._keep(final)
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
 
 
 def build_conversations(config: ResponsesConfig, cache: CacheConfig) -> Conversations:

@@ -17,7 +17,7 @@ from app.admission.auth import authorization_of
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
 from app.gateway import Gateway
-from app.http import admin, intake
+from app.http import admin, intake, responses
 from app.http.admin import require_ops_key
 from app.http.console import routes as console
 from app.http.fastpath import FastPath, error_response
@@ -88,6 +88,7 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
         return Response(body, media_type=_JSON)
 
     app.include_router(admin.router)
+    app.include_router(responses.router)
     app.include_router(console.router)
 
     if config.telemetry.metrics:

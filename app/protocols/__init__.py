@@ -38,6 +38,7 @@ from app.protocols.chat import CHAT
 from app.protocols.completions import COMPLETIONS
 from app.protocols.embeddings import EMBEDDINGS
 from app.protocols.messages import COUNT_TOKENS, MESSAGES
+from app.protocols.responses.protocol import RESPONSES
 
 # Served paths -> their protocol.
 PROTOCOLS: dict[str, ClientProtocol] = {
@@ -46,9 +47,10 @@ PROTOCOLS: dict[str, ClientProtocol] = {
     "/v1/embeddings": EMBEDDINGS,
     "/v1/messages": MESSAGES,
     "/v1/messages/count_tokens": COUNT_TOKENS,
+    "/v1/responses": RESPONSES,
 }
 # gen_ai.operation.name by the record's endpoint (the protocol's path).
 OPERATIONS = {p.value: p.operation for p in PROTOCOLS.values()}
 
-__all__ = ["CHAT", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "MESSAGES", "OPERATIONS", "PROTOCOLS", "ClientProtocol", "EventKind",
+__all__ = ["CHAT", "COMPLETIONS", "COUNT_TOKENS", "EMBEDDINGS", "MESSAGES", "OPERATIONS", "PROTOCOLS", "RESPONSES", "ClientProtocol", "EventKind",
            "LimitFigure", "ParsedRequest", "PromptSize"]

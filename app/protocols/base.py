@@ -126,6 +126,8 @@ class ClientProtocol:
     relay = "openai"
     # The relay's stream format (app.relay.format.StreamFormat) where it is not OpenAI's SSE.
     sse: Any = None
+    # Whether its turns are stored and chained by the gateway (the Responses API: app.conversations).
+    stateful = False
 
     def __repr__(self) -> str:
         return f"<protocol {self.name}>"

@@ -238,7 +238,8 @@ def json_object(data: bytes, backend: Backend) -> dict:
         parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise UpstreamProtocolError(f"backend {backend.name} answered with a body that is not JSON") from None
-    if not isinstance(parsed, dict) or "error" in parsed:
+    # A Responses object carries `"error": null` when all went well: only a set error is one.
+    if not isinstance(parsed, dict) or parsed.get("error") is not None:
         if isinstance(parsed, dict):  # an error wearing a 200: some servers do that
             raise backend.adapter.classify_error(502, redact(data, backend), backend.name)
         raise UpstreamProtocolError(f"backend {backend.name} answered with JSON that is not an object")

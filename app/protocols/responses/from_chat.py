@@ -238,3 +238,8 @@ class ChatStreamTranslator:
     @property
     def sequence(self) -> int:
         return self._seq
+
+    @property
+    def finished_reason(self) -> str | None:
+        """The chat stream's finish reason, once it said one."""
+        return self._finish_reason

@@ -26,6 +26,13 @@ _REFUSED = {
 }
 
 
+def as_items(value: str | list) -> list:
+    """A request's `input` as a list of items: a string is one user message (OpenAI's own reading)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return value
+
+
 def to_chat(body: dict, items: list) -> dict:
     """The chat body for `body` (a validated Responses request) whose input, chain expanded, is `items`."""
     out: dict = {"model": body["model"]}

@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from app.config import FaultConfig, SimBackendConfig
-from app.conversations.chain import as_items
+from app.protocols.responses.to_chat import as_items
 from app.errors import InvalidRequest
 from app.protocols.responses.from_chat import ChatStreamTranslator, from_chat, new_id, shell
 from app.protocols.responses.to_chat import to_chat

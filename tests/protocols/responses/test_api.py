@@ -1,0 +1,188 @@
+"""/v1/responses through the gateway with the official openai SDK: passthrough to a backend that speaks Responses,
+translation for a chat-only one; chaining, the stored responses' routes, and bad input."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import ACME_KEY, GLOBEX_KEY
+from tests.protocols.responses.conftest import LIMITED_KEY
+from tests.support import set_faults, sim_stats
+
+MODELS = ["native", "translated"]
+
+
+@pytest.fixture
+def client(responses_gateway) -> openai.OpenAI:
+    return responses_gateway.client()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_create_answers_with_output_text_and_usage(client, model):
+    r = client.responses.create(model=model, input="Say hello", instructions="be brief", max_output_tokens=50,
+                                metadata={"run": "1"})
+    assert r.status == "completed" and r.output_text and r.model == model
+    assert r.usage.input_tokens > 0 and r.usage.output_tokens == 12
+    assert r.id.startswith("resp")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_stream_relays_every_event_and_completed_carries_usage(client, model):
+    events = list(client.responses.create(model=model, input="Say hello", stream=True))
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert "response.output_text.delta" in types and "response.output_item.done" in types
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert final.output_text == text and final.usage.output_tokens == 12
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_sdk_stream_helper_assembles_the_final_response(client, model):
+    with client.responses.stream(model=model, input="Say hello") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert final.output_text and final.usage.total_tokens == final.usage.input_tokens + final.usage.output_tokens
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_chaining_sends_the_earlier_turns_to_the_backend(client, model, stream):
+    def ask(text: str, previous: str | None = None):
+        if not stream:
+            return client.responses.create(model=model, input=text, previous_response_id=previous)
+        events = list(client.responses.create(model=model, input=text, previous_response_id=previous, stream=True))
+        return events[-1].response
+
+    first = ask("My name is Ada and I like long walks by the river.")
+    alone = ask("What is my name?")
+    chained = ask("What is my name?", first.id)
+    # The backend counted the first turn's question and answer too: it reached the backend.
+    assert chained.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
+    # The stored turn names its predecessor (a passthrough answer is the backend's own: no echo added to it).
+    assert client.responses.retrieve(chained.id).previous_response_id == first.id
+    third = ask("And what do I like?", chained.id)
+    assert third.usage.input_tokens > chained.usage.input_tokens + chained.usage.output_tokens
+
+
+def test_a_stored_response_is_retrieved_listed_and_deleted(client):
+    r = client.responses.create(model="translated", input="remember this")
+    got = client.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text
+    items = client.responses.input_items.list(r.id)
+    assert [i.role for i in items.data] == ["user"] and items.data[0].type == "message"
+    client.responses.delete(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+
+
+def test_input_items_of_a_chained_turn_list_the_whole_chain(client):
+    first = client.responses.create(model="native", input="one")
+    second = client.responses.create(model="native", input="two", previous_response_id=first.id)
+    items = client.responses.input_items.list(second.id, order="asc")
+    assert [i.type for i in items.data] == ["message", "message", "message"]
+    assert [getattr(i, "role", None) for i in items.data] == ["user", "assistant", "user"]
+
+
+def test_another_tenants_id_answers_404_exactly_as_an_unknown_one(responses_gateway):
+    mine = responses_gateway.client(ACME_KEY).responses.create(model="native", input="secret")
+    theirs = responses_gateway.client(GLOBEX_KEY)
+    answers = []
+    for rid in (mine.id, "resp_" + "0" * 32):
+        for call in (lambda: theirs.responses.retrieve(rid),
+                     lambda: theirs.responses.create(model="native", input="x", previous_response_id=rid),
+                     lambda: theirs.responses.delete(rid)):
+            with pytest.raises(openai.NotFoundError) as err:
+                call()
+            answers.append(err.value.body["message"].replace(rid, "ID"))
+    assert answers[:3] == answers[3:]
+    responses_gateway.client(ACME_KEY).responses.retrieve(mine.id)  # still there for its owner
+
+
+def test_store_false_keeps_nothing(client):
+    r = client.responses.create(model="translated", input="forget me", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+
+
+def test_function_tools_round_trip(client):
+    tools = [{"type": "function", "name": "weather", "description": "weather in a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    for model in MODELS:
+        r = client.responses.create(model=model, input="weather in Paris?", tools=tools, tool_choice="auto")
+        assert r.status == "completed"
+        follow = client.responses.create(model=model, previous_response_id=r.id, tools=tools, input=[
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}])
+        assert follow.status == "completed" and follow.usage.input_tokens > r.usage.input_tokens
+
+
+def test_a_key_may_not_chain_into_a_model_it_may_not_use(responses_gateway):
+    with pytest.raises(openai.PermissionDeniedError):
+        responses_gateway.client(LIMITED_KEY).responses.create(model="native", input="x")
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"model": "native"}, "input"),
+    ({"model": "native", "input": 5}, "input"),
+    ({"model": "native", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+    ({"model": "native", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"model": "native", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+    ({"model": "native", "input": "x", "truncation": "auto"}, "truncation"),
+    ({"model": "native", "input": "x", "metadata": {"a": 1}}, "metadata.a"),
+    ({"model": "translated", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"model": "translated", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+])
+def test_bad_input_is_a_400_naming_the_param(responses_gateway, body, param):
+    r = httpx.post(f"{responses_gateway.url}/v1/responses", json=body,
+                   headers={"authorization": f"Bearer {ACME_KEY}"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_an_unknown_previous_response_is_a_404_naming_it(client):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="native", input="x", previous_response_id="resp_nope")
+    assert err.value.body["param"] == "previous_response_id"
+
+
+def test_the_exact_cache_replays_a_stream_as_responses_events(client):
+    first = client.responses.create(model="cached", input="cache me", temperature=0)
+    events = list(client.responses.create(model="cached", input="cache me", temperature=0, stream=True))
+    assert [e.type for e in events][-1] == "response.completed"
+    assert events[-1].response.output_text == first.output_text
+    assert events[-1].response.id != first.id  # a fresh id for the served-again answer
+    # The replayed answer was stored too: it can be chained from.
+    client.responses.create(model="cached", input="more", previous_response_id=events[-1].response.id)
+
+
+def test_a_stream_cut_midway_ends_with_an_error_and_is_not_stored(responses_gateway, responses_fleet):
+    port = responses_fleet.ports["flaky"]
+    set_faults(port, disconnect_rate=1.0)
+    try:
+        client = responses_gateway.client()
+        with pytest.raises(openai.APIError):
+            for _ in client.responses.create(model="flaky", input="x" * 40, stream=True):
+                pass
+    finally:
+        set_faults(port)
+
+
+def test_a_429_storm_reaches_the_client_as_a_rate_limit_error(responses_gateway, responses_fleet):
+    port = responses_fleet.ports["flaky"]
+    set_faults(port, rate_limit_rate=1.0, retry_after_s=0)
+    try:
+        with pytest.raises(openai.RateLimitError):
+            responses_gateway.client().responses.create(model="flaky", input="x")
+        assert sim_stats(port)["errors"] >= 1
+    finally:
+        set_faults(port)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_an_answer_cut_by_max_output_tokens_is_incomplete(client, model):
+    r = client.responses.create(model=model, input="Say hello", max_output_tokens=5)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 5

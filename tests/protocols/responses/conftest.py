@@ -14,12 +14,15 @@ LIMITED_KEY = "sk-test-limited-0123456789"
 
 @pytest.fixture(scope="module")
 def responses_fleet(tmp_path_factory) -> Fleet:
-    ports = {n: free_port() for n in ("native", "chat", "chat2", "flaky")}
+    ports = {n: free_port() for n in ("native", "chat", "chat2", "flaky", "tiny", "tinychat")}
     backends = {
         "native": dict(port=ports["native"], model="m-native", apis=["chat", "responses"], **SIM),
         "chat": dict(port=ports["chat"], model="m-chat", report="llamacpp", **SIM),
         "chat2": dict(port=ports["chat2"], model="m-chat2", **SIM),
         "flaky": dict(port=ports["flaky"], model="m-flaky", apis=["chat", "responses"], **SIM),
+        # A small context: a chain outgrows it within a few turns.
+        "tiny": dict(port=ports["tiny"], model="m-tiny", apis=["chat", "responses"], context_tokens=150, **SIM),
+        "tinychat": dict(port=ports["tinychat"], model="m-tinychat", context_tokens=150, **SIM),
     }
     tmp = tmp_path_factory.mktemp("responses-fleet")
     proc = Process(["simulate", "--config", str(write_yaml(tmp / "f.yaml", {"simulator": {"seed": 7, "backends": backends}}))],
@@ -46,6 +49,8 @@ def responses_config(fleet: Fleet, store: dict | None = None) -> dict:
             "chat": backend("chat", "m-chat", ["chat"]),
             "chat2": backend("chat2", "m-chat2", ["chat"]),
             "flaky": backend("flaky", "m-flaky", ["chat", "responses"]),
+            "tiny": backend("tiny", "m-tiny", ["chat", "responses"]),
+            "tinychat": backend("tinychat", "m-tinychat", ["chat"]),
         },
         "reliability": NO_BREAKER,
         "models": {
@@ -53,6 +58,9 @@ def responses_config(fleet: Fleet, store: dict | None = None) -> dict:
             "translated": {"backends": ["chat"]},
             "cached": {"backends": ["chat2"], "cache": {"exact": {"enabled": True, "ttl_s": 300}}},
             "flaky": {"backends": ["flaky"], "retry": {"max_attempts": 1}},
+            "tiny": {"backends": ["tiny"]},
+            "tinychat": {"backends": ["tinychat"]},
+            "tiny-fallback": {"backends": ["tiny"], "context_fallback": "native"},
         },
         "responses": store or {},
     }

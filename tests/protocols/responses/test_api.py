@@ -186,3 +186,28 @@ def test_an_answer_cut_by_max_output_tokens_is_incomplete(client, model):
     r = client.responses.create(model=model, input="Say hello", max_output_tokens=5)
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert r.usage.output_tokens == 5
+
+
+@pytest.mark.parametrize("model", ["tiny", "tinychat"])
+def test_a_chain_that_outgrows_the_context_is_context_length_exceeded_never_cut(client, model):
+    previous, sizes = None, []
+    with pytest.raises(openai.BadRequestError) as err:
+        for _ in range(20):
+            r = client.responses.create(model=model, input="Tell me more about the river " * 3, previous_response_id=previous)
+            sizes.append(r.usage.input_tokens)
+            previous = r.id
+    assert err.value.code == "context_length_exceeded"
+    assert sizes == sorted(sizes) and len(sizes) >= 2  # every turn that was answered carried the whole chain
+
+
+def test_a_chain_that_outgrows_the_context_falls_back_where_configured(responses_gateway):
+    client = responses_gateway.client()
+    previous = None
+    for _ in range(8):
+        raw = client.responses.with_raw_response.create(model="tiny-fallback", input="Tell me more about the river " * 3,
+                                                        previous_response_id=previous)
+        previous = raw.parse().id
+        if raw.headers.get("x-slipstream-fallback"):
+            break
+    assert raw.headers["x-slipstream-fallback"].startswith("native")
+    assert raw.headers["x-slipstream-backend"] == "native"

@@ -46,7 +46,9 @@ def fleet(tmp_path_factory) -> Fleet:
     sim = {
         "seed": SEED,
         "backends": {
-            "fast": dict(port=ports["fast"], model="m-fast", report="llamacpp", **FAST),
+            # Serves /v1/responses natively, as the llama.cpp it imitates does (its flavour says it speaks it).
+            "fast": dict(port=ports["fast"], model="m-fast", report="llamacpp",
+                         apis=["chat", "completions", "embeddings", "responses"], **FAST),
             "slow": dict(port=ports["slow"], model="m-slow", slots=2, tpot_ms=40, prefill_tokens_per_s=1e9),
             "flaky": dict(port=ports["flaky"], model="m-flaky", **FAST),
             "hang": dict(port=ports["hang"], model="m-hang", faults=dict(hang_rate=1.0), **FAST),

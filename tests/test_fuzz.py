@@ -47,6 +47,40 @@ def bodies(draw):
     return endpoint, body
 
 
+r_parts = st.lists(st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text", "input_image", "refusal", "x"])},
+                                         optional={"text": json_values, "image_url": json_values, "refusal": json_values}),
+                   max_size=3)
+r_items = st.lists(st.fixed_dictionaries({}, optional={
+    "type": st.sampled_from(["message", "function_call", "function_call_output", "reasoning", "item_reference"]) | json_values,
+    "role": st.sampled_from(["user", "system", "developer", "assistant", "tool"]) | json_values,
+    "content": st.text(max_size=30) | r_parts | json_values, "call_id": st.text(max_size=8) | json_values,
+    "name": st.text(max_size=8) | json_values, "arguments": st.text(max_size=8) | json_values,
+    "output": st.text(max_size=8) | r_parts | json_values}), max_size=3)
+R_PARAMS = ["stream", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice", "text",
+            "reasoning", "metadata", "store", "previous_response_id", "truncation", "parallel_tool_calls", "include",
+            "background", "user", "prompt"]
+
+
+@st.composite
+def responses_bodies(draw):
+    """Responses bodies, to a backend that speaks Responses (chat: passthrough) and a chat-only one (tgi)."""
+    body = {"model": draw(st.sampled_from(["chat", "tgi", "nope", ""]) | json_values)}
+    if draw(st.integers(0, 9)):
+        body["input"] = draw(st.text(max_size=30) | r_items | json_values)
+    for name in draw(st.lists(st.sampled_from(R_PARAMS), max_size=4, unique=True)):
+        if name == "max_output_tokens":
+            body[name] = draw(st.integers(-3, 8) | json_values)
+        elif name == "tools":
+            body[name] = draw(st.lists(st.fixed_dictionaries({"type": st.sampled_from(["function", "web_search"]) | json_values},
+                                                             optional={"name": json_values, "parameters": json_values}),
+                                       max_size=2) | json_values)
+        elif name == "stream":
+            body[name] = draw(st.booleans() | json_values)
+        else:
+            body[name] = draw(json_values)
+    return body
+
+
 header_values = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30)
 headers = st.dictionaries(st.sampled_from(["x-slipstream-timeout-ms", "x-slipstream-cache-ttl", "cache-control",
                                            "traceparent", "x-slipstream-priority", "x-slipstream-server-timing",
@@ -81,8 +115,20 @@ def test_fuzzed_bodies_and_headers_never_500(http, case, extra, key):
 
 
 @FUZZ
+@given(body=responses_bodies(), key=st.sampled_from([ACME_KEY, GLOBEX_KEY]))
+def test_fuzzed_responses_bodies_never_500(http, body, key):
+    r = http.post("/v1/responses", content=orjson.dumps(body),
+                  headers={"authorization": f"Bearer {key}", "content-type": "application/json",
+                           "x-slipstream-timeout-ms": "3000"})
+    _check_error(r)
+    if r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
+        last = [e for e in r.text.split("\n\n") if e.strip()][-1]
+        assert any(f'"type":"{t}"' in last for t in ("response.completed", "response.incomplete", "error")), last
+
+
+@FUZZ
 @given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode),
-       endpoint=st.sampled_from(["chat/completions", "completions", "embeddings"]))
+       endpoint=st.sampled_from(["chat/completions", "completions", "embeddings", "responses"]))
 def test_fuzzed_raw_bytes_never_500(http, raw, endpoint):
     r = http.post(f"/v1/{endpoint}", content=raw, headers={"authorization": f"Bearer {ACME_KEY}"})
     _check_error(r)
@@ -92,6 +138,7 @@ def test_fuzzed_raw_bytes_never_500(http, raw, endpoint):
 @FUZZ
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"]),
        path=st.sampled_from(["/v1/models", "/v1/models/chat", "/v1/chat/completions", "/metrics", "/readyz",
+                             "/v1/responses", "/v1/responses/resp_1", "/v1/responses/resp_1/input_items",
                              "/healthz", "/admin/backends", "/admin/route/explain", "/admin/reload", "/v1", "/"])
        | st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="#?%"), max_size=30).map(lambda p: "/" + p),
        auth=st.sampled_from([None, f"Bearer {ACME_KEY}", "Bearer nope", "Basic x", ""]))

@@ -111,6 +111,8 @@ def _check_part(part: object, where: str) -> None:
         raise InvalidRequest(f"'{where}' must be an object with a string 'type'", param=where)
     if part["type"] in _TEXT_PARTS and not isinstance(part.get("text"), str):
         raise InvalidRequest(f"'{where}.text' must be a string", param=f"{where}.text")
+    if part["type"] == "refusal" and not isinstance(part.get("refusal"), str):
+        raise InvalidRequest(f"'{where}.refusal' must be a string", param=f"{where}.refusal")
 
 
 def text_chars(body: dict, items: list) -> int:

@@ -91,9 +91,9 @@ class Reloader:
             if (config.responses, config.cache.store, config.cache.redis_url) == (
                     old.config.responses, old.config.cache.store, old.config.cache.redis_url):
                 # Stored Responses turns outlive a reload (the in-process store would otherwise be emptied).
-                fresh, new.conversations = new.conversations, old.conversations
+                spare, new.conversations = new.conversations, old.conversations
                 old.owns_conversations = False
-                await fresh.aclose()
+                await spare.aclose()
             if new.telemetry.recent.size == old.telemetry.recent.size:
                 new.telemetry.recent = old.telemetry.recent  # the console's history outlives a reload
             self.state.gateway = new

@@ -121,7 +121,7 @@ class Conversations:
 class Turn:
     """One request's turn: keeps its answer (when `store` allows) before the client can chain from it."""
 
-    __slots__ = ("conv", "tenant", "items", "store", "previous_id", "alias")
+    __slots__ = ("alias", "conv", "items", "previous_id", "store", "tenant")
 
     def __init__(self, conv: Conversations, tenant: str, items: list, store: bool, previous_id: str | None,
                  alias: str) -> None:

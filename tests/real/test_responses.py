@@ -9,7 +9,15 @@ import asyncio
 import httpx
 import openai
 import pytest
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    function_tool,
+)
 
 from app.admission.auth import hash_key
 from tests.real.conftest import KEY
@@ -65,7 +73,7 @@ def test_chaining_reaches_llama_cpp_with_the_earlier_turns(gw, model, stream):
     c = client(gw)
 
     def ask(text: str, previous: str | None = None):
-        kw = dict(model=model, input=text, max_output_tokens=16, temperature=0, previous_response_id=previous)
+        kw = {"model": model, "input": text, "max_output_tokens": 16, "temperature": 0, "previous_response_id": previous}
         if not stream:
             return c.responses.create(**kw)
         return list(c.responses.create(**kw, stream=True))[-1].response

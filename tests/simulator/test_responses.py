@@ -13,7 +13,7 @@ from tests.support import Process, free_port, write_yaml
 def sim(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sim-responses")
     ports = {"native": free_port(), "chat": free_port()}
-    base = dict(prefill_tokens_per_s=20000, tpot_ms=2, output=dict(median=6, sigma=0, max=6))
+    base = {"prefill_tokens_per_s": 20000, "tpot_ms": 2, "output": {"median": 6, "sigma": 0, "max": 6}}
     write_yaml(tmp / "s.yaml", {"simulator": {"seed": 5, "backends": {
         "native": dict(port=ports["native"], model="n", apis=["chat", "responses"], **base),
         "chat": dict(port=ports["chat"], model="c", **base),

@@ -18,13 +18,12 @@ from app.config import BackendConfig
 from app.errors import GatewayError, UpstreamProtocolError
 from app.protocols.base import EventKind, ParsedRequest, Upstream, positive_int
 from app.protocols.chat import SEP, plain_text
-from app.upstream.attempt import json_object
 from app.protocols.openai import OpenAIProtocol
 from app.protocols.responses import request
 from app.protocols.responses.from_chat import ChatStreamTranslator, event, from_chat, new_id, shell
 from app.protocols.responses.to_chat import as_items, to_chat
 from app.record import Usage
-from app.upstream.attempt import EventStream, JsonReply
+from app.upstream.attempt import EventStream, JsonReply, json_object
 from app.upstream.sse import event_data
 
 _TYPE = re.compile(rb'"type"\s*:\s*"(response\.[a-z_.]+|error)"')

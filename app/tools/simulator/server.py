@@ -17,10 +17,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from app.config import FaultConfig, SimBackendConfig
-from app.protocols.responses.to_chat import as_items
 from app.errors import InvalidRequest
 from app.protocols.responses.from_chat import ChatStreamTranslator, from_chat, new_id, shell
-from app.protocols.responses.to_chat import to_chat
+from app.protocols.responses.to_chat import as_items, to_chat
 from app.tools.simulator import shapes
 from app.tools.simulator.engine import Engine, Timings, now
 from app.tools.simulator.kv_cache import BLOCK_TOKENS, block_keys, serialise

@@ -8,7 +8,7 @@ from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, GLOBEX_KEY, NO_BREAKER, Fleet, start_gateway
 from tests.support import Process, free_port, write_yaml
 
-SIM = dict(slots=32, prefill_tokens_per_s=2e5, tpot_ms=1, output=dict(median=12, sigma=0, max=12))
+SIM = {"slots": 32, "prefill_tokens_per_s": 2e5, "tpot_ms": 1, "output": {"median": 12, "sigma": 0, "max": 12}}
 LIMITED_KEY = "sk-test-limited-0123456789"
 
 

@@ -92,9 +92,9 @@ def test_another_tenants_id_answers_404_exactly_as_an_unknown_one(responses_gate
     theirs = responses_gateway.client(GLOBEX_KEY)
     answers = []
     for rid in (mine.id, "resp_" + "0" * 32):
-        for call in (lambda: theirs.responses.retrieve(rid),
-                     lambda: theirs.responses.create(model="native", input="x", previous_response_id=rid),
-                     lambda: theirs.responses.delete(rid)):
+        for call in (lambda r=rid: theirs.responses.retrieve(r),
+                     lambda r=rid: theirs.responses.create(model="native", input="x", previous_response_id=r),
+                     lambda r=rid: theirs.responses.delete(r)):
             with pytest.raises(openai.NotFoundError) as err:
                 call()
             answers.append(err.value.body["message"].replace(rid, "ID"))

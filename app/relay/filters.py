@@ -268,15 +268,18 @@ class EndEvent:
     end event is held here and sent by the loop as the format's `done` once the stream is over; a stream
     that closed without it is not complete."""
 
-    __slots__ = ("_protocol", "_seen")
+    __slots__ = ("_pass", "_protocol", "_seen")
 
     def __init__(self, protocol: ClientProtocol) -> None:
         self._protocol, self._seen = protocol, False
+        # A format without a `done` of its own ends with the upstream's end event itself, passed on: Responses'
+        # response.completed carries the whole answer and its usage.
+        self._pass = not (protocol.sse is not None and protocol.sse.done)
 
     def on_data(self, data: bytes) -> bytes | None:
         if self._protocol.classify(data) & EventKind.END:
             self._seen = True
-            return None
+            return data if self._pass else None
         return data
 
     def incomplete(self) -> str | None:

@@ -26,6 +26,7 @@ from app.record import Usage
 from app.upstream.attempt import EventStream, JsonReply, json_object
 from app.upstream.sse import event_data
 
+_MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TYPE = re.compile(rb'"type"\s*:\s*"(response\.[a-z_.]+|error)"')
 _CONTENT_EVENTS = (b"response.output_text.delta", b"response.function_call_arguments.delta",
                    b"response.reasoning_text.delta", b"response.refusal.delta")
@@ -39,6 +40,37 @@ def event_type(data: bytes) -> bytes | None:
     return m.group(1) if m else None
 
 
+class ResponsesSse:
+    """How a Responses stream frames and classifies for the relay (app.relay.format.StreamFormat): named events
+    whose name is their data's `type`, ending with response.completed (or .incomplete) itself: no `done`."""
+
+    done = b""
+
+    def frame(self, data: bytes) -> bytes:
+        return b"event: " + (event_type(data) or b"message") + b"\ndata: " + data + b"\n\n"
+
+    def error_event(self, err: GatewayError) -> bytes:
+        return RESPONSES.error_event(err)
+
+    def is_error(self, data: bytes) -> bool:
+        return event_type(data) in _FAILED_EVENTS
+
+    def has_usage(self, data: bytes) -> bool:
+        return b'"usage"' in data
+
+    def finish_reasons(self, data: bytes) -> list[bytes]:
+        if event_type(data) not in _FINAL_EVENTS:
+            return []
+        reason = RESPONSES.stop_reason(data)
+        return [reason.encode()] if reason else []
+
+    def model(self, data: bytes) -> re.Match[bytes] | None:
+        return _MODEL.search(data) if b'"model"' in data else None
+
+    def is_content(self, data: bytes) -> bool:
+        return event_type(data) in _CONTENT_EVENTS
+
+
 class ResponsesProtocol(OpenAIProtocol):
     name = "responses"
     value = "responses"
@@ -46,6 +78,7 @@ class ResponsesProtocol(OpenAIProtocol):
     operation = "chat"
     assembles = False
     relay = "events"
+    sse = ResponsesSse()
     id_prefix = "resp"
     # Its turns are stored and chained (app.conversations): the pipeline expands and keeps them.
     stateful = True

@@ -35,9 +35,9 @@ import aiohttp
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening  # noqa: E402
+import yaml
 
-import yaml  # noqa: E402
+from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening
 
 TOKENS = 16
 PROMPT = "Measure the gateway, not the model."

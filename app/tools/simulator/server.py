@@ -138,10 +138,10 @@ def forced_call(body: dict) -> dict | None:
     fn = next((t for t in tools if isinstance(t, dict) and (name is None or t.get("name") == name)), None)
     if fn is None:
         return None
-    params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
-    props = params.get("properties") or {}
+    params: dict = fn["parameters"] if isinstance(fn.get("parameters"), dict) else {}
+    props: dict = params.get("properties") or {}
     sample = {"string": "Paris", "integer": 1, "number": 1.5, "boolean": True}
-    args = {p: sample.get((props.get(p) or {}).get("type"), "x") for p in params.get("required") or ()}
+    args = {p: sample.get(str((props.get(p) or {}).get("type")), "x") for p in params.get("required") or ()}
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
             "function": {"name": fn.get("name"), "arguments": orjson.dumps(args).decode()}}
 

@@ -12,7 +12,7 @@ import re
 import httpx
 import pytest
 
-from tests.console.browser import ADMIN_KEY, chrome, ensure_browser, sign_in, start_demo, traffic, wait_for
+from tests.console.browser import ADMIN_KEY, HOSTILE, chrome, ensure_browser, sign_in, start_demo, traffic, wait_for
 
 By = pytest.importorskip("selenium.webdriver.common.by").By
 
@@ -131,6 +131,19 @@ def test_request_content_is_shown_as_text_never_run(drv, demo):
     assert drv.execute_script("return window.__pwned === undefined")
 
 
+def test_markup_in_a_pasted_body_comes_back_as_text_never_run(drv, demo):
+    # The gateway's refusal names the unknown model, markup and all: the page shows it as text.
+    open_page(drv, demo[0], "explain")
+    box = drv.find_element(By.ID, "explain-body")
+    box.clear()
+    box.send_keys('{"model": "' + HOSTILE.replace('"', '\\"') + '", "messages": [{"role": "user", "content": "hi"}]}')
+    drv.find_element(By.ID, "explain-paste").click()
+    shown = wait_for(lambda: drv.find_element(By.CSS_SELECTOR, "#explain-out p.bad").text, what="the refusal")
+    assert "<script>window.__pwned=2</script>" in shown and "<img src=x" in shown
+    assert not drv.find_elements(By.CSS_SELECTOR, "#explain-out img, #explain-out script")
+    assert drv.execute_script("return window.__pwned === undefined")
+
+
 def test_route_explain_lists_every_candidate_and_the_winner(drv, demo):
     open_page(drv, demo[0], "explain")
     wait_for(lambda: drv.find_elements(By.CSS_SELECTOR, "#explain-pick option"), what="recent requests to pick")
@@ -143,6 +156,9 @@ def test_route_explain_lists_every_candidate_and_the_winner(drv, demo):
         return True
 
     wait_for(picked, what="the explain table of a recent request")
+    box = drv.find_element(By.ID, "explain-body")
+    box.clear()
+    box.send_keys('{"model": "llama-70b", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 64}')
     drv.find_element(By.ID, "explain-paste").click()
 
     def pasted() -> bool:

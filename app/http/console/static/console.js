@@ -114,7 +114,11 @@ function backendCard(b) {
                 { name: "measured", color: COLORS[0], points: ser.map((p) => [p[0], p[2]]) }];
   const e2e = [{ name: "predicted", color: COLORS[1], dashed: true, points: ser.map((p) => [p[0], p[3]]) },
                { name: "measured", color: COLORS[0], points: ser.map((p) => [p[0], p[4]]) }];
-  const extra = Object.entries(b.model_extra || {}).filter(([, v]) => typeof v !== "object");
+  // Figures the latency model publishes beyond those above (issue 24's work adds some): numbers as
+  // they are, a mapping one level deep as "key value, ...".
+  const show = (v) => (typeof v === "number" ? String(Math.round(v * 1000) / 1000) : String(v));
+  const extra = Object.entries(b.model_extra || {}).filter(([, v]) => v !== null && !Array.isArray(v))
+    .map(([k, v]) => [k, typeof v === "object" ? Object.entries(v).map(([a, x]) => `${a} ${typeof x === "object" ? JSON.stringify(x) : show(x)}`).join(", ") : show(v)]);
   return el("div", { class: "card backend", "data-backend": b.name },
     el("h3", {}, el("span", { class: "name" }, b.name), el("span", { class: "badge " + b.state }, stateText),
       el("span", { class: "hint" }, `${b.model} · ${b.flavor}`)),
@@ -126,7 +130,7 @@ function backendCard(b) {
         ["prefix-cache accuracy", b.prefix.verified_requests ? pct(b.prefix.accuracy) + ` (${b.prefix.verified_requests} checked)` : "none checked"],
         ["requests (5 min)", String(b.requests)],
         ["median TTFT error", pct(b.median_error.ttft)], ["median E2E error", pct(b.median_error.e2e)],
-        ...extra.map(([k, v]) => [k.replaceAll("_", " "), String(v)])]),
+        ...extra.map(([k, v]) => [k.replaceAll("_", " "), v])]),
     el("div", { class: "hint" }, `traffic share ${pct(b.share)} (${b.requests} of the last ${d_window()} min's requests)`),
     el("div", { class: "share" }, el("div", { class: "bar", style: null, "data-share": b.share })),
     el("div", { class: "charts" }, lineChart(ttft, { title: "TTFT ms (streams)", xLabel: minutesLabel }),

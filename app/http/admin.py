@@ -74,7 +74,8 @@ async def backends(request: Request) -> Response:
             "prediction_error": gw.router.learner.accuracy[name].snapshot() if name in gw.router.learner.accuracy else None,
             "prefill_backlog": {"requests": s.prefilling, "uncached_prompt_tokens": round(s.uncached_inflight)},
             "reported_load": None if load is None else {"running": load.running, "waiting": load.waiting,
-                                                        "kv_cache_usage": load.kv_cache_usage},
+                                                        "kv_cache_usage": load.kv_cache_usage,
+                                                        "prefix_cache_hit_share": gw.router.learner.server_prefix_hits.get(name)},
         })
     return _json({"backends": out, "queued": gw.router.queued, "output_lengths": gw.router.outputs.snapshot(now)})
 

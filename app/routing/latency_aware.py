@@ -72,7 +72,7 @@ class LatencyAware:
         best = scores[first]
         c = candidates[first]
         margin = self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
-        if margin <= 0.0:
+        if margin <= 0.0 or (ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing):
             return first, scores
         group = ctx.prefix.group
         within = [i for i in range(n) if scores[i] <= best + margin]

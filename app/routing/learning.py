@@ -30,6 +30,10 @@ class Learner:
     def __init__(self, states: dict[str, BackendState], outputs: OutputLengths | None = None) -> None:
         self.states = states
         self.outputs = outputs if outputs is not None else OutputLengths()
+        # The share of prompt tokens each backend found in its prefix cache between its last two scrapes
+        # (vLLM's counters), and the counters it was computed from.
+        self.server_prefix_hits: dict[str, float] = {}
+        self._prefix_counters: dict[str, tuple[float, float]] = {}
         # Predicted against measured, per backend (for /admin/backends).
         self.accuracy: dict[str, PredictionErrors] = {name: PredictionErrors() for name in states}
 
@@ -50,6 +54,12 @@ class Learner:
             s.model.set_reported_slots(load.slots)
         if load.rtt_s is not None:
             s.model.observe_network(load.rtt_s, peak=False)
+        if load.prefix_cache_queries is not None and load.prefix_cache_hits is not None:
+            before = self._prefix_counters.get(name)
+            self._prefix_counters[name] = (load.prefix_cache_queries, load.prefix_cache_hits)
+            if before is not None and load.prefix_cache_queries > before[0]:
+                self.server_prefix_hits[name] = max(0.0, min(1.0, (load.prefix_cache_hits - before[1])
+                                                                  / (load.prefix_cache_queries - before[0])))
 
     # --- a stream's first event ---------------------------------------------------------------
     def first_token(self, a: AttemptRecord, prompt_tokens: int) -> None:

@@ -106,3 +106,11 @@ def test_prefill_is_learned_per_processed_token():
     # A new 409-token prompt is predicted near the cold rate (about 1.9 s; the prior slope still pulls), not
     # at the cache-inflated one learning against the whole prompt gives (about 0.35 s).
     assert model.prefill_s(409) > 1.0
+
+
+def test_a_servers_prefix_cache_counters_give_its_hit_share_between_scrapes():
+    t, _ = telemetry("vllm")
+    t.server_load("b", ServerLoad(prefix_cache_queries=1000, prefix_cache_hits=100))
+    assert "b" not in t.server_prefix_hits  # one reading is no rate
+    t.server_load("b", ServerLoad(prefix_cache_queries=3000, prefix_cache_hits=1700))
+    assert t.server_prefix_hits["b"] == 0.8

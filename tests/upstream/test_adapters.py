@@ -94,6 +94,12 @@ def test_vllm_metrics():
     assert (load.running, load.waiting, load.kv_cache_usage) == (3.0, 7.0, 0.4125)
 
 
+def test_vllm_prefix_cache_counters():
+    load = parse_vllm_metrics('vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0\n'
+                              'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 900.0\n')
+    assert (load.prefix_cache_queries, load.prefix_cache_hits) == (1200.0, 900.0)
+
+
 def test_vllm_metrics_older_kv_name():
     load = parse_vllm_metrics('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n')
     assert load.kv_cache_usage == 0.5 and load.running is None

@@ -58,6 +58,9 @@ class ServerLoad:
     kv_cache_usage: float | None = None
     source: str = ""  # where it came from, e.g. "llamacpp /props + /metrics"
     rtt_s: float | None = None  # a measured round trip to the server that never waits for a slot
+    # Prompt tokens looked up in, and found in, the server's prefix cache since it started (counters).
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
 
 
 def ms(v: Any) -> float | None:

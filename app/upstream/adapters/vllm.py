@@ -1,4 +1,5 @@
-"""vLLM: nothing per request over HTTP beyond usage; its /metrics has running and waiting requests."""
+"""vLLM: nothing per request over HTTP beyond usage; its /metrics has running and waiting requests,
+KV-cache use and prefix-cache counters."""
 
 from __future__ import annotations
 
@@ -28,5 +29,8 @@ def parse_vllm_metrics(text: str) -> ServerLoad:
     vLLM does not publish its batch size (max_num_seqs), so slots stay unknown."""
     values = gauges(text)
     kv = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
+    # Prefix-cache counters (tokens), with or without the exposition's _total suffix.
+    queries = values.get("vllm:prefix_cache_queries_total", values.get("vllm:prefix_cache_queries"))
+    hits = values.get("vllm:prefix_cache_hits_total", values.get("vllm:prefix_cache_hits"))
     return ServerLoad(None, values.get("vllm:num_requests_running"), values.get("vllm:num_requests_waiting"), kv,
-                      "vllm /metrics")
+                      "vllm /metrics", prefix_cache_queries=queries, prefix_cache_hits=hits)

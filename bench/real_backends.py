@@ -93,19 +93,20 @@ async def throttle(pid: int, duty: float, stop: asyncio.Event) -> None:
 
 async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int, rng: random.Random,
                     mixed: bool = False) -> float:
-    """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate."""
-    done = 0
+    """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate: by
+    Little's law, the clients over the mean time of every request they started (the last ones are
+    waited for, so long requests are not left out of the count as a done-per-second figure would)."""
+    times: list[float] = []
     end = time.perf_counter() + seconds
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         async def worker():
-            nonlocal done
             while time.perf_counter() < end:
                 words = word_count(rng, "mixed") if mixed else 40
-                if (await one(session, url, "least_inflight", prompt(rng, words), max_tokens)).ok:
-                    done += 1
-        t0 = time.perf_counter()
+                r = await one(session, url, "least_inflight", prompt(rng, words), max_tokens)
+                if r.ok:
+                    times.append(r.e2e_s)
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return done / (time.perf_counter() - t0)
+    return concurrency / statistics.fmean(times) if times else 0.1
 
 
 async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int) -> list[Result]:

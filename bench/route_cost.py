@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.request import Endpoint, parse_request
+
 from app.config import BackendConfig, ModelAlias
 from app.dispatch.loop import route_context, with_policy
-from app.request import Endpoint, parse_request
 from app.routing.router import Router
 from app.upstream.adapters import Adapter, adapter_for
 

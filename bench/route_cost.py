@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.request import Endpoint, parse_request
-
 from app.config import BackendConfig, ModelAlias
 from app.dispatch.loop import route_context, with_policy
+from app.protocols.chat import CHAT
 from app.routing.router import Router
 from app.upstream.adapters import Adapter, adapter_for
 
@@ -46,7 +45,7 @@ async def run(strategy: str, n: int, bodies: list[bytes]) -> tuple[float, float]
     held = []
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for i in range(n):
-        req = parse_request(Endpoint.CHAT, bodies[rng.randrange(len(bodies))])
+        req = CHAT.parse(bodies[rng.randrange(len(bodies))])
         ctx = with_policy(route_context(req), spec)
         held.append(await router.acquire("m", ctx=ctx))
         if len(held) > 6:  # a few requests in flight, as under load

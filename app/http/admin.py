@@ -194,6 +194,16 @@ def _prefix_effect(s, ctx) -> dict | None:
     return out
 
 
+@router.post("/cache/flush")
+async def cache_flush(request: Request) -> Response:
+    """Wait (at most 5 s) until every answer this process handed to the cache is written to its store:
+    before a snapshot or a shutdown, and for tests that read what they just stored."""
+    _require_admin(request)
+    cache = request.app.state.gateway.cache
+    await cache.flush()
+    return _json({"flushed": True, "stores": cache.stats.stores, "lost": cache.writer_stats.lost})
+
+
 @router.post("/reload")
 async def reload(request: Request) -> Response:
     """Re-read the config file now (as SIGHUP does); in-flight requests finish on the old config."""

@@ -6,9 +6,11 @@ import asyncio
 import time
 import uuid
 
+import httpx
 import openai
 import pytest
 
+from tests.conftest import ADMIN_KEY
 from tests.support import set_faults, sim_stats, wait_until
 
 
@@ -37,15 +39,17 @@ def unique(text: str) -> str:
     return f"{text} [{uuid.uuid4().hex[:8]}]"
 
 
-def settle() -> None:
-    time.sleep(0.15)  # cache writes happen after the response, in the background
+def settle(gw) -> None:
+    """Cache writes happen after the response, in the background: wait until they are in the store."""
+    r = httpx.post(f"{gw.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+    assert r.status_code == 200, r.text
 
 
 def test_exact_hit_serves_the_same_answer_without_a_backend_call(cached_gateway, fleet):
     q = unique("Explain what a gateway does")
     h1, r1 = ask(cached_gateway, q)
     assert h1["x-slipstream-cache"] == "miss"
-    settle()
+    settle(cached_gateway)
     calls = sim_stats(fleet.ports["fast"])["requests"]
     h2, r2 = ask(cached_gateway, q)
     assert h2["x-slipstream-cache"] == "hit"
@@ -64,7 +68,7 @@ def test_exact_hit_serves_the_same_answer_without_a_backend_call(cached_gateway,
 def test_hit_replayed_as_a_stream_honours_include_usage(cached_gateway):
     q = unique("Stream a cached answer")
     _, r1 = ask(cached_gateway, q)
-    settle()
+    settle(cached_gateway)
     h, chunks, text = ask_stream(cached_gateway, q)
     assert h["x-slipstream-cache"] == "hit"
     assert text == r1.choices[0].message.content
@@ -77,7 +81,7 @@ def test_finished_stream_is_assembled_and_cached(cached_gateway):
     q = unique("Cache my stream")
     h, _, text = ask_stream(cached_gateway, q)
     assert h["x-slipstream-cache"] == "miss"
-    settle()
+    settle(cached_gateway)
     h2, r2 = ask(cached_gateway, q)
     assert h2["x-slipstream-cache"] == "hit"
     assert r2.choices[0].message.content == text
@@ -91,7 +95,7 @@ def test_finished_stream_is_assembled_and_cached(cached_gateway):
 def test_any_parameter_that_changes_output_changes_the_key(cached_gateway, change):
     q = unique("Parameters matter")
     ask(cached_gateway, q)
-    settle()
+    settle(cached_gateway)
     h, _ = ask(cached_gateway, q, **change)
     assert h["x-slipstream-cache"] == "miss"
 
@@ -100,7 +104,7 @@ def test_sampled_requests_bypass_the_cache(cached_gateway):
     q = unique("Be creative")
     h, _ = ask(cached_gateway, q, temperature=1.0)
     assert h["x-slipstream-cache"] == "bypass"
-    settle()
+    settle(cached_gateway)
     h, _ = ask(cached_gateway, q, temperature=1.0)
     assert h["x-slipstream-cache"] == "bypass"
 
@@ -108,24 +112,24 @@ def test_sampled_requests_bypass_the_cache(cached_gateway):
 def test_no_cache_skips_lookup_and_refreshes(cached_gateway):
     q = unique("Refresh me")
     ask(cached_gateway, q)
-    settle()
+    settle(cached_gateway)
     h, _ = ask(cached_gateway, q, headers={"cache-control": "no-cache"})
     assert h["x-slipstream-cache"] == "miss"
-    settle()
+    settle(cached_gateway)
     assert ask(cached_gateway, q)[0]["x-slipstream-cache"] == "hit"
 
 
 def test_no_store_does_not_write(cached_gateway):
     q = unique("Forget me")
     ask(cached_gateway, q, headers={"cache-control": "no-store"})
-    settle()
+    settle(cached_gateway)
     assert ask(cached_gateway, q, headers={"cache-control": "no-store"})[0]["x-slipstream-cache"] == "miss"
 
 
 def test_per_request_ttl_is_absolute(cached_gateway):
     q = unique("Short lived")
     ask(cached_gateway, q, headers={"x-slipstream-cache-ttl": "1"})
-    settle()
+    settle(cached_gateway)
     assert ask(cached_gateway, q)[0]["x-slipstream-cache"] == "hit"  # a hit does not extend the entry
     time.sleep(1.0)
     assert ask(cached_gateway, q)[0]["x-slipstream-cache"] == "miss"
@@ -141,7 +145,7 @@ def test_bad_cache_headers_are_400(cached_gateway):
 def test_semantic_hit_for_a_paraphrase(cached_gateway):
     topic = uuid.uuid4().hex[:6]
     _, r1 = ask(cached_gateway, f"How do I reset the password of my router model {topic}?")
-    settle()
+    settle(cached_gateway)
     h, r2 = ask(cached_gateway, f"Please, how can I reset the password of my Router model {topic}?")
     assert h["x-slipstream-cache"] == "semantic-hit"
     assert h["x-slipstream-cache-verifier"] == "guard"
@@ -160,7 +164,7 @@ def test_semantic_hit_for_a_paraphrase(cached_gateway):
 def test_near_misses_are_not_served(cached_gateway, first, second):
     tag = uuid.uuid4().hex[:6]
     ask(cached_gateway, f"{first} {tag}")
-    settle()
+    settle(cached_gateway)
     h, _ = ask(cached_gateway, f"{second} {tag}", headers={"x-slipstream-cache-threshold": "0.5"})
     assert h["x-slipstream-cache"] == "miss"
 
@@ -179,7 +183,7 @@ def test_follow_up_never_matches_another_conversation(cached_gateway):
         return raw.headers["x-slipstream-cache"]
 
     assert convo("I want to bake bread") == "miss"
-    settle()
+    settle(cached_gateway)
     assert convo("I want to learn Spanish") == "miss"
     assert convo("I want to bake bread") == "hit"
 
@@ -199,7 +203,7 @@ def test_tenants_never_share_answers(cached_gateway, fleet):
 
     first = asyncio.run(round_(8))
     assert all(s == "miss" for s in first[:3]) or first  # concurrent misses are fine
-    settle()
+    settle(cached_gateway)
     # Each tenant now has its own copies; a new tenant still finds nothing.
     calls = sim_stats(fleet.ports["fast"])["requests"]
     again = asyncio.run(round_(8))
@@ -213,7 +217,7 @@ def test_truncated_answers_are_not_cached(cached_gateway):
     q = unique("Long answer cut short")
     _, r = ask(cached_gateway, q, max_tokens=2, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
-    settle()
+    settle(cached_gateway)
     assert ask(cached_gateway, q, max_tokens=2, extra_body={"ignore_eos": True})[0]["x-slipstream-cache"] == "miss"
 
 
@@ -229,7 +233,7 @@ def test_broken_streams_and_errors_are_not_cached(cached_gateway, flaky):
     with pytest.raises(openai.InternalServerError):
         ask(cached_gateway, q, model="cached-flaky")
     set_faults(flaky)
-    settle()
+    settle(cached_gateway)
     assert ask(cached_gateway, q, model="cached-flaky")[0]["x-slipstream-cache"] == "miss"
 
 
@@ -254,7 +258,7 @@ def test_redis_going_down_fails_open_and_recovers(fleet, tmp_path):
     try:
         q = unique("Survive the outage")
         ask(gw, q)
-        settle()
+        settle(gw)
         assert ask(gw, q)[0]["x-slipstream-cache"] == "hit"
         server.stop()
         # Redis is gone: every call still answers, as a miss, and none waits long for the cache.

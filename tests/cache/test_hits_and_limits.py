@@ -7,12 +7,11 @@ runs after admission: its embedding costs CPU that the limits protect.
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
 
 from app.admission.auth import hash_key
+from tests.cache.test_cache import settle
 from tests.conftest import gateway_config, start_gateway
 
 KEY = "sk-test-capped-0123456789"
@@ -39,7 +38,7 @@ def ask(gw, content: str):
 def test_an_exact_hit_is_served_at_the_request_limit_and_uses_none_of_it(capped):
     h1, r1 = ask(capped, "What does a gateway do?")
     assert h1["x-slipstream-cache"] == "miss"
-    time.sleep(0.15)  # the write happens after the response
+    settle(capped)  # the write happens after the response: wait until it is in the store
     for _ in range(3):  # hits take nothing from the limit: the second miss below is still admitted
         h, r = ask(capped, "What does a gateway do?")
         assert h["x-slipstream-cache"] == "hit" and r.choices[0].message.content == r1.choices[0].message.content

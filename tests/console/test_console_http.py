@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from app.http.console.routes import router
-from tests.console.browser import ADMIN_KEY, demo_config, traffic
+from tests.console.browser import ADMIN_KEY, demo_config, traffic, wait_for
 from tests.support import Process
 
 BACKEND_SECRET = "sk-backend-secret-do-not-show"
@@ -157,6 +157,28 @@ def test_an_uploaded_workload_is_replayed_against_both_policies(gw):
     assert all(row["requests"] == 12 and row["errors"] == 0 for row in job["result"]["rows"])
     bad = httpx.post(f"{gw}/console/api/whatif", headers=ADMIN, json={**change, "workload": "not json"})
     assert bad.status_code == 400 and "line 1" in bad.json()["error"]["message"]
+
+
+def test_requests_of_every_api_show_in_the_ring_with_their_api(gw):
+    with httpx.Client(base_url=gw, timeout=30) as client:
+        r = client.post("/v1/messages", json={"model": "llama-8b", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        r = client.post("/v1/responses", json={"model": "llama-8b", "max_output_tokens": 8, "input": "hello", "store": False})
+        assert r.status_code == 200, r.text
+
+    def newest() -> dict:  # the view is rebuilt at most once a second: until it has both
+        rows = httpx.get(f"{gw}/console/api/requests", headers=ADMIN).json()["rows"]
+        found = {r["endpoint"]: r for r in rows[:5]}
+        return found if {"messages", "responses"} <= set(found) else {}
+
+    by_api = wait_for(newest, timeout=10, what="both requests in the ring")
+    assert by_api["messages"]["alias"] == "llama-8b" and by_api["messages"]["backend"] == "small"
+    assert by_api["responses"]["alias"] == "llama-8b" and by_api["responses"]["backend"] == "small"
+    for api in ("messages", "responses"):
+        detail = httpx.get(f"{gw}/console/api/requests/{by_api[api]['id']}", headers=ADMIN).json()
+        assert detail["request"]["endpoint"] == api and detail["attempts"], api
+        explained = httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"request_id": by_api[api]["id"]})
+        assert explained.status_code == 200 and f"a /v1/{api} request" in explained.json()["note"], explained.text
 
 
 def test_a_request_of_another_api_is_explained_as_a_chat_request_of_its_size(gw):

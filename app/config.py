@@ -449,9 +449,9 @@ class SimBackendConfig(Strict):
     # Prefills share the backend's compute, one at a time in arrival order (a compute-bound server: a
     # CPU llama.cpp, a GPU at its prefill token budget); off, each slot prefills as if alone.
     prefill_shared: bool = False
-    # The client APIs it serves natively; without "responses", /v1/responses is a 404 (a chat-only server,
-    # which the gateway must translate for).
-    apis: tuple[Literal["chat", "completions", "embeddings", "responses"], ...] = ("chat", "completions", "embeddings")
+    # The client APIs it serves natively; without "responses" (or "messages"), /v1/responses (/v1/messages) is
+    # a 404 (a chat-only server, which the gateway must translate for).
+    apis: tuple[ApiName, ...] = ("chat", "completions", "embeddings")
 
 
 class SimulatorConfig(Strict):

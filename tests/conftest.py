@@ -46,9 +46,10 @@ def fleet(tmp_path_factory) -> Fleet:
     sim = {
         "seed": SEED,
         "backends": {
-            # Serves /v1/responses natively, as the llama.cpp it imitates does (its flavour says it speaks it).
+            # Serves /v1/responses and /v1/messages natively, as the llama.cpp it imitates does (its flavour says
+            # it speaks them): the gateway passes both through.
             "fast": dict(port=ports["fast"], model="m-fast", report="llamacpp",
-                         apis=["chat", "completions", "embeddings", "responses"], **FAST),
+                         apis=["chat", "completions", "embeddings", "responses", "messages"], **FAST),
             "slow": dict(port=ports["slow"], model="m-slow", slots=2, tpot_ms=40, prefill_tokens_per_s=1e9),
             "flaky": dict(port=ports["flaky"], model="m-flaky", **FAST),
             "hang": dict(port=ports["hang"], model="m-hang", faults=dict(hang_rate=1.0), **FAST),

@@ -26,7 +26,7 @@ from app.cache.verify import confirm
 from app.cache.writer import StoreWriter, WriteOp, WriterStats
 from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
-from app.protocols import ParsedRequest
+from app.protocols import CHAT, ClientProtocol, ParsedRequest
 
 log = logging.getLogger("slipstream.cache")
 
@@ -54,6 +54,7 @@ class CachePlan:
     similarity: float | None = None
     embed_s: float = 0.0
     verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "judge", "similarity")
+    protocol: ClientProtocol = CHAT  # the client API whose answers this plan stores
 
 
 @dataclass(slots=True)
@@ -105,7 +106,7 @@ class Cache:
 
     def plan(self, tenant: str, req: ParsedRequest, policy: CachePolicy, headers: dict[str, str]) -> CachePlan:
         """Decide eligibility from the policy, the request and its Cache-Control headers."""
-        plan = CachePlan(policy)
+        plan = CachePlan(policy, protocol=req.protocol)
         if not req.protocol.streams:  # embeddings: not cached
             return plan
         directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
@@ -271,8 +272,8 @@ class Cache:
         task.add_done_callback(self._pending.discard)
 
     async def _save(self, plan: CachePlan, body: dict) -> None:
-        choices = body.get("choices")
-        if not choices or not all(isinstance(c, dict) and c.get("finish_reason") in plan.policy.finish_reasons for c in choices):
+        reasons = plan.protocol.cache_finish_reasons(body)
+        if not reasons or not all(r in plan.policy.finish_reasons for r in reasons):
             return  # errors, truncated answers and excluded finish reasons are never cached
         now = time.time()
         if plan.exact_key is not None:

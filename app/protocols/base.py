@@ -233,6 +233,11 @@ class ClientProtocol:
         """The finish (stop) reasons of a whole answer, one per choice."""
         return []
 
+    def cache_finish_reasons(self, body: dict) -> list[str | None]:
+        """Each answer's finish reason in OpenAI's words (stop, length, tool_calls, content_filter), which the
+        cache policy's `finish_reasons` names; None for an answer without one."""
+        return []
+
     def assembler(self) -> Assembler:
         """A fresh assembler of this API's stream into the JSON answer it stands for (cache fill, capture,
         a JSON client served from an upstream stream)."""

@@ -47,6 +47,9 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billi
           404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
           504: "timeout_error", 529: "overloaded_error"}
 _ROLES = ("user", "assistant")
+# Stop reasons in OpenAI's words, as the cache policy names them.
+_OPENAI_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+                  "refusal": "content_filter"}
 _EVENT_TYPE = re.compile(rb'"type"\s*:\s*"([a-z_]+)"')
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 # The stream's event types. An event's data names its type at the top level, but servers order keys
@@ -295,6 +298,9 @@ class MessagesProtocol(ClientProtocol):
     def finish_reasons(self, body: dict) -> list[str]:
         reason = body.get("stop_reason")
         return [reason] if isinstance(reason, str) else []
+
+    def cache_finish_reasons(self, body: dict) -> list[str | None]:
+        return [_OPENAI_FINISH.get(str(body.get("stop_reason")))]
 
     def assembler(self) -> MessageAssembler:
         return MessageAssembler()

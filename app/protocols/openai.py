@@ -98,6 +98,9 @@ class OpenAIProtocol(ClientProtocol):
         return [c["finish_reason"] for c in body.get("choices") or ()
                 if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)]
 
+    def cache_finish_reasons(self, body: dict) -> list[str | None]:
+        return [c.get("finish_reason") if isinstance(c, dict) else None for c in body.get("choices") or ()]
+
     def ratelimit_headers(self, figures: list[LimitFigure]) -> dict[str, str]:
         out: dict[str, str] = {}
         for f in figures:

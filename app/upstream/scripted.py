@@ -90,6 +90,8 @@ class Call:
     backend: str
     body: dict
     stream: bool
+    path: str = ""  # the endpoint path the attempt called (chat/completions, messages, ...)
+    headers: dict[str, str] = field(default_factory=dict)  # the extra headers it sent (trace, anthropic-*)
 
 
 class ScriptedTransport:
@@ -112,7 +114,7 @@ class ScriptedTransport:
         self.max_in_flight = 0
 
     async def send(self, backend: Backend, call: UpstreamCall) -> JsonReply | ScriptedStream:
-        self.calls.append(Call(backend.name, orjson.loads(call.body), call.stream))  # before the pick: it may look
+        self.calls.append(Call(backend.name, orjson.loads(call.body), call.stream, call.path, dict(call.headers or {})))  # before the pick: it may look
         step = self._pick(backend.name, next(self._count))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)

@@ -69,6 +69,8 @@ def real(llama_servers, tmp_path_factory) -> RealGateway:
             "b": {"base_url": b.url, "model": "smol-b", "flavor": "llamacpp"},
             # Server A again, with JSON clients served by a plain non-streamed call.
             "a-json": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp", "stream_upstream": False},
+            # Server A again, declared chat-only: Messages requests are translated to chat completions.
+            "a-chat": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp", "apis": ["chat", "completions"]},
         },
         # A breaker that ejects after 3 failures in a row: poison requests must not count.
         "reliability": {"breaker": {"consecutive_failures": 3, "error_rate": 0.5, "min_requests": 5}},
@@ -76,6 +78,7 @@ def real(llama_servers, tmp_path_factory) -> RealGateway:
             "a": {"backends": ["a"], "context_fallback": "b", "retry": {"max_attempts": 1}},
             "b": {"backends": ["b"], "retry": {"max_attempts": 1}},
             "a-json": {"backends": ["a-json"], "retry": {"max_attempts": 1}},
+            "a-chat": {"backends": ["a-chat"], "retry": {"max_attempts": 1}},
         },
         "telemetry": {"scrape_interval_s": 0.5},
     }

@@ -18,6 +18,8 @@ from pydantic import ValidationError
 
 from app.config import FaultConfig, SimBackendConfig
 from app.errors import InvalidRequest
+from app.protocols.messages import COUNT_TOKENS, MESSAGES
+from app.protocols.messages_chat import StreamTranslator, chat_body, message_body
 from app.protocols.responses.from_chat import ChatStreamTranslator, from_chat, new_id, shell
 from app.protocols.responses.to_chat import as_items, to_chat
 from app.tools.simulator import shapes
@@ -41,6 +43,10 @@ def create_app(name: str, config: SimBackendConfig, seed: int) -> web.Applicatio
     app.router.add_post("/v1/chat/completions", _generate("chat"))
     app.router.add_post("/v1/completions", _generate("text"))
     app.router.add_post("/v1/embeddings", _embeddings)
+    if "messages" in config.apis:
+        # As llama.cpp serves them: Anthropic's Messages API and its token count, on the same engine.
+        app.router.add_post("/v1/messages", _messages)
+        app.router.add_post("/v1/messages/count_tokens", _count_tokens)
     if "responses" in config.apis:
         # Natively, as llama.cpp serves it: translated to a chat call inside the server, stateless.
         app.router.add_post("/v1/responses", _responses)
@@ -146,6 +152,55 @@ def forced_call(body: dict) -> dict | None:
             "function": {"name": fn.get("name"), "arguments": orjson.dumps(args).decode()}}
 
 
+async def _messages(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE]
+    body = await _read_call(request, engine)
+    if isinstance(body, web.Response):
+        return body
+    engine.stats.requests += 1
+    body.pop("thinking", None)  # the simulated model does not think: asked to, it answers without
+    try:
+        req = MESSAGES.parse(orjson.dumps(body))
+        chat = orjson.loads(chat_body(req, engine.config.model, req.stream))
+    except InvalidRequest as exc:
+        engine.stats.errors += 1
+        return _json({"type": "error", "error": {"type": "invalid_request_error", "message": exc.message}}, 400)
+    try:
+        return await _serve(request, engine, "chat", chat, messages=True)
+    except (asyncio.CancelledError, ConnectionResetError):
+        engine.stats.cancelled += 1
+        raise
+
+
+async def _count_tokens(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body = await _read_call(request, engine)
+    if isinstance(body, web.Response):
+        return body
+    try:
+        req = COUNT_TOKENS.parse(orjson.dumps(body))
+        chat = orjson.loads(chat_body(req, engine.config.model, False, count_only=True))
+    except InvalidRequest as exc:
+        return _json({"type": "error", "error": {"type": "invalid_request_error", "message": exc.message}}, 400)
+    return _json({"input_tokens": prompt_tokens(chat)})
+
+
+class _MessagesStream:
+    """A chat stream answered as Anthropic's Messages events (what a server that speaks it sends)."""
+
+    def __init__(self, model: str) -> None:
+        self._t = StreamTranslator(model)
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, obj: dict) -> bytes:
+        return b"".join(self._t.feed(orjson.dumps(obj)))
+
+    def finish(self) -> bytes:
+        return b"".join(self._t.finish())
+
+
 def _invalid(body: dict, llamacpp: bool = False) -> str | None:
     """The parameter checks a real server makes before queueing a request (llama.cpp takes max_tokens -1: no limit)."""
     n = body.get("n", 1)
@@ -161,8 +216,9 @@ def _invalid(body: dict, llamacpp: bool = False) -> str | None:
 
 
 async def _serve(request: web.Request, engine: Engine, kind: str, body: dict,
-                 responses: dict | None = None) -> web.StreamResponse:
-    """Serve a chat or text call; with `responses` (the Responses body it came from), answer in that API."""
+                 responses: dict | None = None, messages: bool = False) -> web.StreamResponse:
+    """Serve a chat or text call; with `responses` (the Responses body it came from), answer in that API; with
+    `messages`, in Anthropic's Messages API."""
     timings = Timings(now())
     await engine.network()
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -213,7 +269,8 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict,
         engine.cache.insert(keys)
         timings.prefilled = now()
         if response is not None:
-            return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request, responses)
+            return await _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request, responses,
+                                 messages)
         for i in range(plan.output_tokens):
             if plan.fault in ("stall", "disconnect") and i == plan.fault_at:
                 if plan.fault == "disconnect":
@@ -242,6 +299,8 @@ async def _serve(request: web.Request, engine: Engine, kind: str, body: dict,
         data["timings"] = shapes.llamacpp_timings(timings, p_tokens - timings.cached_tokens, plan.output_tokens)
     elif engine.config.report == "tgi":
         headers = shapes.tgi_headers(timings, p_tokens, plan.output_tokens)
+    if messages:
+        data = message_body(data, model)
     if responses is not None:
         data = {**from_chat(data, shell(new_id("resp"), model, responses, created)), **({"timings": data["timings"]} if "timings" in data else {})}
     return _json(data, headers=headers)
@@ -254,12 +313,14 @@ async def _open_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def _stream(response, engine, kind, body, plan, texts, p_tokens, timings, request,
-                  responses: dict | None = None) -> web.StreamResponse:
+                  responses: dict | None = None, messages: bool = False) -> web.StreamResponse:
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), engine.config.model
     n_choices = len(texts)
     call = forced_call(body) if kind == "chat" else None
-    translator = None
-    if responses is not None:
+    translator: ChatStreamTranslator | _MessagesStream | None = None
+    if messages:
+        translator = _MessagesStream(model)
+    elif responses is not None:
         translator = ChatStreamTranslator(shell(new_id("resp"), model, responses, created))
         await response.write(translator.start())
 

@@ -1,0 +1,174 @@
+"""Messages through the real pipeline over the scripted transport (app.upstream.scripted: no sockets):
+passthrough versus translation per backend, header passthrough, the exact cache replayed as Anthropic's
+events, streams that break midway, retries and tenant limits with Anthropic's headers."""
+
+from __future__ import annotations
+
+import orjson
+
+from app.admission.auth import hash_key
+from app.config import GatewayConfig
+from app.errors import UpstreamUnreachable
+from app.protocols import MESSAGES
+from app.upstream.scripted import Fail, Reply, ScriptedTransport, Stream, chunks, completion
+from app.upstream.sse import EventSplitter, event_data
+from tests.scripted import KEY, call, run
+
+ASK = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "tools-2024-04-04"}
+
+NATIVE = [
+    {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                                          "model": "backend-path.gguf", "stop_reason": None, "stop_sequence": None,
+                                          "usage": {"input_tokens": 7, "cache_read_input_tokens": 2,
+                                                    "output_tokens": 0}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm"}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hello"}},
+    {"type": "content_block_stop", "index": 1},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+     "usage": {"output_tokens": 5}},
+    {"type": "message_stop"},
+]
+
+
+def config(flavor: str = "llamacpp", **sections) -> GatewayConfig:
+    raw = {
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(KEY)}]},
+        "backends": {n: {"base_url": f"http://127.0.0.1:9/{n}/v1", "model": f"m-{n}", "flavor": flavor}
+                     for n in ("a", "b")},
+        "models": {"m": {"backends": ["a", "b"], "strategy": "round_robin"}},
+        "reliability": {"breaker": {"consecutive_failures": 100, "error_rate": 1.0, "min_requests": 1000}},
+        **sections,
+    }
+    return GatewayConfig.model_validate(raw)
+
+
+def named(body: bytes) -> list[tuple[str, dict]]:
+    out = []
+    for raw in EventSplitter().feed(body):
+        name = raw.split(b"\n", 1)[0].removeprefix(b"event: ").decode()
+        out.append((name, orjson.loads(event_data(raw))))
+    return out
+
+
+def test_a_native_backend_gets_the_body_unchanged_but_model_and_the_anthropic_headers():
+    transport = ScriptedTransport([Reply({"id": "msg_1", "type": "message", "role": "assistant", "model": "x",
+                                          "content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn",
+                                          "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}})])
+    body = {**ASK, "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}], "top_k": 5}
+
+    async def scenario(gw):
+        return await call(gw, body, endpoint=MESSAGES, headers=HEADERS)
+
+    answer = run(config(), transport, scenario)
+    assert answer.status == 200 and answer.json()["model"] == "m"
+    sent = transport.calls[0]
+    assert sent.path == "messages" and sent.body == {**body, "model": sent.body["model"]}
+    assert sent.body["model"] in ("m-a", "m-b")
+    assert sent.headers["anthropic-version"] == "2023-06-01" and sent.headers["anthropic-beta"] == "tools-2024-04-04"
+
+
+def test_a_chat_only_backend_gets_chat_completions_and_no_anthropic_headers():
+    transport = ScriptedTransport([Reply(completion("Hello"))])
+
+    async def scenario(gw):
+        return await call(gw, ASK, endpoint=MESSAGES, headers=HEADERS)
+
+    answer = run(config(flavor="tgi"), transport, scenario)
+    assert answer.json()["content"] == [{"type": "text", "text": "Hello"}]
+    assert answer.json()["usage"]["input_tokens"] == 3
+    sent = transport.calls[0]
+    assert sent.path == "chat/completions" and "anthropic-version" not in sent.headers
+    assert sent.body["messages"] == [{"role": "user", "content": "hi"}] and sent.body["max_tokens"] == 16
+
+
+def test_a_native_stream_is_relayed_event_by_event_thinking_included():
+    transport = ScriptedTransport([Stream(NATIVE, done=False)])
+
+    async def scenario(gw):
+        return await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+
+    answer = run(config(), transport, scenario)
+    events = named(answer.body)
+    assert [n for n, _ in events] == [e["type"] for e in NATIVE]
+    assert all(n == data["type"] for n, data in events)
+    assert events[0][1]["message"]["model"] == "m"  # the alias, not the backend's name
+    assert events[2][1] == NATIVE[2] and events[3][1] == NATIVE[3]  # thinking and its signature, unchanged
+
+
+def test_a_native_stream_cut_midway_ends_with_an_anthropic_error_event():
+    transport = ScriptedTransport([Stream(NATIVE[:7], cut=True)])
+
+    async def scenario(gw):
+        return await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+
+    events = named(run(config(), transport, scenario).body)
+    assert [n for n, _ in events][:7] == [e["type"] for e in NATIVE[:7]]
+    name, data = events[-1]
+    assert name == "error" and data["type"] == "error" and data["error"]["type"] in ("api_error", "overloaded_error")
+    assert "message_stop" not in [n for n, _ in events]
+
+
+def test_a_translated_stream_cut_midway_ends_with_an_anthropic_error_event():
+    transport = ScriptedTransport([Stream(chunks("Hello")[:3], cut=True)])
+
+    async def scenario(gw):
+        return await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+
+    events = named(run(config(flavor="tgi"), transport, scenario).body)
+    assert events[0][0] == "message_start" and events[-1][0] == "error"
+    assert "message_stop" not in [n for n, _ in events]
+
+
+def test_the_exact_cache_replays_a_message_as_anthropics_event_sequence():
+    transport = ScriptedTransport([Stream(NATIVE, done=False)])
+    ask = {**ASK, "temperature": 0, "stream": True}
+
+    async def scenario(gw):
+        first = await call(gw, ask, endpoint=MESSAGES)
+        await gw.cache.flush()
+        return first, await call(gw, ask, endpoint=MESSAGES)
+
+    first, second = run(config(), transport, scenario)
+    assert first.headers["x-slipstream-cache"] == "miss"
+    assert second.headers["x-slipstream-cache"] == "hit" and len(transport.calls) == 1
+    names = [n for n, _ in named(second.body)]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    start = named(second.body)[0][1]["message"]
+    assert start["id"].startswith("msg_cache_") and start["model"] == "m"
+    blocks = [d["content_block"]["type"] for n, d in named(second.body) if n == "content_block_start"]
+    assert blocks == ["thinking", "text"]
+    final = named(second.body)[-2][1]
+    assert final["usage"]["cache_read_input_tokens"] == 9 and final["usage"]["input_tokens"] == 0
+
+
+def test_a_failed_attempt_is_retried_on_the_other_backend():
+    transport = ScriptedTransport([Fail(UpstreamUnreachable("down")), Reply(completion("ok"))])
+
+    async def scenario(gw):
+        return await call(gw, ASK, endpoint=MESSAGES)
+
+    answer = run(config(flavor="tgi"), transport, scenario)
+    assert answer.status == 200 and answer.json()["content"][0]["text"] == "ok"
+    assert answer.headers["x-slipstream-attempts"] == "2"
+    assert transport.calls[0].backend != transport.calls[1].backend
+
+
+def test_a_tenant_over_its_limit_gets_anthropics_429_with_its_headers():
+    transport = ScriptedTransport(lambda backend, n: Reply(completion("ok")))
+    limits = {"limits": {"tenants": {"acme": {"limits": {"requests_per_minute": 1}}}}}
+
+    async def scenario(gw):
+        return [await call(gw, ASK, endpoint=MESSAGES) for _ in range(2)]
+
+    ok, limited = run(config(flavor="tgi", **limits), transport, scenario)
+    assert ok.status == 200 and ok.headers["anthropic-ratelimit-requests-limit"] == "1"
+    assert ok.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert limited.status == 429 and int(limited.headers["retry-after"]) >= 1
+    assert limited.json()["type"] == "error" and limited.json()["error"]["type"] == "rate_limit_error"
+    assert limited.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
+    assert not any(k.startswith("x-ratelimit-") for k in limited.headers)

@@ -1,5 +1,5 @@
 """Bounded fuzzing of the real gateway: odd bodies, headers and routes never get a 500, and every error
-is in OpenAI's shape. Hypothesis drives a fixed number of examples against the session's gateway process.
+is in its API's shape (OpenAI's; Anthropic's on /v1/messages). Hypothesis drives a fixed number of examples against the session's gateway process.
 """
 
 from __future__ import annotations
@@ -81,6 +81,47 @@ def responses_bodies(draw):
     return body
 
 
+m_blocks = st.lists(st.fixed_dictionaries({"type": st.sampled_from(
+    ["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking", "document", "x"]) | json_values},
+    optional={"text": st.text(max_size=20) | json_values, "source": json_values, "id": st.text(max_size=6) | json_values,
+              "name": st.text(max_size=6) | json_values, "input": json_values, "tool_use_id": json_values,
+              "content": st.text(max_size=10) | json_values, "thinking": json_values, "signature": json_values,
+              "cache_control": json_values}), max_size=3)
+m_messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]) | json_values},
+                                            optional={"content": st.text(max_size=30) | m_blocks | json_values}),
+                      max_size=3) | json_values
+M_PARAMS = ["stream", "system", "stop_sequences", "temperature", "top_p", "top_k", "tools", "tool_choice", "thinking",
+            "metadata", "service_tier", "mcp_servers", "container"]
+
+
+@st.composite
+def messages_bodies(draw):
+    """Messages bodies, to a backend that speaks Messages (chat: passthrough) and a chat-only one (tgi: translated)."""
+    body = {"model": draw(st.sampled_from(["chat", "tgi", "nope", ""]) | json_values)}
+    if draw(st.integers(0, 9)):
+        body["max_tokens"] = draw(st.integers(-3, 8) | json_values)
+    if draw(st.integers(0, 9)):
+        body["messages"] = draw(m_messages)
+    for name in draw(st.lists(st.sampled_from(M_PARAMS), max_size=4, unique=True)):
+        if name == "tools":
+            body[name] = draw(st.lists(st.fixed_dictionaries({}, optional={
+                "name": st.text(max_size=6) | json_values, "type": st.sampled_from(["custom", "web_search_20250305"]),
+                "input_schema": json_values, "description": json_values}), max_size=2) | json_values)
+        elif name == "tool_choice":
+            body[name] = draw(st.fixed_dictionaries({"type": st.sampled_from(["auto", "any", "tool", "none", "x"])},
+                                                    optional={"name": json_values}) | json_values)
+        elif name == "thinking":
+            body[name] = draw(st.fixed_dictionaries({"type": st.sampled_from(["enabled", "disabled", "x"])},
+                                                    optional={"budget_tokens": json_values}) | json_values)
+        elif name == "stream":
+            body[name] = draw(st.booleans() | json_values)
+        elif name == "system":
+            body[name] = draw(st.text(max_size=20) | m_blocks | json_values)
+        else:
+            body[name] = draw(json_values)
+    return body
+
+
 header_values = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=30)
 headers = st.dictionaries(st.sampled_from(["x-slipstream-timeout-ms", "x-slipstream-cache-ttl", "cache-control",
                                            "traceparent", "x-slipstream-priority", "x-slipstream-server-timing",
@@ -124,6 +165,37 @@ def test_fuzzed_responses_bodies_never_500(http, body, key):
     if r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
         last = [e for e in r.text.split("\n\n") if e.strip()][-1]
         assert any(f'"type":"{t}"' in last for t in ("response.completed", "response.incomplete", "error")), last
+
+
+def _check_anthropic_error(r: httpx.Response) -> None:
+    assert r.status_code != 500 and r.status_code < 600, r.text[:300]
+    if r.status_code >= 400:
+        body = r.json()
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
+@FUZZ
+@given(body=messages_bodies(), endpoint=st.sampled_from(["messages", "messages", "messages/count_tokens"]),
+       auth=st.sampled_from(["x-api-key", "authorization"]), key=st.sampled_from([ACME_KEY, GLOBEX_KEY]))
+def test_fuzzed_messages_bodies_never_500(http, body, endpoint, auth, key):
+    credentials = {"x-api-key": key} if auth == "x-api-key" else {"authorization": f"Bearer {key}"}
+    r = http.post(f"/v1/{endpoint}", content=orjson.dumps(body),
+                  headers={**credentials, "content-type": "application/json", "anthropic-version": "2023-06-01",
+                           "x-slipstream-timeout-ms": "3000"})
+    _check_anthropic_error(r)
+    if r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
+        last = [e for e in r.text.split("\n\n") if e.strip()][-1]
+        assert last.startswith("event: message_stop") or last.startswith("event: error"), last
+
+
+@FUZZ
+@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode),
+       endpoint=st.sampled_from(["messages", "messages/count_tokens"]))
+def test_fuzzed_raw_bytes_to_messages_never_500(http, raw, endpoint):
+    r = http.post(f"/v1/{endpoint}", content=raw, headers={"x-api-key": ACME_KEY})
+    _check_anthropic_error(r)
+    assert r.status_code >= 400
 
 
 @FUZZ

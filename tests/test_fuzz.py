@@ -186,7 +186,7 @@ def test_fuzzed_messages_bodies_never_500(http, body, endpoint, auth, key):
     _check_anthropic_error(r)
     if r.status_code == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
         last = [e for e in r.text.split("\n\n") if e.strip()][-1]
-        assert last.startswith("event: message_stop") or last.startswith("event: error"), last
+        assert last.startswith(("event: message_stop", "event: error")), last
 
 
 @FUZZ

@@ -106,7 +106,8 @@ def start_gateway(
 def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = None, env: dict | None = None) -> subprocess.Popen:
     cmd = [sys.executable]
     if profile is not None:
-        cmd += ["-m", "pyinstrument", "-r", "text" if profile.suffix == ".txt" else "html", "--show-all", "-o", str(profile)]
+        cmd += ["-m", "pyinstrument", "-r", {".txt": "text", ".pstats": "pstats"}.get(profile.suffix, "html"), "--show-all",
+                "-o", str(profile)]
     cmd += ["-m", "app", *args]
     if cpus is not None:
         cmd = ["taskset", "-c", cpus, *cmd]

@@ -109,7 +109,6 @@ class Cache:
         plan = CachePlan(policy, protocol=req.protocol)
         if not req.protocol.streams:  # embeddings: not cached
             return plan
-        directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
         exact_ok = policy.exact.enabled and (not policy.exact.deterministic_only or is_deterministic(req.body))
         if exact_ok:
             plan.exact_key = exact_key(tenant, req)
@@ -121,6 +120,8 @@ class Cache:
         plan.ttl_s = _ttl(headers.get(TTL_HEADER))
         if plan.ttl_s is not None:
             plan.ttl_s = min(plan.ttl_s, policy.max_client_ttl_s)  # a client may shorten, not pin, an entry
+        control = headers.get("cache-control")
+        directives = {d.strip().lower() for d in control.split(",")} if control else set()
         plan.lookup = "no-cache" not in directives
         plan.store = "no-store" not in directives
         if plan.lookup or plan.store:

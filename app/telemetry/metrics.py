@@ -8,7 +8,7 @@ then exact (several uvicorn workers would each report only their share).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,6 +34,7 @@ class Metrics:
         # histograms never reset and requests that finish on the replaced gateway are counted.
         self._draining: list[Gateway] = []
         self._carried: dict[str, float] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         labels = ["gen_ai_operation_name", "gen_ai_request_model", "slipstream_backend"]
@@ -73,6 +74,15 @@ class Metrics:
                                        "Requests by predicted vs reported prefix hit: hit, miss, false_hit (predicted, not reused), missed_hit.",
                                        ["slipstream_backend", "result"], registry=r)
 
+    def _labelled(self, metric, *values: str):
+        """The metric's child for these label values, looked up once: prometheus_client's labels() costs
+        more than the observation (label sets are bounded by the config, so this dict is too)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def observe(self, record: RequestRecord, operation: str) -> None:
         # Every label below comes from config (alias, backend) or a fixed set: a client or a backend
         # can never add a series (record.alias is set only for configured aliases).
@@ -80,49 +90,49 @@ class Metrics:
         backend = record.backend or "none"
         base = (operation, record.alias or "unknown", backend)
         outcome = record.outcome.value
-        self.duration.labels(*base, outcome, record.cache).observe(record.duration_s)
+        self._labelled(self.duration, *base, outcome, record.cache).observe(record.duration_s)
         if record.alias:
-            self.cache.labels(record.alias, record.cache).inc()
+            self._labelled(self.cache, record.alias, record.cache).inc()
         if record.stream and record.first_token and record.outcome is Outcome.OK:
-            self.ttft.labels(*base).observe(record.first_token - record.received)
+            self._labelled(self.ttft, *base).observe(record.first_token - record.received)
         if record.usage is not None:
-            self.tokens.labels(*base, "input").observe(record.usage.prompt_tokens)
-            self.tokens.labels(*base, "output").observe(record.usage.completion_tokens)
+            self._labelled(self.tokens, *base, "input").observe(record.usage.prompt_tokens)
+            self._labelled(self.tokens, *base, "output").observe(record.usage.completion_tokens)
             n = record.usage.completion_tokens
             if record.stream and record.first_token and n > 1 and record.outcome is Outcome.OK:
-                self.tpot.labels(*base).observe((record.finished - record.first_token) / (n - 1))
+                self._labelled(self.tpot, *base).observe((record.finished - record.first_token) / (n - 1))
         for a in record.attempt_log:
             # A backend's own error codes are its text, not ours: they would grow labels without bound.
             result = a.error_type or "ok"
             if result not in _ATTEMPT_RESULTS:
                 result = f"status_{a.status}" if 100 <= a.status <= 599 else "other"
-            self.attempts.labels(a.backend, result).inc()
+            self._labelled(self.attempts, a.backend, result).inc()
         last = record.answered_by
         if last is not None and last.predicted is not None and record.outcome is Outcome.OK and last.end:
             p, h = last.predicted, self.prediction
-            h.labels(last.backend, "e2e", "predicted").observe(p.e2e_s)
-            h.labels(last.backend, "e2e", "measured").observe(last.end - last.start)
+            self._labelled(h, last.backend, "e2e", "predicted").observe(p.e2e_s)
+            self._labelled(h, last.backend, "e2e", "measured").observe(last.end - last.start)
             if last.stream and last.first_event:
-                h.labels(last.backend, "ttft", "predicted").observe(p.ttft_s)
-                h.labels(last.backend, "ttft", "measured").observe(last.first_event - last.start)
+                self._labelled(h, last.backend, "ttft", "predicted").observe(p.ttft_s)
+                self._labelled(h, last.backend, "ttft", "measured").observe(last.first_event - last.start)
         if last is not None and last.cached_reported is not None and last.prefix is not None and record.prefix is not None:
             total = last.report.prompt_tokens or 0
             if total and record.prefix.chars:
                 share = min(1.0, last.prefix.blocks * BLOCK_CHARS / record.prefix.chars)
                 self.observe_prefix(last.backend, share, last.cached_reported, total)
         if record.retries:
-            self.retries.labels(record.alias).inc(record.retries)
+            self._labelled(self.retries, record.alias).inc(record.retries)
         if record.fallback:
-            self.fallbacks.labels(record.alias, record.fallback).inc()
+            self._labelled(self.fallbacks, record.alias, record.fallback).inc()
         if record.target_result and record.alias:
-            self.targets.labels(record.alias, record.target_result).inc()
+            self._labelled(self.targets, record.alias, record.target_result).inc()
 
     def observe_prefix(self, backend: str, predicted_share: float, cached: int, total: int) -> None:
         """One request's predicted prefix match (a share of its prompt) against the reported reuse."""
         reported_share = cached / total if total else 0.0
-        self.prefix_predicted.labels(backend).inc(predicted_share * total)
-        self.prefix_reported.labels(backend).inc(cached)
-        self.prefix_prompt.labels(backend).inc(total)
+        self._labelled(self.prefix_predicted, backend).inc(predicted_share * total)
+        self._labelled(self.prefix_reported, backend).inc(cached)
+        self._labelled(self.prefix_prompt, backend).inc(total)
         if predicted_share <= 0.05 and reported_share <= 0.05:
             result = "miss"
         elif reported_share < 0.5 * predicted_share:
@@ -131,7 +141,7 @@ class Metrics:
             result = "missed_hit"
         else:
             result = "hit"
-        self.prefix_requests.labels(backend, result).inc()
+        self._labelled(self.prefix_requests, backend, result).inc()
 
     def register_live(self, current: Callable[[], Gateway]) -> None:
         """Report live gauges from `current()` (the serving gateway) and the ones still draining."""

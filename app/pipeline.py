@@ -12,11 +12,13 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
+from app.admission.service import Admitted
 from app.cache.entry import Hit
 from app.cache.replay import SERVED_BY, hit_body, served_by
 from app.cache.service import CachePlan
 from app.conversations.service import Turn
 from app.deadline import DEADLINE_HEADER, Deadline
+from app.dispatch.log import DispatchLog
 from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
@@ -46,35 +48,73 @@ from app.upstream.attempt import JsonReply
 _TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
 
+class _Flow:
+    """One request on its way through the stages: its record (written here, and closed by telemetry) and
+    the values the stages returned, which the record takes over when the request ends."""
+
+    __slots__ = ("admitted", "log", "record")
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.record = record
+        self.log = DispatchLog(record.endpoint, record.span)  # dispatch's own; admission's events join it
+        self.admitted: Admitted | None = None
+
+
 async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
                  path: str) -> Response:
     """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
     record = RequestRecord(uuid.uuid4().hex, protocol.value, time.perf_counter())
-    gw.telemetry.start_request(record, path, headers.get("traceparent"))
+    record.span = gw.telemetry.start_request(record, path, headers.get("traceparent"))
+    flow = _Flow(record)
     try:
-        response = await _serve(gw, protocol, raw_body, headers, record)
+        response = await _serve(gw, protocol, raw_body, headers, flow)
     except GatewayError as err:
-        for name, value in record.response_headers.items():
-            err.headers.setdefault(name, value)
+        if flow.admitted is not None:
+            for name, value in flow.admitted.headers.items():
+                err.headers.setdefault(name, value)
         record.status, record.error_type = err.status, err.code or err.type
         record.outcome = Outcome.CLIENT_ERROR if err.status < 500 else Outcome.UPSTREAM_ERROR
         record.finished = time.perf_counter()
-        gw.telemetry.finish(record)
+        _finish(gw, flow)
         err.headers.setdefault("x-request-id", record.request_id)
         raise
     except asyncio.CancelledError:
         # The client left before its answer began (app.http.fastpath cancels the call): nothing to send.
         record.status, record.outcome, record.error_type = 499, Outcome.CLIENT_GONE, "client_disconnected"
         record.finished = time.perf_counter()
-        gw.telemetry.finish(record)
+        _finish(gw, flow)
         raise
-    if record.response_headers:
-        response.headers.update(record.response_headers)
+    if flow.admitted is not None and flow.admitted.headers:
+        response.headers.update(flow.admitted.headers)  # every answer carries them, errors included
     return response
 
 
+def _finish(gw: Gateway, flow: _Flow) -> None:
+    """The request is over (on every path, once): its record takes the stages' events, admission settles
+    its reservation, and telemetry closes the record."""
+    record = flow.record
+    record.events = flow.log.events
+    if flow.admitted is not None:
+        flow.admitted.settle(record.usage, bool(record.backend) and bool(record.first_token or record.status < 400))
+    gw.telemetry.finish(record)
+
+
+async def _finish_after_response(gw: Gateway, flow: _Flow) -> None:
+    """`_finish`, run on the event loop after a JSON response is sent: a coroutine, so Starlette awaits it
+    instead of handing a sync callable to its thread pool (the hop cost more than the bookkeeping)."""
+    _finish(gw, flow)
+
+
+def _take_dispatch_log(record: RequestRecord, log: DispatchLog) -> None:
+    """What dispatch did, into the record (once dispatch returned or failed)."""
+    record.attempts, record.attempt_log, record.routes, record.retries = log.attempts, log.attempt_log, log.routes, log.retries
+    record.fallback, record.target_result = log.fallback, log.target_result
+    record.prompt_tokens_hint, record.prefix = log.prompt_tokens_hint, log.prefix
+
+
 async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
-                 record: RequestRecord) -> Response:
+                 flow: _Flow) -> Response:
+    record = flow.record
     # auth
     tenant = gw.auth.authenticate(protocol.credentials(headers))
     record.tenant = tenant.name
@@ -106,9 +146,9 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         exact_s = time.perf_counter() - t0
         if hit is not None:
             record.cache_start, record.cache_end, record.cache = t0, t0 + exact_s, plan.status
-            return await _kept(turn, _serve_hit(gw, hit, req, plan, record))
-    # admission: limits, priority (429s here; the reservation is settled when the record ends)
-    await gw.admission.admit(tenant, req, headers, deadline, record)
+            return await _kept(turn, _serve_hit(gw, hit, req, plan, flow))
+    # admission: limits, priority (429s here; the reservation is settled when the request ends)
+    flow.admitted = await gw.admission.admit(tenant, req, headers, deadline, record.request_id, flow.log.events)
     # cache, semantic: after admission, since its embedding costs CPU the limits protect
     if plan.status != "bypass":
         record.cache_start = time.perf_counter() - exact_s  # the stage's time: both lookups, not admission
@@ -116,25 +156,30 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         record.cache_end, record.embed_s, record.similarity = time.perf_counter(), plan.embed_s, plan.similarity
         record.cache = plan.status
         if hit is not None:
-            return await _kept(turn, _serve_hit(gw, hit, req, plan, record))
+            return await _kept(turn, _serve_hit(gw, hit, req, plan, flow))
     # route -> attempt -> retry -> fallback
     try:
-        dispatched = await dispatch(gw, req, deadline, record, tenant.models, target)
+        dispatched = await dispatch(gw, req, deadline, flow.log, tenant.models, target)
     except GatewayError as err:
+        _take_dispatch_log(record, flow.log)
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None
         if stale is None:
             if deadline.expired:
                 err.headers["x-should-retry"] = "false"  # a retry has no time left either
             raise
         record.cache = plan.status
-        return await _kept(turn, _serve_hit(gw, stale, req, plan, record))
+        return await _kept(turn, _serve_hit(gw, stale, req, plan, flow))
+    except BaseException:
+        _take_dispatch_log(record, flow.log)
+        raise
+    _take_dispatch_log(record, flow.log)
     record.backend, record.cache = dispatched.result.backend.name, plan.status
     record.answered_by = dispatched.attempt
     # relay -> record (and the cache write, for complete answers only)
     try:
         if isinstance(dispatched.result, JsonReply):
-            return await _kept(turn, _json_response(gw, req, dispatched, plan, record))
-        return await _kept(turn, _stream_response(gw, req, dispatched, plan, record,
+            return await _kept(turn, _json_response(gw, req, dispatched, plan, flow))
+        return await _kept(turn, _stream_response(gw, req, dispatched, plan, flow,
                                                   headers.get("x-slipstream-server-timing") == "usage"))
     except BaseException as exc:
         dispatched.owner.end(exc)  # the response never came to own the attempt (a no-op once it did)
@@ -181,7 +226,8 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
 
 
 def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan,
-                   record: RequestRecord) -> Response:
+                   flow: _Flow) -> Response:
+    record = flow.record
     reply = dispatched.result
     assert isinstance(reply, JsonReply)  # the dispatcher reads a streamed answer whole for a JSON client
     owner, attempt = dispatched.owner, dispatched.attempt
@@ -205,11 +251,12 @@ def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
     return Response(payload, reply.status, safe_headers(headers), media_type="application/json",
-                    background=BackgroundTask(gw.telemetry.finish_after_response, record))
+                    background=BackgroundTask(_finish_after_response, gw, flow))
 
 
-def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, record: RequestRecord,
+def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, flow: _Flow,
                      summary_wanted: bool) -> Response:
+    record = flow.record
     stream, owner, attempt = dispatched.result, dispatched.owner, dispatched.attempt
     assert not isinstance(stream, JsonReply)  # a streaming client is always served from an upstream stream
     model = gw.models[attempt.backend]
@@ -259,7 +306,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         broken = record.outcome is Outcome.STREAM_BROKEN
         owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=result.complete,
                   output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
-        gw.telemetry.finish(record)
+        _finish(gw, flow)
 
     headers = _base_headers(record, dispatched, plan)
     if gw.config.telemetry.server_timing:
@@ -270,7 +317,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     return SSEResponse(relay.events(), headers, close, protocol)
 
 
-def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, record: RequestRecord) -> Response:
+def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow: _Flow) -> Response:
+    record = flow.record
     body = hit_body(hit, req.protocol)
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if hit.similarity is not None:
@@ -284,7 +332,7 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, recor
     if gw.config.telemetry.server_timing:
         headers["server-timing"] = _server_timing(record, [], time.perf_counter())
     record.finished = time.perf_counter()
-    background = BackgroundTask(gw.telemetry.finish_after_response, record)
+    background = BackgroundTask(_finish_after_response, gw, flow)
     if req.stream:
         response = SSEResponse(replay(req.protocol.replay(body, req.client_wants_usage)), headers, None, req.protocol)
         response.background = background

@@ -1,8 +1,12 @@
-"""What the gateway learned about one request, as plain data for the record stage (logs, metrics, spans)."""
+"""What the gateway learned about one request, as plain data for the record stage (logs, metrics, spans).
+
+A RequestRecord is written by the pipeline alone (from the values the stages return: admission's
+Admitted, dispatch's DispatchLog, the relay's RelayResult) and closed by telemetry. An AttemptRecord is
+written by its attempt's owner alone (app.dispatch.attempt).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -120,10 +124,6 @@ class RequestRecord:
     output_text: str | None = None
     span: Any = None  # the live SERVER span, when tracing
     usage: Usage | None = None
-    # Headers every answer to this request carries, errors included (the x-ratelimit-* family).
-    response_headers: dict[str, str] = field(default_factory=dict)
-    # Observers of the request's end (admission settles its reservation): run once, by the record stage.
-    on_end: list[Callable[[RequestRecord], None]] = field(default_factory=list)
     prefix: Any = None  # the prompt's block keys (app.routing.prefix_index.PromptBlocks)
     # With a latency target: "met" (predicted), "unmeetable" (served degraded or by a fallback), "shed".
     target_result: str | None = None

@@ -36,8 +36,7 @@ def test_incoming_sampled_traceparent_does_not_force_sampling():
     def recording(trust: bool) -> bool:
         tracing = Tracing(TracingConfig(enabled=True, sample_ratio=0.0, trust_parent_sampling=trust), InMemorySpanExporter())
         record = RequestRecord("r", "chat/completions", time.perf_counter())
-        tracing.start_request(record, "POST", "/v1/chat/completions", SAMPLED_PARENT)
-        return record.span.is_recording()
+        return tracing.start_request(record, "POST", "/v1/chat/completions", SAMPLED_PARENT).is_recording()
 
     assert recording(trust=False) is False
     assert recording(trust=True) is True

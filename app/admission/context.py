@@ -19,7 +19,8 @@ class QueueContext:
     priority: Priority = INTERACTIVE
     weight: float = 1.0
     deadline: float = float("inf")  # monotonic seconds
-    # Called with ("queued" | "shed", seconds waited, extra span attributes): metrics and span events.
+    # Called with ("queued" | "shed", seconds waited, extra span attributes): the admitted request's own
+    # note (app.admission.service.Admitted.queue_note: its metrics and span events), never the record.
     note: Callable[[str, float, dict], None] | None = field(default=None, repr=False)
 
 

@@ -21,7 +21,7 @@ from app.admission.redis_limiter import LimiterDown, RedisLimiter
 from app.admission.reserve import reservation
 from app.errors import LimiterUnavailable
 from app.protocols import ParsedRequest
-from app.record import Event, RequestRecord
+from app.record import Event, Usage
 
 log = logging.getLogger("slipstream.admission")
 # Redis-down lines: at most one per this many seconds, with the count of those held back.
@@ -35,7 +35,12 @@ _SETTLE_RETRIES_S = (0.2, 1.0, 3.0)
 
 @dataclass(slots=True)
 class Admitted:
-    """A call let in: what it reserved, so that its end can settle exactly that."""
+    """A call let in: what it reserved (its end settles exactly that), the x-ratelimit-* headers every
+    answer to it carries, and the span events admission and the wait queue noted for it.
+
+    Admission's answer to the pipeline: it writes nothing into the request's record; the pipeline copies
+    the headers and events, and calls `settle` once when the request ends.
+    """
 
     priority: Priority
     checks: tuple[Check, ...] = ()
@@ -43,6 +48,25 @@ class Admitted:
     reserved: int = 0
     periods: dict[str, str] = field(default_factory=dict)
     states: list[CheckState] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    label: str = ""  # the tenant's metric label
+    admission: Admission | None = field(default=None, repr=False)
+
+    def settle(self, usage: Usage | None, answered: bool) -> None:
+        """The request is over: reconcile the reservation with `usage` and give back a concurrency slot.
+        `answered`: a backend answered (without usage, the estimate then stands)."""
+        if self.admission is not None:
+            self.admission.settle(self, usage, answered)
+
+    def queue_note(self, what: str, waited: float, attrs: dict) -> None:
+        """The wait queue's report of this request's wait for a backend slot ("queued" | "shed")."""
+        if self.admission is not None:
+            self.admission.counters.count(self.label, self.priority.klass, what)
+            self.admission.counters.queue_wait(self.label, waited)
+        self.events.append(Event(time.perf_counter(), f"queue.{what}", {
+            "slipstream.queue.wait_s": round(waited, 4), "slipstream.priority": self.priority.klass,
+            "slipstream.priority.level": self.priority.level, **attrs}))
 
 
 class Admission:
@@ -92,14 +116,18 @@ class Admission:
             self._checks[entry] = checks
         return checks
 
-    async def admit(self, tenant, req: ParsedRequest, headers: dict[str, str], deadline, record: RequestRecord) -> Admitted:
-        """Admit the call or raise RateLimited (429) / LimiterUnavailable (503); sets its queue context."""
+    async def admit(self, tenant, req: ParsedRequest, headers: dict[str, str], deadline, request_id: str,
+                    events: list[Event] | None = None) -> Admitted:
+        """Admit the call or raise RateLimited (429) / LimiterUnavailable (503); sets its queue context.
+
+        `events`, when given, is where its span events go (a refused call has no Admitted to carry them).
+        """
         priority = self.priorities.resolve(tenant.name, headers.get(PRIORITY_HEADER))
         label = self.counters.tenant_label(tenant.name)
+        admitted = Admitted(priority, request_id=request_id, label=label, admission=self,
+                            events=events if events is not None else [])
         CURRENT.set(QueueContext(tenant.name, priority, self._weights.get(tenant.name, 1.0),
-                                 deadline.at if deadline.at is not None else math.inf,
-                                 lambda what, waited, attrs: self._queue_note(record, label, priority, what, waited, attrs)))
-        admitted = Admitted(priority)
+                                 deadline.at if deadline.at is not None else math.inf, admitted.queue_note))
         checks = self.checks_for(tenant.name, tenant.key_id, req.alias)
         if not checks:
             self.counters.count(label, priority.klass, "admitted")
@@ -108,9 +136,9 @@ class Admission:
         started = time.monotonic()
         while True:
             try:
-                decision = await self.limiter.admit(checks, record.request_id, tokens)
+                decision = await self.limiter.admit(checks, request_id, tokens)
             except LimiterDown as exc:
-                return self._limiter_down(exc, admitted, label, record)
+                return self._limiter_down(exc, admitted, label)
             if decision.admitted:
                 break
             denied = decision.denied
@@ -118,26 +146,19 @@ class Admission:
             wait = self._may_wait(decision, started, deadline)
             if wait is None:
                 self.counters.limited(label, priority.klass, denied.kind)
-                record.events.append(Event(time.perf_counter(), "ratelimit.limited", {
+                admitted.events.append(Event(time.perf_counter(), "ratelimit.limited", {
                     "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.scope": denied.scope,
                     "slipstream.ratelimit.retry_after_s": round(decision.retry_after_s or 0.0, 3),
                     "slipstream.priority": priority.klass}))
                 raise rate_limited(decision, tokens, req.protocol)
-            record.events.append(Event(time.perf_counter(), "ratelimit.wait", {
+            admitted.events.append(Event(time.perf_counter(), "ratelimit.wait", {
                 "slipstream.ratelimit.limit": denied.kind, "slipstream.ratelimit.wait_s": round(wait, 3)}))
             self.counters.count(label, priority.klass, "waited")
             await asyncio.sleep(wait)
         self.counters.count(label, priority.klass, "admitted")
-        admitted.checks, admitted.request_id, admitted.reserved = checks, record.request_id, tokens
+        admitted.checks, admitted.reserved = checks, tokens
         admitted.periods, admitted.states = decision.periods, decision.states
-        record.response_headers.update(ratelimit_headers(decision.states, req.protocol))
-        loop = asyncio.get_running_loop()
-        # The record stage may run in a worker thread (a JSON answer's background task): settle on the loop.
-
-        def settle_on_loop(r: RequestRecord) -> None:
-            loop.call_soon_threadsafe(self.settle, admitted, r)
-
-        record.on_end.append(settle_on_loop)
+        admitted.headers = ratelimit_headers(decision.states, req.protocol)
         return admitted
 
     def _may_wait(self, decision: Decision, started: float, deadline) -> float | None:
@@ -151,7 +172,7 @@ class Admission:
         left = min(self.config.max_wait_s - (time.monotonic() - started), deadline.remaining())
         return wait if wait <= left else None
 
-    def _limiter_down(self, exc: LimiterDown, admitted: Admitted, label: str, record: RequestRecord) -> Admitted:
+    def _limiter_down(self, exc: LimiterDown, admitted: Admitted, label: str) -> Admitted:
         policy = self.config.on_redis_error
         self.counters.limiter_error(policy)
         now = time.monotonic()
@@ -161,18 +182,20 @@ class Admission:
             self._logged_at, self._held_back = now, 0
         else:
             self._held_back += 1
-        record.events.append(Event(time.perf_counter(), "ratelimit.store_unavailable", {"slipstream.ratelimit.policy": policy}))
+        admitted.events.append(Event(time.perf_counter(), "ratelimit.store_unavailable", {"slipstream.ratelimit.policy": policy}))
         if policy == "closed":
             raise LimiterUnavailable("the rate limiter is unavailable; try again shortly",
                                      headers={"retry-after": "1", "x-should-retry": "true"})
         self.counters.count(label, admitted.priority.klass, "admitted")
         return admitted
 
-    def settle(self, admitted: Admitted, record: RequestRecord) -> None:
+    def settle(self, admitted: Admitted, usage: Usage | None, answered: bool) -> None:
         """Reconcile the reservation with the reported usage and give back the concurrency slot."""
-        if record.usage is not None:
-            used = record.usage.prompt_tokens + record.usage.completion_tokens
-        elif record.backend and (record.first_token or record.status < 400):
+        if not admitted.checks:
+            return  # nothing was reserved
+        if usage is not None:
+            used = usage.prompt_tokens + usage.completion_tokens
+        elif answered:
             used = admitted.reserved  # an answer came but with no usage: the estimate stands
         else:
             used = 0  # no backend answered (or a cache hit): nothing was consumed
@@ -195,13 +218,6 @@ class Admission:
                     log.debug("could not settle %s: %s", admitted.request_id, exc)
                     return
                 await asyncio.sleep(pause)
-
-    def _queue_note(self, record: RequestRecord, label: str, priority: Priority, what: str, waited: float, attrs: dict) -> None:
-        self.counters.count(label, priority.klass, what)
-        self.counters.queue_wait(label, waited)
-        record.events.append(Event(time.perf_counter(), f"queue.{what}", {
-            "slipstream.queue.wait_s": round(waited, 4), "slipstream.priority": priority.klass,
-            "slipstream.priority.level": priority.level, **attrs}))
 
     async def usage(self) -> dict:
         """Each limited tenant's and key's current state, for /admin/tenants."""

@@ -4,29 +4,25 @@ retries and fallbacks as a client's call, without a client, a tenant's limits or
 from __future__ import annotations
 
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 import orjson
 
 from app.deadline import Deadline
+from app.dispatch.log import DispatchLog
 from app.dispatch.loop import dispatch
 from app.protocols import CHAT
-from app.record import RequestRecord
 from app.upstream.attempt import JsonReply
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
-
-JUDGE_TENANT = "slipstream-judge"
 
 
 async def ask_alias(gw: Gateway, alias: str, body: dict, timeout_s: float) -> dict | None:
     """The chat.completion body `alias` answers to `body` within `timeout_s`; None for a non-200 answer.
     Errors (no backend, every attempt failed) raise: the caller tells a failure from an answer."""
     req = CHAT.parse(orjson.dumps(body))
-    record = RequestRecord(uuid.uuid4().hex, CHAT.value, time.perf_counter(), tenant=JUDGE_TENANT, alias=alias)
-    dispatched = await dispatch(gw, req, Deadline(time.monotonic() + timeout_s), record)
+    dispatched = await dispatch(gw, req, Deadline(time.monotonic() + timeout_s), DispatchLog(CHAT.value))
     try:
         reply = dispatched.result
         if not isinstance(reply, JsonReply) or reply.status != 200:

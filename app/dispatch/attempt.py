@@ -39,6 +39,10 @@ class Attempt:
         self.result: JsonReply | EventStream | None = None  # the transport's reply, once it answered
         self.ended = False
 
+    def traced(self, span: object) -> None:
+        """The attempt's live CLIENT span (None: not traced), ended by telemetry with the request."""
+        self.record.span = span
+
     def answered(self, timing: AttemptTiming, streamed: bool, prompt_tokens: int) -> None:
         """The backend answered (its whole JSON body, or a stream's first event): note its instants, and
         let routing learn a stream's network and queue now rather than when its decode ends."""

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from app.dispatch.decide import RetryBudgetTracker
-from app.record import Event, RequestRecord
+from app.record import Event
 
 T = TypeVar("T")
 
@@ -22,7 +22,7 @@ async def hedged(
     attempt: Callable[[frozenset[str]], Awaitable[T]],
     delay_s: float,
     budget: RetryBudgetTracker,
-    record: RequestRecord,
+    events: list[Event],
     close: Callable[[T], None],
     tried: list[str],
 ) -> T:
@@ -40,7 +40,7 @@ async def hedged(
             tasks.remove(first)
             return result
         busy = tried[-1] if tried else ""  # the late attempt's backend (none yet: still waiting for a slot)
-        record.events.append(Event(time.perf_counter(), "hedge", {"slipstream.backend": busy, "slipstream.hedge.after_s": round(delay_s, 4)}))
+        events.append(Event(time.perf_counter(), "hedge", {"slipstream.backend": busy, "slipstream.hedge.after_s": round(delay_s, 4)}))
         second = asyncio.ensure_future(attempt(frozenset({busy})))
         tasks.append(second)
         pending = {first, second}
@@ -53,7 +53,7 @@ async def hedged(
                     error = error or (t.exception() if not t.cancelled() else asyncio.CancelledError())
             if winners:
                 won = winners[0]
-                record.events.append(Event(time.perf_counter(), "hedge.won", {"slipstream.winner": "second" if won is second else "first"}))
+                events.append(Event(time.perf_counter(), "hedge.won", {"slipstream.winner": "second" if won is second else "first"}))
                 tasks.remove(won)  # the caller owns the winner; every other task is closed below
                 return won.result()
         assert error is not None  # every task ended without a winner, so one failed

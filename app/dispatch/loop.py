@@ -22,6 +22,7 @@ from app.deadline import NO_DEADLINE, Deadline
 from app.dispatch.attempt import Attempt
 from app.dispatch.decide import Action, Situation, decide, is_poison
 from app.dispatch.hedge import hedged
+from app.dispatch.log import DispatchLog
 from app.errors import (
     AllAttemptsFailed,
     GatewayError,
@@ -31,7 +32,7 @@ from app.errors import (
     retry_after_s,
 )
 from app.protocols import ParsedRequest
-from app.record import AttemptRecord, Event, RequestRecord
+from app.record import AttemptRecord, Event
 from app.routing.context import RouteContext
 from app.routing.output_length import shape_of
 from app.routing.prefix_index import prompt_blocks
@@ -59,28 +60,29 @@ class Dispatched:
         return self.owner.record
 
 
-async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: RequestRecord,
+async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: DispatchLog,
                    allowed: frozenset[str] | None = None, target: LatencyTarget = NO_TARGET) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers.
 
+    `log` is dispatch's own log (app.dispatch.log), never the request's record.
     `allowed` is the key's model list (None: any): no fallback ever takes a client to another alias.
     `target` is the request's own latency target (headers); aliases add their defaults.
     """
     gw.budget.on_request()
     ctx = route_context(req)  # once per request: every alias and attempt below reuses it
     ctx.requested_target = target
-    record.prompt_tokens_hint = ctx.prompt_tokens
-    record.prefix = ctx.prefix
+    log.prompt_tokens_hint = ctx.prompt_tokens
+    log.prefix = ctx.prefix
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
     try:
         _shed_if_unmeetable(gw, ctx, chain)
     except TargetUnmeetable:
-        record.target_result = "shed"
+        log.target_result = "shed"
         raise
     _order_wait_by_target(gw, ctx, chain[0])
     if ctx.target:
-        record.target_result = "met" if _can_meet(gw, ctx, chain[0], NO_DEADLINE) else "unmeetable"
+        log.target_result = "met" if _can_meet(gw, ctx, chain[0], NO_DEADLINE) else "unmeetable"
     errors: dict[str, GatewayError] = {}
     held: list[tuple[Attempt, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
     i, attempts, reason = 0, 0, None
@@ -94,12 +96,12 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: 
                 # No backend of this alias is predicted to answer in time: take the next model now, rather
                 # than after spending the time.
                 reason = "deadline"
-                _note_fallback(record, alias, nxt, reason)
+                _note_fallback(log, alias, nxt, reason)
                 i += 1
                 continue
             attempts += 1
             try:
-                dispatched = await _attempt_alias(gw, req, ctx, alias, deadline, record, failed, held, tried)
+                dispatched = await _attempt_alias(gw, req, ctx, alias, deadline, log, failed, held, tried)
             except GatewayError as err:
                 errors[alias] = err
                 spec = models[alias]
@@ -116,7 +118,7 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: 
                 d = decide(err, situation)
                 if d.action in (Action.RETRY_SAME, Action.RETRY_OTHER):
                     if gw.budget.try_spend():
-                        _note_retry(record, attempts, err, d.wait_s, tried[-1] if tried else "")
+                        _note_retry(log, attempts, err, d.wait_s, tried[-1] if tried else "")
                         if d.wait_s > 0:
                             await asyncio.sleep(d.wait_s)
                         continue
@@ -125,7 +127,7 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: 
                     raise _final_error(list(errors.items())) from None
                 reason = d.reason
                 assert d.target is not None  # decide names the alias of every fall-back
-                _note_fallback(record, alias, d.target, reason)
+                _note_fallback(log, alias, d.target, reason)
                 if d.target != nxt:
                     chain.insert(i + 1, d.target)
                 i, attempts = i + 1, 0
@@ -133,41 +135,41 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, record: 
                 continue
             if alias != req.alias:
                 dispatched.fallback = reason
-                record.fallback = reason
+                log.fallback = reason
             return dispatched
     finally:
         if held:
-            _settle(gw, held, record)
+            _settle(gw, held, log)
 
 
 def _may(allowed: frozenset[str] | None, alias: str, models) -> bool:
     return alias in models and (allowed is None or alias in allowed)
 
 
-def _settle(gw: Gateway, held: list[tuple[Attempt, GatewayError]], record: RequestRecord) -> None:
+def _settle(gw: Gateway, held: list[tuple[Attempt, GatewayError]], log: DispatchLog) -> None:
     """Report held 5xx failures to backend health, unless the request itself caused them (app.dispatch.decide.is_poison,
     or the same error was found to be a request's own before)."""
     if is_poison([(o.record.backend, e) for o, e in held]):
         for _, err in held:
             gw.poison.learn(err)
-        record.events.append(Event(time.perf_counter(), "poison", {"slipstream.status": held[0][1].status}))
+        log.events.append(Event(time.perf_counter(), "poison", {"slipstream.status": held[0][1].status}))
         return
     for owner, err in held:
         if gw.poison.known(err):
             continue
         changed = gw.router.report(owner.lease.state, err)
         if changed is not None:
-            record.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.record.backend}))
+            log.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.record.backend}))
 
 
-def _note_fallback(record: RequestRecord, frm: str, to: str, reason: str | None) -> None:
-    record.events.append(Event(time.perf_counter(), "fallback", {
+def _note_fallback(log: DispatchLog, frm: str, to: str, reason: str | None) -> None:
+    log.events.append(Event(time.perf_counter(), "fallback", {
         "slipstream.fallback.from": frm, "slipstream.fallback.to": to, "slipstream.fallback.reason": reason or ""}))
 
 
-def _note_retry(record: RequestRecord, attempt: int, err: GatewayError, wait_s: float, backend: str) -> None:
-    record.retries += 1
-    record.events.append(Event(time.perf_counter(), "retry", {
+def _note_retry(log: DispatchLog, attempt: int, err: GatewayError, wait_s: float, backend: str) -> None:
+    log.retries += 1
+    log.events.append(Event(time.perf_counter(), "retry", {
         "slipstream.attempt": attempt,
         "slipstream.backend": backend,
         "error.type": err.code or type(err).__name__,
@@ -244,7 +246,7 @@ def _close(dispatched: Dispatched) -> None:
 
 
 async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
-                         record: RequestRecord, failed: set[str],
+                         log: DispatchLog, failed: set[str],
                          held: list[tuple[Attempt, GatewayError]], tried: list[str]) -> Dispatched:
     """One attempt on the alias, or two racing ones when hedging is on and the first is late."""
     spec = gw.config.models[alias]
@@ -253,7 +255,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, ali
     async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
         if deadline.expired:  # spent before this attempt began (a slow cache lookup, a long wait): take no slot
             raise UpstreamTimeout("the request's deadline passed before a backend was tried", code="deadline_exceeded")
-        record.attempts += 1
+        log.attempts += 1
         routed_at = time.perf_counter()
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline)
         waited = 0.0
@@ -268,15 +270,16 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, ali
         backend = lease.backend
         tried.append(backend.name)
         now = time.perf_counter()
-        a = AttemptRecord(record.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
+        a = AttemptRecord(log.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate,
                           prefix=lease.prefix, burst_wait_s=waited)
-        record.attempt_log.append(a)
-        owner = Attempt(gw.router, lease, a, record.events, ctx.prompt_tokens, ctx.prefix)
+        log.attempt_log.append(a)
+        owner = Attempt(gw.router, lease, a, log.events, ctx.prompt_tokens, ctx.prefix)
         try:
             if gw.telemetry.tracing.enabled:  # route spans are the decision's only reader
-                record.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
-            extra = gw.telemetry.start_attempt(record, a)
+                log.routes.append(gw.router.decision(alias, lease, routed_at, now, failed))
+            span, extra = gw.telemetry.start_attempt(log.parent_span, log.endpoint, a)
+            owner.traced(span)
             streamed = req.stream or streams_upstream(backend, req)
             # The client protocol says how: natively, or translated to an API this backend speaks.
             up = req.protocol.upstream(req, backend.config, streamed)
@@ -318,7 +321,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, ali
     delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
     budget = gw.hedge_budgets[alias]
     budget.on_request()
-    return await hedged(attempt, deadline.cap(delay), budget, record, _close, tried)
+    return await hedged(attempt, deadline.cap(delay), budget, log.events, _close, tried)
 
 
 def streams_upstream(backend, req: ParsedRequest) -> bool:

@@ -94,29 +94,23 @@ def summarise(record: RequestRecord) -> Entry:
 def revive(e: Entry) -> RequestRecord:
     """An entry as a RequestRecord again (for the console's views; not the original object)."""
     usage = None if e[USAGE_PROMPT] is None else Usage(e[USAGE_PROMPT], e[USAGE_COMPLETION])
-    r = RequestRecord(e[ID], e[ENDPOINT], e[RECEIVED], tenant=e[TENANT], alias=e[ALIAS], backend=e[BACKEND], stream=e[STREAM],
-                      status=e[STATUS], outcome=Outcome(e[OUTCOME]), error_type=e[ERROR], finished=e[FINISHED],
-                      attempts=e[ATTEMPTS], retries=e[RETRIES], fallback=e[FALLBACK], cache=e[CACHE],
-                      cache_start=e[CACHE_START], cache_end=e[CACHE_END], prompt_tokens_hint=e[PROMPT_HINT],
-                      target_result=e[TARGET], usage=usage,
-                      params=None if e[MAX_TOKENS] is None else {"max_tokens": e[MAX_TOKENS]},
-                      body=None if e[BODY] is None else orjson.loads(e[BODY]), output_text=e[ANSWER])
-    for (number, alias, backend, flavor, stream, start, headers, first, end, status, error, load, predicted, prefix, cached,
-         report) in orjson.loads(e[ATTEMPT_LOG]):
-        att = AttemptRecord(number, alias, backend, flavor, "", 0, "", stream, start, load=load, headers=headers,
-                            first_event=first, end=end, status=status, error_type=error, cached_reported=cached)
-        if predicted is not None:
-            att.predicted = Estimate(*predicted)
-        if prefix is not None:
-            att.prefix = PrefixMatch(*prefix)
-        if report is not None:
-            att.report = BackendReport(*report)
-        r.attempt_log.append(att)
-    if e[ANSWERED] >= 0:
-        r.answered_by = r.attempt_log[e[ANSWERED]]
-    r.routes = [RouteDecision(*d) for d in orjson.loads(e[ROUTES])]
-    r.events = [Event(at, name, attrs) for at, name, attrs in orjson.loads(e[EVENTS])]
-    return r
+    log = [AttemptRecord(number, alias, backend, flavor, "", 0, "", stream, start, load=load, headers=headers,
+                         first_event=first, end=end, status=status, error_type=error, cached_reported=cached,
+                         predicted=None if predicted is None else Estimate(*predicted),
+                         prefix=None if prefix is None else PrefixMatch(*prefix),
+                         report=NO_REPORT if report is None else BackendReport(*report))
+           for (number, alias, backend, flavor, stream, start, headers, first, end, status, error, load, predicted, prefix,
+                cached, report) in orjson.loads(e[ATTEMPT_LOG])]
+    return RequestRecord(e[ID], e[ENDPOINT], e[RECEIVED], tenant=e[TENANT], alias=e[ALIAS], backend=e[BACKEND], stream=e[STREAM],
+                         status=e[STATUS], outcome=Outcome(e[OUTCOME]), error_type=e[ERROR], finished=e[FINISHED],
+                         attempts=e[ATTEMPTS], retries=e[RETRIES], fallback=e[FALLBACK], cache=e[CACHE],
+                         cache_start=e[CACHE_START], cache_end=e[CACHE_END], prompt_tokens_hint=e[PROMPT_HINT],
+                         target_result=e[TARGET], usage=usage,
+                         params=None if e[MAX_TOKENS] is None else {"max_tokens": e[MAX_TOKENS]},
+                         body=None if e[BODY] is None else orjson.loads(e[BODY]), output_text=e[ANSWER],
+                         attempt_log=log, answered_by=log[e[ANSWERED]] if e[ANSWERED] >= 0 else None,
+                         routes=[RouteDecision(*d) for d in orjson.loads(e[ROUTES])],
+                         events=[Event(at, name, attrs) for at, name, attrs in orjson.loads(e[EVENTS])])
 
 
 class RecentRequests:

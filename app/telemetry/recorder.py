@@ -4,6 +4,7 @@ not telemetry's business: each attempt's owner feeds the learner when it ends (a
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from app.config import TelemetryConfig
 from app.protocols import OPERATIONS
@@ -27,22 +28,18 @@ class Telemetry:
         # The console's ring of recent requests (a reload hands the old one on: app.reload).
         self.recent = RecentRequests(config.recent_requests)
 
-    def start_request(self, record: RequestRecord, path: str, traceparent: str | None) -> None:
-        self.tracing.start_request(record, "POST", path, traceparent)
+    def start_request(self, record: RequestRecord, path: str, traceparent: str | None) -> Any:
+        """The request's live SERVER span, when tracing (else None)."""
+        return self.tracing.start_request(record, "POST", path, traceparent)
 
-    def start_attempt(self, record: RequestRecord, attempt: AttemptRecord) -> dict[str, str] | None:
-        """Extra headers for the upstream call: the attempt span's traceparent, when tracing."""
-        traceparent = self.tracing.start_attempt(record, attempt)
-        return {"traceparent": traceparent} if traceparent else None
+    def start_attempt(self, parent: Any, endpoint: str, attempt: AttemptRecord) -> tuple[Any, dict[str, str] | None]:
+        """The attempt's live CLIENT span under `parent`, and the extra headers for the upstream call
+        (the span's traceparent), when tracing."""
+        span, traceparent = self.tracing.start_attempt(parent, endpoint, attempt)
+        return span, ({"traceparent": traceparent} if traceparent else None)
 
     def finish(self, record: RequestRecord) -> None:
         """Called once per request, after its response is complete (or failed)."""
-        hooks, record.on_end = record.on_end, []
-        for hook in hooks:
-            try:
-                hook(record)
-            except Exception:  # an observer's failure must not lose the request's telemetry
-                log.exception("end-of-request hook failed for %s", record.request_id)
         if self.metrics is not None:
             self.metrics.observe(record, OPERATIONS.get(record.endpoint, record.endpoint))
         if self.tracing.enabled:
@@ -54,14 +51,6 @@ class Telemetry:
                 record.request_id, record.tenant, record.alias, record.backend, record.stream, record.status,
                 record.outcome.value, record.attempts, record.fallback, record.cache, record.duration_s * 1000,
             )
-
-    async def finish_after_response(self, record: RequestRecord) -> None:
-        """`finish`, run on the event loop after a JSON response is sent.
-
-        A coroutine so Starlette awaits it instead of handing a sync callable to its thread pool:
-        the hop cost more CPU per request than the bookkeeping it moved off the loop.
-        """
-        self.finish(record)
 
     def shutdown(self) -> None:
         self.tracing.shutdown()

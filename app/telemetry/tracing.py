@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import time
+from typing import Any
 
 import orjson
 from opentelemetry import trace
@@ -93,20 +94,22 @@ class Tracing:
         self._propagator = TraceContextTextMapPropagator()
 
     # --- live spans ---------------------------------------------------------------------------
-    def start_request(self, record: RequestRecord, method: str, path: str, traceparent: str | None) -> None:
+    def start_request(self, record: RequestRecord, method: str, path: str, traceparent: str | None) -> Any:
+        """The request's SERVER span (None when tracing is off): the pipeline keeps it in the record."""
         if not self.enabled:
-            return
-        ctx = self._propagator.extract({"traceparent": traceparent}) if traceparent else None
-        record.span = self.tracer.start_span(f"{method} {path}", context=ctx, kind=SpanKind.SERVER, start_time=ns(record.received))
-
-    def start_attempt(self, record: RequestRecord, attempt: AttemptRecord) -> str | None:
-        """Open the attempt's CLIENT span; returns the traceparent to forward to the backend."""
-        if not self.enabled or record.span is None or not record.span.is_recording():
             return None
-        op = OPERATIONS.get(record.endpoint, record.endpoint)
-        attempt.span = self.tracer.start_span(
+        ctx = self._propagator.extract({"traceparent": traceparent}) if traceparent else None
+        return self.tracer.start_span(f"{method} {path}", context=ctx, kind=SpanKind.SERVER, start_time=ns(record.received))
+
+    def start_attempt(self, parent: Any, endpoint: str, attempt: AttemptRecord) -> tuple[Any, str | None]:
+        """Open the attempt's CLIENT span under `parent` (the request's); returns it (its owner keeps it in
+        the attempt's record) and the traceparent to forward to the backend."""
+        if not self.enabled or parent is None or not parent.is_recording():
+            return None, None
+        op = OPERATIONS.get(endpoint, endpoint)
+        span = self.tracer.start_span(
             f"{op} {attempt.request_model}",
-            context=trace.set_span_in_context(record.span),
+            context=trace.set_span_in_context(parent),
             kind=SpanKind.CLIENT,
             start_time=ns(attempt.start),
             attributes={
@@ -121,8 +124,8 @@ class Tracing:
             },
         )
         carrier: dict[str, str] = {}
-        self._propagator.inject(carrier, context=trace.set_span_in_context(attempt.span))
-        return carrier.get("traceparent")
+        self._propagator.inject(carrier, context=trace.set_span_in_context(span))
+        return span, carrier.get("traceparent")
 
     # --- the record, turned into spans --------------------------------------------------------
     def finish(self, record: RequestRecord, models: dict[str, LatencyModel], request_params: dict | None) -> None:

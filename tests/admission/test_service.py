@@ -8,12 +8,12 @@ import time
 import pytest
 
 from app.admission.auth import Tenant
-from app.admission.service import Admission
+from app.admission.service import Admission, Admitted
 from app.config import GatewayConfig
 from app.deadline import NO_DEADLINE, Deadline
 from app.errors import RateLimited
 from app.protocols import CHAT
-from app.record import RequestRecord, Usage
+from app.record import Usage
 
 BODY = b'{"model": "chat", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 10}'
 
@@ -28,14 +28,8 @@ def admission(**limits) -> Admission:
     return Admission.from_config(config)
 
 
-def record() -> RequestRecord:
-    return RequestRecord(f"r{time.perf_counter_ns()}", "chat/completions", time.perf_counter())
-
-
-async def admit(adm: Admission, rec: RequestRecord | None = None, deadline: Deadline = NO_DEADLINE, headers=None):
-    rec = rec or record()
-    await adm.admit(Tenant("t"), CHAT.parse(BODY), headers or {}, deadline, rec)
-    return rec
+async def admit(adm: Admission, events: list | None = None, deadline: Deadline = NO_DEADLINE, headers=None) -> Admitted:
+    return await adm.admit(Tenant("t"), CHAT.parse(BODY), headers or {}, deadline, f"r{time.perf_counter_ns()}", events)
 
 
 def test_over_the_limit_a_call_waits_for_its_turn_when_configured():
@@ -46,12 +40,12 @@ def test_over_the_limit_a_call_waits_for_its_turn_when_configured():
         await admit(adm)
         await admit(adm)
         started = time.monotonic()
-        rec = await admit(adm)
-        return time.monotonic() - started, rec
+        admitted = await admit(adm)
+        return time.monotonic() - started, admitted
 
-    waited, rec = asyncio.run(go())
+    waited, admitted = asyncio.run(go())
     assert 0.4 < waited < 1.0
-    assert any(e.name == "ratelimit.wait" for e in rec.events)
+    assert any(e.name == "ratelimit.wait" for e in admitted.events)
 
 
 def test_a_wait_longer_than_the_deadline_is_a_429_at_once():
@@ -59,15 +53,15 @@ def test_a_wait_longer_than_the_deadline_is_a_429_at_once():
 
     async def go():
         await admit(adm)
-        rec = record()
+        events: list = []  # a refused call has no Admitted: its events go where the caller said
         started = time.monotonic()
         with pytest.raises(RateLimited):
-            await admit(adm, rec, Deadline(time.monotonic() + 0.2))
-        return time.monotonic() - started, rec
+            await admit(adm, events, Deadline(time.monotonic() + 0.2))
+        return time.monotonic() - started, events
 
-    took, rec = asyncio.run(go())
+    took, events = asyncio.run(go())
     assert took < 0.1
-    limited = [e for e in rec.events if e.name == "ratelimit.limited"]
+    limited = [e for e in events if e.name == "ratelimit.limited"]
     assert limited and limited[0].attributes["slipstream.ratelimit.limit"] == "requests"
 
 
@@ -75,11 +69,9 @@ def test_the_end_of_a_call_settles_its_reservation_with_the_usage():
     adm = admission(tenants={"t": {"limits": {"tokens_per_minute": 1000, "concurrent_requests": 1}}})
 
     async def go():
-        rec = await admit(adm)
-        assert rec.response_headers["x-ratelimit-remaining-tokens"] == str(1000 - 2 - 10)
-        rec.backend, rec.usage = "a", Usage(5, 3)
-        for hook in rec.on_end:
-            hook(rec)
+        admitted = await admit(adm)
+        assert admitted.headers["x-ratelimit-remaining-tokens"] == str(1000 - 2 - 10)
+        admitted.settle(Usage(5, 3), answered=True)
         await asyncio.sleep(0.01)
         return await adm.usage()
 
@@ -92,10 +84,8 @@ def test_a_failed_call_gives_its_tokens_back():
     adm = admission(tenants={"t": {"limits": {"tokens_per_minute": 1000}}})
 
     async def go():
-        rec = await admit(adm)
-        rec.status = 503  # no backend answered
-        for hook in rec.on_end:
-            hook(rec)
+        admitted = await admit(adm)
+        admitted.settle(None, answered=False)  # no backend answered
         await asyncio.sleep(0.01)
         return await adm.usage()
 
@@ -132,9 +122,8 @@ def test_a_settlement_that_fails_is_tried_again():
     adm.limiter.settle = flaky
 
     async def go():
-        rec = await admit(adm)
-        for hook in rec.on_end:
-            hook(rec)
+        admitted = await admit(adm)
+        admitted.settle(None, answered=False)
         await asyncio.sleep(0.4)
         return await adm.usage()
 
@@ -153,10 +142,8 @@ def test_request_limits_alone_need_no_settlement_call():
     adm.limiter.settle = spy
 
     async def go():
-        rec = await admit(adm)
-        rec.backend, rec.usage = "a", Usage(5, 3)
-        for hook in rec.on_end:
-            hook(rec)
+        admitted = await admit(adm)
+        admitted.settle(Usage(5, 3), answered=True)
         await asyncio.sleep(0.01)
 
     asyncio.run(go())

@@ -25,6 +25,13 @@ open fleet page and an open requests page fetch, each every 3 s, for the whole r
 poller's payload sizes and update rate are printed at the end:
 
     python bench/overhead.py --variants default,console,no-ring --conc 16 --modes json,stream --rounds 5
+
+Anthropic's Messages API against chat, same run: `msg-native` sends /v1/messages to a backend that speaks it
+(passthrough; the simulator answers Messages natively), `msg-translated` to one declared chat-only (the gateway
+translates to chat completions and back). With either, the simulator's answers are a fixed 16 tokens, so every
+API returns the same length; their direct baseline is the simulator's own /v1/messages:
+
+    python bench/overhead.py --variants default,msg-native,msg-translated --conc 16 --modes json,stream --rounds 5
 """
 
 from __future__ import annotations
@@ -81,9 +88,10 @@ async def closed_loop(url: str, model: str, stream: bool, concurrency: int, seco
         "model": model,
         "messages": [{"role": "user", "content": "Measure the gateway, not the model."}],
         "max_tokens": BODY_TOKENS,
-        "ignore_eos": True,
         "stream": stream,
     }
+    if not url.endswith("/v1/messages"):
+        payload["ignore_eos"] = True  # not a Messages parameter: there the simulator's fixed length does it
     latencies: list[float] = []
     ttfts: list[float] = []
     errors = 0
@@ -91,7 +99,8 @@ async def closed_loop(url: str, model: str, stream: bool, concurrency: int, seco
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
     async with aiohttp.ClientSession(connector=connector, headers={"authorization": "Bearer bench"}) as session:
         # Warm the connection pool so connect time is not in the figures.
-        await asyncio.gather(*(session.get(url.replace("/chat/completions", "/models")) for _ in range(concurrency)), return_exceptions=True)
+        models = url.replace("/chat/completions", "/models").replace("/messages", "/models")
+        await asyncio.gather(*(session.get(models) for _ in range(concurrency)), return_exceptions=True)
         start = time.perf_counter()
         stop_at = start + seconds
 
@@ -198,9 +207,16 @@ def main() -> int:
     if pin:
         os.sched_setaffinity(0, {1})
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
-    fleet = Fleet.zero_latency(tmp)
-    env = dict(kv.split("=", 1) for kv in args.gateway_env)
     variants = args.variants.split(",")
+    messages = [v for v in variants if v in MESSAGES_MODEL]
+    if messages:
+        # One zero-latency backend that also speaks Messages, answering a fixed BODY_TOKENS tokens.
+        fleet = Fleet.start(tmp, {"zero": dict(port=free_port(), model="m-zero", slots=4096, prefill_tokens_per_s=1e12,
+                                               tpot_ms=0, output=dict(median=BODY_TOKENS, sigma=0, max=BODY_TOKENS),
+                                               apis=["chat", "completions", "embeddings", "messages"])})
+    else:
+        fleet = Fleet.zero_latency(tmp)
+    env = dict(kv.split("=", 1) for kv in args.gateway_env)
     redis_proc = None
     if "limited-redis" in variants:
         redis_port = free_port()
@@ -217,14 +233,20 @@ def main() -> int:
     gateways = {}
     pollers = []
     for v in variants:
-        gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra={"telemetry": TELEMETRY[v], **LIMITS.get(v, {})},
+        extra = {"telemetry": TELEMETRY[v], **LIMITS.get(v, {})}
+        if messages:
+            extra.update(messages_config(fleet))
+        gateways[v] = start_gateway(tmp, fleet, cpus="0" if pin else None, extra=extra,
                                     profile=tmp / f"profile-{v}.txt" if args.profile else None,
                                     env=env_traced if v == "traced" else env, workers=2 if v == "workers2" else 1)
         if v == "console":
             pollers.append(ConsolePoller(gateways[v].url))
             pollers[-1].start()
     targets = {"direct": (f"{fleet.url}/v1/chat/completions", fleet.model)}
-    targets.update({v: (f"{g.url}/v1/chat/completions", "zero") for v, g in gateways.items()})
+    if messages:
+        targets["direct-messages"] = (f"{fleet.url}/v1/messages", fleet.model)
+    targets.update({v: (f"{g.url}/v1/messages", MESSAGES_MODEL[v]) if v in MESSAGES_MODEL
+                    else (f"{g.url}/v1/chat/completions", "zero") for v, g in gateways.items()})
     rows: dict[tuple[str, int, str], list[RunResult]] = {}
     try:
         for rnd in range(args.rounds):
@@ -261,8 +283,22 @@ def main() -> int:
     return 0
 
 
+# Messages variants: the alias each calls (native: passthrough; zero: declared chat-only, translated).
+MESSAGES_MODEL = {"msg-native": "native", "msg-translated": "zero"}
+
+
+def messages_config(fleet: Fleet) -> dict:
+    url = f"{fleet.url}/v1"
+    return {"backends": {"zero": {"base_url": url, "model": fleet.model, "max_concurrency": 1024, "apis": ["chat"]},
+                         "native": {"base_url": url, "model": fleet.model, "max_concurrency": 1024,
+                                    "apis": ["chat", "messages"]}},
+            "models": {"zero": {"backends": ["zero"]}, "native": {"backends": ["native"]}}}
+
+
 TELEMETRY = {
     "bare": {"metrics": False, "server_timing": False},
+    "msg-native": {},
+    "msg-translated": {},
     "default": {},
     "traced": {"tracing": {"enabled": True, "sample_ratio": 1.0}},
     "workers2": {},
@@ -293,7 +329,7 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     cells = [(v, m, c) for v in variants for m in args.modes.split(",") for c in map(int, args.conc.split(","))]
     for variant, mode, c in cells:
-        d, g = rows[(mode, c, "direct")], rows[(mode, c, variant)]
+        d, g = rows[(mode, c, "direct-messages" if variant in MESSAGES_MODEL else "direct")], rows[(mode, c, variant)]
         # Added latency per round (gateway minus direct of the same round), then the median.
         a50 = statistics.median(p(50)(x) - p(50)(y) for x, y in zip(g, d))
         a99 = statistics.median(p(99)(x) - p(99)(y) for x, y in zip(g, d))
@@ -301,7 +337,7 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
         errs = sum(r.errors for r in d + g)
         print(f"| {variant} | {mode} | {c} | {med(d, p(50)):.2f} / {med(d, p(99)):.2f} | {med(g, p(50)):.2f} / {med(g, p(99)):.2f} | "
               f"{a50:.2f} / {a99:.2f} | {drps:.0f} / {grps:.0f} | {grps / drps:.2f} | {errs} |")
-    limited = [v for v in variants if v.startswith("limited") or v in ("console", "no-ring")]
+    limited = [v for v in variants if v.startswith("limited") or v in ("console", "no-ring", *MESSAGES_MODEL)]
     if "default" in variants and limited:
         print("\nWhat each variant adds over `default`, same run (per-round differences, then the median):")
         print("| variant | mode | c | added p50 / p99 ms | RPS ratio | gateway CPU us/request, default -> variant |")

@@ -126,6 +126,8 @@ class ClientProtocol:
     relay = "openai"
     # The relay's stream format (app.relay.format.StreamFormat) where it is not OpenAI's SSE.
     sse: Any = None
+    # Bytes every terminal event of the stream contains: a cheap test before `classify` (b"": always classify).
+    end_marker = b""
     # Whether its turns are stored and chained by the gateway (the Responses API: app.conversations).
     stateful = False
 

@@ -62,6 +62,10 @@ EVENT_TYPES = frozenset({b"message_start", b"content_block_start", b"content_blo
 
 def event_type(data: bytes) -> bytes:
     """The event's type (b"" when it names none of the stream's)."""
+    if data.startswith(b'{"type":"'):  # as llama.cpp and this gateway write them: the type first, no regex
+        name = data[9:data.find(b'"', 9)]
+        if name in EVENT_TYPES:
+            return name
     for m in _EVENT_TYPE.finditer(data):
         if m.group(1) in EVENT_TYPES:
             return m.group(1)
@@ -105,6 +109,7 @@ class MessagesProtocol(ClientProtocol):
     operation = "chat"
     relay = "events"
     sse = MessagesSse()
+    end_marker = b'"message_stop"'
 
     # --- the request ----------------------------------------------------------------------------
     def parse(self, raw: bytes) -> ParsedRequest:

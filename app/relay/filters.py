@@ -255,7 +255,7 @@ class StreamUsage:
         self._result, self._protocol = result, protocol
 
     def on_data(self, data: bytes) -> bytes | None:
-        if self._protocol.classify(data) & EventKind.USAGE:
+        if b'"usage"' in data and self._protocol.classify(data) & EventKind.USAGE:
             self._result.usage = self._protocol.stream_usage(data, self._result.usage)
         return data
 
@@ -268,16 +268,17 @@ class EndEvent:
     end event is held here and sent by the loop as the format's `done` once the stream is over; a stream
     that closed without it is not complete."""
 
-    __slots__ = ("_pass", "_protocol", "_seen")
+    __slots__ = ("_marker", "_pass", "_protocol", "_seen")
 
     def __init__(self, protocol: ClientProtocol) -> None:
-        self._protocol, self._seen = protocol, False
+        # The protocol's `end_marker`: bytes every end event contains, a cheap test before it is classified.
+        self._protocol, self._marker, self._seen = protocol, protocol.end_marker, False
         # A format without a `done` of its own ends with the upstream's end event itself, passed on: Responses'
         # response.completed carries the whole answer and its usage.
         self._pass = not (protocol.sse is not None and protocol.sse.done)
 
     def on_data(self, data: bytes) -> bytes | None:
-        if self._protocol.classify(data) & EventKind.END:
+        if self._marker in data and self._protocol.classify(data) & EventKind.END:
             self._seen = True
             return data if self._pass else None
         return data

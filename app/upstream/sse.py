@@ -42,6 +42,10 @@ def event_data(event: bytes) -> bytes | None:
     """The joined `data:` lines of an event, or None for comments and data-less events."""
     if event.startswith(b"data:") and b"\n" not in event:  # the usual one-line event, fast path
         return event[5:].lstrip(b" ")
+    if event.startswith(b"event:"):  # a named event (Anthropic's Messages): its name line, then one data line
+        rest = event[event.find(b"\n") + 1:]
+        if rest.startswith(b"data:") and b"\n" not in rest and b"\r" not in event:
+            return rest[5:].lstrip(b" ")
     parts = [
         line[5:].lstrip(b" ") for line in event.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")
     ]

@@ -69,20 +69,20 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: Dis
     `target` is the request's own latency target (headers); aliases add their defaults.
     """
     gw.budget.on_request()
-    ctx = route_context(req)  # once per request: every alias and attempt below reuses it
-    ctx.requested_target = target
-    log.prompt_tokens_hint = ctx.prompt_tokens
-    log.prefix = ctx.prefix
+    base = route_context(req, target)  # once per request; each alias derives its own from it, once
+    ctxs = PolicyContexts(base, gw.config.models)
+    log.prompt_tokens_hint = base.prompt_tokens
+    log.prefix = base.prefix
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
     try:
-        _shed_if_unmeetable(gw, ctx, chain)
+        _shed_if_unmeetable(gw, ctxs, chain)
     except TargetUnmeetable:
         log.target_result = "shed"
         raise
-    _order_wait_by_target(gw, ctx, chain[0])
-    if ctx.target:
-        log.target_result = "met" if _can_meet(gw, ctx, chain[0], NO_DEADLINE) else "unmeetable"
+    _order_wait_by_target(gw, ctxs, chain[0])
+    if ctxs(chain[0]).target:
+        log.target_result = "met" if _can_meet(gw, ctxs, chain[0], NO_DEADLINE) else "unmeetable"
     errors: dict[str, GatewayError] = {}
     held: list[tuple[Attempt, GatewayError]] = []  # 5xx whose blame waits for the other backends' answers
     i, attempts, reason = 0, 0, None
@@ -92,7 +92,7 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: Dis
         while True:
             alias = chain[i]
             nxt = chain[i + 1] if i + 1 < len(chain) else None
-            if attempts == 0 and nxt is not None and not _can_meet(gw, ctx, alias, deadline):
+            if attempts == 0 and nxt is not None and not _can_meet(gw, ctxs, alias, deadline):
                 # No backend of this alias is predicted to answer in time: take the next model now, rather
                 # than after spending the time.
                 reason = "deadline"
@@ -101,7 +101,7 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: Dis
                 continue
             attempts += 1
             try:
-                dispatched = await _attempt_alias(gw, req, ctx, alias, deadline, log, failed, held, tried)
+                dispatched = await _attempt_alias(gw, req, ctxs, alias, deadline, log, failed, held, tried)
             except GatewayError as err:
                 errors[alias] = err
                 spec = models[alias]
@@ -185,11 +185,11 @@ def time_budget(gw: Gateway, alias: str, deadline: Deadline) -> float | None:
     return None if slo is None else slo / 1000
 
 
-def _can_meet(gw: Gateway, ctx: RouteContext, alias: str, deadline: Deadline) -> bool:
+def _can_meet(gw: Gateway, ctxs: PolicyContexts, alias: str, deadline: Deadline) -> bool:
     """Whether the backend the router would choose is predicted to answer within the budget: the same
     decision dispatch takes and /admin/route/explain shows (Router.decide)."""
     budget = time_budget(gw, alias, deadline)
-    with_policy(ctx, gw.config.models[alias])
+    ctx = ctxs(alias)
     if budget is None and not ctx.target:
         return True
     choice = gw.router.decide(alias, ctx)
@@ -199,19 +199,19 @@ def _can_meet(gw: Gateway, ctx: RouteContext, alias: str, deadline: Deadline) ->
     return budget is None or (predicted is not None and predicted <= budget)
 
 
-def _order_wait_by_target(gw: Gateway, ctx: RouteContext, alias: str) -> None:
+def _order_wait_by_target(gw: Gateway, ctxs: PolicyContexts, alias: str) -> None:
     """A TTFT target is a deadline for the first token: the wait queue orders slot waits by it (within
     a priority level) like an x-slipstream-timeout-ms deadline."""
     qc = QUEUE_CONTEXT.get()
     if qc is None:
         return
-    target = with_policy(ctx, gw.config.models[alias]).target
+    target = ctxs(alias).target
     ttft = target.ttft_s if target is not None else None
     if ttft is not None:
         qc.deadline = min(qc.deadline, time.monotonic() + ttft)
 
 
-def _shed_if_unmeetable(gw: Gateway, ctx: RouteContext, chain: list[str]) -> None:
+def _shed_if_unmeetable(gw: Gateway, ctxs: PolicyContexts, chain: list[str]) -> None:
     """A sheddable request (priority batch or lower) whose latency target no alias of its chain is
     predicted to meet is refused now, with a Retry-After of the predicted excess: serving it late
     would take capacity from requests that must be served."""
@@ -220,7 +220,7 @@ def _shed_if_unmeetable(gw: Gateway, ctx: RouteContext, chain: list[str]) -> Non
         return
     excess = []
     for alias in chain:
-        with_policy(ctx, gw.config.models[alias])
+        ctx = ctxs(alias)
         if not ctx.target:
             return
         choice = gw.router.decide(alias, ctx)
@@ -245,12 +245,12 @@ def _close(dispatched: Dispatched) -> None:
     dispatched.owner.end()
 
 
-async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctx: RouteContext, alias: str, deadline: Deadline,
+async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, alias: str, deadline: Deadline,
                          log: DispatchLog, failed: set[str],
                          held: list[tuple[Attempt, GatewayError]], tried: list[str]) -> Dispatched:
     """One attempt on the alias, or two racing ones when hedging is on and the first is late."""
     spec = gw.config.models[alias]
-    with_policy(ctx, spec)
+    ctx = ctxs(alias)
 
     async def attempt(also_avoid: frozenset[str] = frozenset()) -> Dispatched:
         if deadline.expired:  # spent before this attempt began (a slow cache lookup, a long wait): take no slot
@@ -339,7 +339,7 @@ def _blame_later(err: GatewayError) -> bool:
     return isinstance(err, UpstreamStatus) and err.status in (500, 501) and err.request_caused is None
 
 
-def route_context(req: ParsedRequest) -> RouteContext:
+def route_context(req: ParsedRequest, target: LatencyTarget | None = None) -> RouteContext:
     """What the router needs of a request: the protocol's one size estimate (app.protocols.PromptSize, as
     admission reads it), the prompt's block keys for prefix affinity, and the request's shape (answer lengths
     are learned per shape)."""
@@ -347,12 +347,13 @@ def route_context(req: ParsedRequest) -> RouteContext:
     text = req.protocol.prefix_text(req.body)
     prefix = prompt_blocks(text) if text is not None else None
     return RouteContext(req.stream, size.prompt_tokens, size.output_cap, exact_output=size.exact_output, prefix=prefix,
-                        shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)))
+                        requested_target=target, shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)))
 
 
-def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
-    """The context as the alias's policy ranks it (what a stream is ranked by, whether cached prefixes
-    count)."""
+def with_policy(base: RouteContext, spec: ModelAlias) -> RouteContext:
+    """A new context: `base` as the alias's policy ranks it (what a stream is ranked by, whether cached
+    prefixes count, its latency target)."""
+    ctx = base.copy()
     ctx.stream_objective = spec.stream_objective
     ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
     ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
@@ -360,6 +361,23 @@ def with_policy(ctx: RouteContext, spec: ModelAlias) -> RouteContext:
     ctx.cached = {} if spec.strategy in PREFIX_STRATEGIES else None
     ctx.target = for_alias(ctx.requested_target or NO_TARGET, spec)
     return ctx
+
+
+class PolicyContexts:
+    """The request's route context as each alias's policy ranks it: derived once per alias (`ctxs(alias)`),
+    then only read."""
+
+    __slots__ = ("_base", "_by_alias", "_models")
+
+    def __init__(self, base: RouteContext, models: dict[str, ModelAlias]) -> None:
+        self._base, self._models = base, models
+        self._by_alias: dict[str, RouteContext] = {}
+
+    def __call__(self, alias: str) -> RouteContext:
+        ctx = self._by_alias.get(alias)
+        if ctx is None:
+            ctx = self._by_alias[alias] = with_policy(self._base, self._models[alias])
+        return ctx
 
 
 def uncached_tokens(ctx: RouteContext, lease) -> int:

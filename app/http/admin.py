@@ -97,9 +97,7 @@ def explain_body(gw: Gateway, raw: bytes, headers) -> dict:
     chain = [req.alias, *gw.config.models[req.alias].fallbacks]
     aliases = []
     for alias in chain:
-        ctx = route_context(req)
-        ctx.requested_target = latency_target(headers)
-        with_policy(ctx, gw.config.models[alias])
+        ctx = with_policy(route_context(req, latency_target(headers)), gw.config.models[alias])
         # The router's own decision (Router.decide), the one dispatch and its deadline check take.
         choice = gw.router.decide(alias, ctx)
         candidates = []
@@ -114,7 +112,7 @@ def explain_body(gw: Gateway, raw: bytes, headers) -> dict:
                 "predicted_e2e_s": round(est.e2e_s, 6), "source": "estimated",
                 "inflight": s.inflight, "breaker": s.breaker.state.value,
                 "slots": s.model.slots, "slots_source": s.model.slots_source,
-                "prefix": _prefix_effect(s, ctx),
+                "prefix": _prefix_effect(s, choice.ctx),
             })
         budget = time_budget(gw, alias, deadline)
         predicted = choice.predicted_s
@@ -180,15 +178,12 @@ def _prefix_effect(s, ctx) -> dict | None:
            "sibling_prefilling": m.leader is not None, "uncached_tokens_in_flight": round(s.uncached_inflight, 1),
            "used_by_strategy": ctx.cached is not None}
     if ctx.cached is not None:
-        kept = ctx.cached.get(s.name)
-        ctx.cached[s.name] = m
-        warm = estimate(s, ctx).ttft_s
-        ctx.cached[s.name] = PrefixMatch(0, 0.0, 0.0)
-        cold = estimate(s, ctx).ttft_s
-        if kept is not None:
-            ctx.cached[s.name] = kept
-        else:
-            del ctx.cached[s.name]
+        # Two probes of the decision's context, with and without the match: the context itself is not patched.
+        probe = ctx.copy()
+        probe.cached = {**ctx.cached, s.name: m}
+        warm = estimate(s, probe).ttft_s
+        probe.cached = {**ctx.cached, s.name: PrefixMatch(0, 0.0, 0.0)}
+        cold = estimate(s, probe).ttft_s
         out["predicted_ttft_without_prefix_s"] = round(cold, 6)
         out["ttft_saved_s"] = round(cold - warm, 6)
     return out

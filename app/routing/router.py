@@ -106,17 +106,13 @@ class Router:
             return RouteChoice(alias, ctx, None, {}, False, not ctx.target)
         free = [s for s in cands if s.has_slot]
         pool = free or cands
-        ctx.now = time.monotonic()
-        self._expect_output(alias, ctx)
+        ctx = self._for_decision(alias, ctx)  # the caller's value stays as it was
         if take_turn:
             entry.turn += 1
             i, scores = entry.strategy.choose(pool, ctx, entry.turn)
         else:
-            explore, ctx.explore = ctx.explore, False
-            try:
-                i, scores = entry.strategy.choose(pool, ctx, entry.turn + 1)
-            finally:
-                ctx.explore = explore
+            ctx.explore = False
+            i, scores = entry.strategy.choose(pool, ctx, entry.turn + 1)
         i, met = best_fit(pool, ctx, i)
         return RouteChoice(alias, ctx, pool[i], {c.name: s for c, s in zip(pool, scores)}, not free, met)
 
@@ -151,7 +147,7 @@ class Router:
             choice = self.decide(alias, ctx, usable=free, take_turn=True)
             state = choice.state
             assert state is not None  # decide over a non-empty pool always picks one
-            lease = Lease(self, state, ctx, state.inflight, choice.scores)
+            lease = Lease(self, state, choice.ctx, state.inflight, choice.scores)
             lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
             state.inflight += 1
             state.breaker.on_chosen(now)
@@ -191,18 +187,23 @@ class Router:
             raise
         if qc is not None and qc.note is not None:
             qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": handed.name})
-        ctx = ctx or RouteContext()
-        ctx.now = time.monotonic()
-        self._expect_output(alias, ctx)
+        ctx = self._for_decision(alias, ctx or RouteContext())
         # The slot was handed over with this request already counted in flight.
         lease = Lease(self, handed, ctx, handed.inflight - 1)
         lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
         return lease
 
-    def _expect_output(self, alias: str, ctx: RouteContext) -> None:
-        """The answer length this alias's requests of this shape have had (none needed for an exact one)."""
-        if ctx.shape is not None:
-            ctx.expected_output = None if ctx.exact_output else self.outputs.predict(alias, ctx.shape, ctx.now)
+    def _for_decision(self, alias: str, ctx: RouteContext) -> RouteContext:
+        """The decision's own context: a copy with the instant, a fresh map of the candidates' cached prefixes
+        (the strategy and the lease fill it) and the answer length this alias's requests of this shape have had
+        (none needed for an exact one)."""
+        d = ctx.copy()
+        d.now = time.monotonic()
+        if d.cached is not None:
+            d.cached = {}
+        if d.shape is not None:
+            d.expected_output = None if d.exact_output else self.outputs.predict(alias, d.shape, d.now)
+        return d
 
     def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
         """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""

@@ -62,7 +62,8 @@ def test_create_json_and_stream(gw, model):
     assert r.output_text and r.usage.input_tokens > 0 and 0 < r.usage.output_tokens <= 12 and r.model == model
     events = list(c.responses.create(model=model, input="Say hello in five words.", max_output_tokens=12, stream=True))
     types = [e.type for e in events]
-    assert types[0] == "response.created" and types[-1] == "response.completed"
+    # Translated, an answer cut by max_output_tokens is incomplete (llama.cpp's own /v1/responses says completed).
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text and events[-1].response.output_text == text and events[-1].response.usage.output_tokens > 0
 
@@ -79,10 +80,12 @@ def test_chaining_reaches_llama_cpp_with_the_earlier_turns(gw, model, stream):
         return list(c.responses.create(**kw, stream=True))[-1].response
 
     first = ask("My name is Ada and I live by the river Thames.")
-    alone = ask("What is my name?")
     chained = ask("What is my name?", first.id)
+    alone = ask("What is my name?")
     # llama.cpp counted the first question and its answer too.
     assert chained.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
+    # And found the first turn still in its prompt cache: the chain reached it as the same tokens.
+    assert chained.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
     assert c.responses.retrieve(chained.id).previous_response_id == first.id
     items = c.responses.input_items.list(chained.id, order="asc")
     assert [getattr(i, "role", None) for i in items.data] == ["user", "assistant", "user"]

@@ -236,3 +236,30 @@ def test_a_chat_stream_that_ends_without_a_finish_reason_is_not_complete():
     t.feed(orjson.dumps({"id": "c", "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}))
     with pytest.raises(Exception, match="without a finish reason"):
         t.finish()
+
+
+# --- the cache and telemetry read the protocol --------------------------------------------------------------
+
+def test_the_semantic_cache_compares_the_last_user_turn_and_keeps_the_system_prompt_exact():
+    from app.cache.keys import exact_key, semantic_query
+
+    def req(system: str, question: str, **extra):
+        return parse(system=system, temperature=0, messages=[
+            {"role": "user", "content": "Earlier question"}, {"role": "assistant", "content": "Earlier answer"},
+            {"role": "user", "content": [{"type": "text", "text": question}]}], **extra)
+
+    a, b = semantic_query("t", req("Be brief.", "How do I reset my router?")), \
+        semantic_query("t", req("Be brief.", "How can I reset my router?"))
+    assert a.text == "How do I reset my router?" and a.history == ("Earlier question", "Earlier answer")
+    assert a.scope == b.scope
+    assert semantic_query("t", req("Be verbose.", "How do I reset my router?")).scope != a.scope
+    assert semantic_query("u", req("Be brief.", "How do I reset my router?")).scope != a.scope
+    # Tools, thinking, images: exact matching only.
+    assert semantic_query("t", req("Be brief.", "x", tools=[{"name": "f", "input_schema": {}}])) is None
+    assert semantic_query("t", req("Be brief.", "x", thinking={"type": "enabled", "budget_tokens": 1024})) is None
+    assert exact_key("t", req("Be brief.", "x")) != exact_key("t", req("Be brief.", "y"))
+
+
+def test_messages_is_a_chat_operation_in_genai_telemetry():
+    from app.protocols import OPERATIONS
+    assert OPERATIONS["messages"] == "chat" and OPERATIONS["chat/completions"] == "chat"

@@ -173,8 +173,11 @@ class ChatStreamTranslator:
         cur.parts.append(text)
         if kind == "message":
             self.first_text = True
-            return out + self._ev({"type": "response.output_text.delta", "item_id": cur.id, "output_index": cur.index,
-                                   "content_index": 0, "delta": text, "logprobs": []})
+            # The one event per token: written from a template (same bytes as _ev would give), not a dict dumped.
+            seq, self._seq = self._seq, self._seq + 1
+            return out + (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
+                          + cur.id.encode() + b'","output_index":%d,"content_index":0,"delta":' % cur.index
+                          + orjson.dumps(text) + b',"logprobs":[],"sequence_number":%d}\n\n' % seq)
         return out + self._ev({"type": "response.reasoning_text.delta", "item_id": cur.id, "output_index": cur.index,
                                "content_index": 0, "delta": text})
 

@@ -35,8 +35,13 @@ _FAILED_EVENTS = (b"response.failed", b"error")
 
 
 def event_type(data: bytes) -> bytes | None:
-    """An event's `type` (first in the object as OpenAI, llama.cpp and vLLM write it; searched otherwise)."""
-    m = _TYPE.search(data, 0, 64) or _TYPE.search(data)
+    """An event's `type` (first in the object as OpenAI, llama.cpp, vLLM and this gateway write it: read without a
+    regex, since the relay asks several times per event; searched otherwise)."""
+    if data.startswith(b'{"type":"'):
+        end = data.find(b'"', 9)
+        if end > 9:
+            return data[9:end]
+    m = _TYPE.search(data)
     return m.group(1) if m else None
 
 
@@ -79,6 +84,7 @@ class ResponsesProtocol(OpenAIProtocol):
     assembles = False
     relay = "events"
     sse = ResponsesSse()
+    end_marker = b"complete"  # in both end events' types (response.completed, response.incomplete)
     id_prefix = "resp"
     # Its turns are stored and chained (app.conversations): the pipeline expands and keeps them.
     stateful = True

@@ -88,3 +88,13 @@ def test_streamed_tool_calls_arrive_as_argument_deltas_and_complete_items():
     assert types.count("response.function_call_arguments.delta") == 2
     item = evs[-1]["response"]["output"][0]
     assert (item["call_id"], item["name"], item["arguments"]) == ("call_1", "f", '{"a":1}')
+
+
+def test_a_text_delta_from_the_template_is_the_event_a_dict_would_give():
+    t = ChatStreamTranslator(shell("resp_t", "alias", BODY))
+    t.start()
+    raw = t.feed(delta(content='say "hi"\n'))
+    ev = events(raw)[-1]
+    assert ev == {"type": "response.output_text.delta", "item_id": ev["item_id"], "output_index": 0,
+                  "content_index": 0, "delta": 'say "hi"\n', "logprobs": [], "sequence_number": 4}
+    STREAM_EVENT.validate_python(ev)

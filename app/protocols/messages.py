@@ -77,6 +77,7 @@ class MessagesSse:
     events whose name is their data's `type`, ending with message_stop (no [DONE])."""
 
     done = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    model_first = True
 
     def frame(self, data: bytes) -> bytes:
         return b"event: " + (event_type(data) or b"message") + b"\ndata: " + data + b"\n\n"

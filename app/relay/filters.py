@@ -53,8 +53,8 @@ class ModelName:
 
     def on_data(self, data: bytes) -> bytes | None:
         if not self._seen:
-            self._seen = True
             m = self._format.model(data)
+            self._seen = m is not None or self._format.model_first
             name = self._result.response_model = m.group(1).decode() if m else None
             if m and self._alias is not None and name != self._alias:
                 self._rename = (m.group(0), b'"model":' + orjson.dumps(self._alias))

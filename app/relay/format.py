@@ -23,6 +23,9 @@ _NONE: list[bytes] = []
 
 class StreamFormat(Protocol):
     done: bytes  # the event that ends a complete stream (b"" where the API has none)
+    # Whether the first event names the model when any does (else each event is asked until one does:
+    # llama.cpp's Responses stream names it only in response.completed).
+    model_first: bool
 
     def frame(self, data: bytes) -> bytes:
         """One data event as the client's stream carries it."""
@@ -50,6 +53,7 @@ class OpenAISse:
     """OpenAI's chat and text completions streams."""
 
     done = b"data: [DONE]\n\n"
+    model_first = True
 
     def frame(self, data: bytes) -> bytes:
         return b"data: " + data + b"\n\n"

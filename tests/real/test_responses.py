@@ -66,6 +66,7 @@ def test_create_json_and_stream(gw, model):
     assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text and events[-1].response.output_text == text and events[-1].response.usage.output_tokens > 0
+    assert events[-1].response.model == model  # the alias, also where llama.cpp names its model only at the end
 
 
 @pytest.mark.parametrize("model", MODELS)

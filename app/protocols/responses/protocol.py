@@ -50,6 +50,7 @@ class ResponsesSse:
     whose name is their data's `type`, ending with response.completed (or .incomplete) itself: no `done`."""
 
     done = b""
+    model_first = False  # llama.cpp's response.created names no model; its response.completed does
 
     def frame(self, data: bytes) -> bytes:
         return b"event: " + (event_type(data) or b"message") + b"\ndata: " + data + b"\n\n"

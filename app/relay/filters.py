@@ -145,13 +145,13 @@ class FinishReasons:
     """Collects each choice's finish reason; a stream the backend closed without [DONE] is complete only
     if all `choices` finished (n > 1 asks for several)."""
 
-    __slots__ = ("_choices", "_format", "_reasons")
+    __slots__ = ("_choices", "_find", "_reasons")
 
     def __init__(self, result: RelayResult, fmt: StreamFormat, choices: int = 1) -> None:
-        self._reasons, self._format, self._choices = result.finish_reasons, fmt, choices
+        self._reasons, self._find, self._choices = result.finish_reasons, fmt.finish_reasons, choices
 
     def on_data(self, data: bytes) -> bytes | None:
-        reasons = self._format.finish_reasons(data)
+        reasons = self._find(data)
         if reasons:
             self._reasons.extend(r.decode() for r in reasons)
         return data
@@ -168,19 +168,23 @@ class UsageFilter:
 
     A client that did not ask for usage still gets llama.cpp's `timings`, which ride on the usage chunk it
     must not see: the finishing chunk is held back until that chunk (or anything else) follows. A client
-    that asked gets `extension()` (the gateway's timing summary) in the usage, when given.
+    that asked gets `extension()` (the gateway's timing summary) in the usage, when given. Which chunk
+    finishes is what FinishReasons, earlier in the chain, just counted: no second scan per event.
     """
 
-    __slots__ = ("_extension", "_format", "_held", "_result", "_wanted")
+    __slots__ = ("_extension", "_has_usage", "_held", "_reasons", "_result", "_seen", "_wanted")
 
     def __init__(self, result: RelayResult, fmt: StreamFormat, client_wants_usage: bool,
                  extension: Callable[[], dict] | None = None) -> None:
-        self._result, self._format, self._wanted, self._extension = result, fmt, client_wants_usage, extension
+        self._result, self._has_usage, self._wanted, self._extension = result, fmt.has_usage, client_wants_usage, extension
+        self._reasons = result.finish_reasons
+        self._seen = 0  # finish reasons counted when the last event passed
         self._held: bytes | None = None
 
     def on_data(self, data: bytes) -> bytes | None:
         held = self._held
-        if self._format.has_usage(data):
+        seen, self._seen = self._seen, len(self._reasons)
+        if self._has_usage(data):
             hidden = data
             shown = self._take_usage(data)
             if shown is None:
@@ -189,7 +193,7 @@ class UsageFilter:
                 self._held = None
                 return _with_timings(held, hidden)
             data = shown
-        if not self._wanted and b'"timings"' not in data and self._format.finish_reasons(data):
+        if self._seen != seen and not self._wanted and b'"timings"' not in data:
             self._held = data  # until the next event: llama.cpp sends the usage chunk right after
             return held
         if held is not None:

@@ -43,7 +43,7 @@ class Relay:
     Closing the upstream is not the relay's job: the attempt's owner does it (app.dispatch.attempt).
     """
 
-    __slots__ = ("_checks", "_flushers", "filters", "format", "result", "stream")
+    __slots__ = ("_checks", "_flushers", "_steps", "filters", "format", "result", "stream")
 
     def __init__(self, stream: EventStream, filters: tuple[Filter, ...], result: RelayResult | None = None,
                  fmt: StreamFormat = OPENAI_SSE) -> None:
@@ -52,10 +52,12 @@ class Relay:
         # The optional filter methods, found once per chain rather than asked per event.
         self._flushers = tuple(i for i, f in enumerate(filters) if hasattr(f, "flush"))
         self._checks = tuple(f for f in filters if hasattr(f, "incomplete"))
+        self._steps = tuple(f.on_data for f in filters)  # bound once: the per-event loop only calls
 
     async def events(self) -> AsyncIterator[bytes]:
         """Yield the client's bytes, ending with the end event or an error event, never silently."""
-        result, fmt, filters = self.result, self.format, self.filters
+        result, fmt, filters, steps = self.result, self.format, self.filters, self._steps
+        frame, is_error = fmt.frame, fmt.is_error
         complete = False
         try:
             async for batch in self.stream.batches():
@@ -71,17 +73,17 @@ class Relay:
                         break
                     if not result.first_token and fmt.is_content(data):
                         result.first_token = time.perf_counter()
-                    if fmt.is_error(data):
+                    if is_error(data):
                         result.outcome, result.error_type = Outcome.STREAM_BROKEN, "upstream_error_event"
-                        out.append(fmt.frame(data))
+                        out.append(frame(data))
                         yield b"".join(out)
                         return
-                    for f in filters:
-                        data = f.on_data(data)
+                    for step in steps:
+                        data = step(data)
                         if data is None:
                             break
                     else:
-                        out.append(fmt.frame(data))
+                        out.append(frame(data))
                 if complete:
                     self._flush(out)
                     out.append(fmt.done)

@@ -131,12 +131,12 @@ def mismatch(a: str, b: str) -> str | None:
             heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
             pairs = _typo_pairs(ta, tb, heavy_a, heavy_b)
             if pairs is None:
-                filler = _filler(ta, tb, heavy_a, heavy_b)
+                # Pair what pairs; what is left may be filler on one side (see _filler), set aside
+                # like a light word. The rest must still line up, roles and order included.
+                pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
+                filler = _filler(ta, tb, rest_a, rest_b)
                 if filler is None:
                     return _why(heavy_a or only_a, heavy_b or only_b)
-                # Filler on one side (see _filler) is set aside like a light word; the rest must
-                # still line up, roles and order included.
-                pairs = {}
                 ca = [c for c in ca if c not in filler]
                 cb = [c for c in cb if c not in filler]
             ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
@@ -211,6 +211,22 @@ def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | No
         left.remove(match)
         pairs[cb] = match
     return pairs
+
+
+def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str], Counter, Counter]:
+    """Pair the unmatched words that pair (typos); the pairs and what is left on each side."""
+    surface_a = {t.canon: t.surface for t in ta}
+    surface_b = {t.canon: t.surface for t in tb}
+    left = list(only_a.elements())
+    pairs, rest_b = {}, Counter()
+    for cb in only_b.elements():
+        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
+        if match is None:
+            rest_b[cb] += 1
+            continue
+        left.remove(match)
+        pairs[cb] = match
+    return pairs, Counter(left), rest_b
 
 
 def is_typo(x: str, y: str) -> bool:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+DIM = 384  # all-MiniLM-L6-v2 (app/cache/embedder.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +76,12 @@ class MemoryStore:
         entries = self._scopes.get(scope)
         if entries is None:
             return []
-        entries.expire(time.monotonic())
-        if not entries.items:
-            return []
-        sims = entries.matrix() @ vector
-        order = np.argsort(-sims)[:k]
-        return [Neighbour(float(sims[i]), entries.items[i][1], entries.items[i][2]) for i in order]
+        return entries.nearest(time.monotonic(), vector, k)
 
     async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None:
         entries = self._scopes.setdefault(scope, _Scope())
+        if entries.full:  # expired rows are skipped by lookups; counting them out is needed only before a compaction
+            self._vectors -= entries.expire(time.monotonic())
         entries.add(time.monotonic() + ttl_s, query, answer, vector)
         self._vectors += 1
         if self._vectors > self._max:
@@ -95,7 +95,7 @@ class MemoryStore:
                 await self.add_vector(op.scope, op.vector, op.query, op.value, op.ttl_s)
 
     def _evict_oldest(self) -> None:
-        oldest = min((s for s in self._scopes.values() if s.items), key=lambda s: s.items[0][0], default=None)
+        oldest = min((s for s in self._scopes.values() if s.live), key=lambda s: s.first_added(), default=None)
         if oldest is not None:
             oldest.drop_first()
             self._vectors -= 1
@@ -104,31 +104,89 @@ class MemoryStore:
         return None
 
 
+_ADDED = itertools.count()
+
+
 class _Scope:
-    """The semantic entries of one scope, with their vectors stacked lazily for one matrix product."""
+    """The semantic entries of one scope: rows of one float32 matrix in the order they were added.
+
+    Adding appends a row (the matrix grows by doubling), so a write never restacks the scope and a
+    lookup is one matrix-vector product plus a top-k partition. Expired and evicted rows are marked
+    dead (their expiry set to 0) and skipped; when the arrays are full, dead rows are dropped and the
+    arrays sized to twice the live rows. A lookup scans every row: fine to tens of thousands of
+    entries per scope; beyond that, Redis's HNSW index (`cache.store: redis`) searches in logarithmic time.
+    """
 
     def __init__(self) -> None:
-        self.items: list[tuple[float, str, bytes, np.ndarray]] = []
-        self._matrix: np.ndarray | None = None
+        self._vectors = np.zeros((8, DIM), dtype=np.float32)
+        self._expires = np.zeros(8)  # absolute monotonic time; 0 marks a dead row
+        self._added = np.zeros(8, dtype=np.int64)  # order of adding, across scopes: the oldest is evicted first
+        self._meta: list[tuple[str, bytes] | None] = []
+        self._rows = 0
+        self._head = 0  # no live row before this one
+        self.live = 0
+
+    @property
+    def full(self) -> bool:
+        return self._rows == len(self._expires)
 
     def add(self, expires: float, query: str, answer: bytes, vector: np.ndarray) -> None:
-        self.items.append((expires, query, answer, vector.astype(np.float32)))
-        self.items.sort(key=lambda item: item[0])
-        self._matrix = None
+        if self._rows == len(self._expires):
+            self._compact_or_grow()
+        i = self._rows
+        self._vectors[i] = vector
+        self._expires[i] = expires
+        self._added[i] = next(_ADDED)
+        self._meta.append((query, answer))
+        self._rows += 1
+        self.live += 1
+
+    def nearest(self, now: float, vector: np.ndarray, k: int) -> list[Neighbour]:
+        n = self._rows
+        if not self.live:
+            return []
+        sims = self._vectors[:n] @ vector
+        sims[self._expires[:n] <= now] = -np.inf  # expired or dead: never a candidate
+        top = np.argpartition(-sims, k - 1)[:k] if n > k else np.arange(n)
+        top = top[np.argsort(-sims[top])]
+        out = []
+        for i in top:
+            meta = self._meta[i]
+            if sims[i] == -np.inf or meta is None:
+                break
+            out.append(Neighbour(float(sims[i]), meta[0], meta[1]))
+        return out
+
+    def expire(self, now: float) -> int:
+        """Mark the rows that expired by `now` dead; how many were live."""
+        gone = np.flatnonzero((self._expires[:self._rows] <= now) & (self._expires[:self._rows] > 0))
+        for i in gone:
+            self._kill(int(i))
+        return len(gone)
+
+    def first_added(self) -> int:
+        while self._head < self._rows and self._meta[self._head] is None:
+            self._head += 1
+        return int(self._added[self._head]) if self._head < self._rows else 1 << 62
 
     def drop_first(self) -> None:
-        self.items.pop(0)
-        self._matrix = None
+        self.first_added()
+        if self._head < self._rows:
+            self._kill(self._head)
 
-    def expire(self, now: float) -> None:
-        n = 0
-        while n < len(self.items) and self.items[n][0] <= now:
-            n += 1
-        if n:
-            del self.items[:n]
-            self._matrix = None
+    def _kill(self, i: int) -> None:
+        if self._meta[i] is not None:
+            self._meta[i] = None
+            self._expires[i] = 0.0
+            self.live -= 1
 
-    def matrix(self) -> np.ndarray:
-        if self._matrix is None:
-            self._matrix = np.stack([item[3] for item in self.items])
-        return self._matrix
+    def _compact_or_grow(self) -> None:
+        keep = np.flatnonzero(self._expires[:self._rows] > 0)
+        size = max(8, len(keep) * 2)
+        vectors, expires, added = np.zeros((size, DIM), dtype=np.float32), np.zeros(size), np.zeros(size, dtype=np.int64)
+        vectors[:len(keep)] = self._vectors[keep]
+        expires[:len(keep)] = self._expires[keep]
+        added[:len(keep)] = self._added[keep]
+        self._vectors, self._expires, self._added = vectors, expires, added
+        self._meta = [self._meta[i] for i in keep]
+        self._rows, self._head = len(keep), 0

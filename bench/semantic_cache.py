@@ -161,6 +161,8 @@ def main() -> int:
     ap.add_argument("--judge-key", default="")
     ap.add_argument("--judge-llama", action="store_true", help="start scripts/llama-server (SmolLM2-135M) as the judge")
     ap.add_argument("--judge-concurrency", type=int, default=2)
+    ap.add_argument("--judge-unsure-only", action="store_true",
+                    help="judge only the pairs the shipped rule would ask about (the guard unsure, similarity in band)")
     ap.add_argument("--judge-from", type=float, default=JudgeConfig.model_fields["min_similarity"].default,
                     help="judge only pairs at least this similar (the shipped judge.min_similarity)")
     ap.add_argument("--show", type=int, default=15, help="wrong answers to list at the default")
@@ -184,7 +186,10 @@ def main() -> int:
             proc, url, model = start_llama(Path("/tmp/slipstream-bench-judge.log"))
         try:
             judge_from = args.judge_from
-            todo = [i for i in range(len(pairs)) if s.sims[i] >= judge_from]
+            soft = np.array([w is not None and w not in HARD_REASONS for w in s.why])
+            # --judge-unsure-only: only the pairs the shipped rule would put to the judge (fewer calls;
+            # no "judge alone" row then).
+            todo = [i for i in range(len(pairs)) if s.sims[i] >= judge_from and (soft[i] or not args.judge_unsure_only)]
             t0 = time.perf_counter()
             verdicts, secs = asyncio.run(judge_all([pairs[i] for i in todo], url, model, args.judge_key,
                                                    args.judge_concurrency))
@@ -196,9 +201,9 @@ def main() -> int:
         finally:
             if proc is not None:
                 proc.terminate()
-        soft = np.array([w is not None and w not in HARD_REASONS for w in s.why])
         judge_band = soft & judge
-        configs["judge alone"] = (judge, False)
+        if not args.judge_unsure_only:
+            configs["judge alone"] = (judge, False)
         configs["guard, then judge where the guard is unsure (shipped rule)"] = (s.guard | judge_band, True)
 
     t = default.threshold
@@ -213,19 +218,23 @@ def main() -> int:
     print("\nPer kind (true repeats: how many served; traps: how many answered wrongly):\n")
     per_kind(s, masks)
 
-    name = "guard"
-    print(f"\n## Precision across cache-hit ratio ({name}; hits / all {len(pairs)} lookups, precision = right hits / hits)\n")
-    print("| threshold | hit ratio | precision | repeats served | traps wrong |\n|---|---|---|---|---|")
+    print(f"\n## Precision across cache-hit ratio (hits / all {len(pairs)} lookups; precision = right hits / hits; "
+          "served / wrong as above)\n")
+    print("| threshold | guard: hit ratio | precision | served | wrong | similarity only: hit ratio | precision | served | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|")
     lowest = None
     for th in THRESHOLDS:
-        m = s.served(th, s.guard, True)
-        hits, right = int(m.sum()), int((m & s.same).sum())
-        served, wrong = m[s.same].mean(), m[~s.same].mean()
-        print(f"| {th:.2f} | {hits / len(pairs):.1%} | {right / hits if hits else 1:.1%} | {served:.1%} | {wrong:.1%} |")
-        if lowest is None and wrong <= MAX_WRONG:
-            lowest = (th, served, wrong)
+        cells = []
+        for ok, gh in ((s.guard, True), (everything, False)):
+            m = s.served(th, ok, gh)
+            hits, right = int(m.sum()), int((m & s.same).sum())
+            cells += [f"{hits / len(pairs):.1%}", f"{right / hits if hits else 1:.1%}", f"{m[s.same].mean():.1%}",
+                      f"{m[~s.same].mean():.1%}"]
+            if gh and lowest is None and m[~s.same].mean() <= MAX_WRONG:
+                lowest = (th, m[s.same].mean(), m[~s.same].mean())
+        print(f"| {th:.2f} | " + " | ".join(cells) + " |")
     if lowest:
-        print(f"\nlowest threshold with wrong <= {MAX_WRONG:.0%}: {lowest[0]:.2f} (served {lowest[1]:.1%}, wrong {lowest[2]:.1%})")
+        print(f"\nguard: lowest threshold with wrong <= {MAX_WRONG:.0%}: {lowest[0]:.2f} (served {lowest[1]:.1%}, wrong {lowest[2]:.1%})")
     m = masks["guard"]
     wrong_list = [(p, sim) for p, sim, hit, same in zip(pairs, s.sims, m, s.same) if hit and not same]
     for p, sim in wrong_list[: args.show]:

@@ -218,7 +218,8 @@ def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str
     surface_a = {t.canon: t.surface for t in ta}
     surface_b = {t.canon: t.surface for t in tb}
     left = list(only_a.elements())
-    pairs, rest_b = {}, Counter()
+    pairs: dict[str, str] = {}
+    rest_b: Counter = Counter()
     for cb in only_b.elements():
         match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
         if match is None:

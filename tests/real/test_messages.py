@@ -72,7 +72,8 @@ def test_a_prompt_too_long_for_a_falls_back_to_b(real):
         model="a", max_tokens=4, messages=[{"role": "user", "content": "word " * 400}])
     assert raw.headers["x-slipstream-backend"] == "b"
     assert raw.headers["x-slipstream-fallback"] == "b; reason=context_length"
-    assert raw.parse().content[0].text
+    usage = raw.parse().usage  # the whole prompt reached b (the 135M model may answer with nothing at all)
+    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) > 400
 
 
 def test_a_key_that_does_not_exist_is_an_authentication_error(real):

@@ -348,6 +348,10 @@ def _server_timing(record: RequestRecord, stages: list[Stage], now: float) -> st
         # Failed attempts and the backoff between them, before the attempt that answered (a hedge's
         # first attempt may be the one that answered: then nothing came before it).
         extra["retries"] = answered.start - min(a.start for a in record.attempt_log)
+    if answered is not None and answered.burst_wait_s > 0:
+        # Held back by the router for a sibling prefilling the same prefix on the chosen backend: a
+        # deliberate wait for cache reuse, measured, and not the gateway's own overhead.
+        extra["prefix_wait"] = answered.burst_wait_s
     return server_timing(stages, _cache_s(record), _gateway_s(record, now, upstream + sum(extra.values())), extra)
 
 

@@ -13,7 +13,7 @@ def server_timing(stages: list[Stage], cache_s: float | None, gateway_s: float |
     for s in stages:
         parts.append(f'{s.name};dur={s.duration * 1000:.2f};desc="{s.source}"')
     for name, seconds in (extra or {}).items():
-        parts.append(f"{name};dur={seconds * 1000:.2f}")
+        parts.append(f'{name};dur={seconds * 1000:.2f};desc="measured"')
     if gateway_s is not None:
         parts.append(f'gateway;dur={gateway_s * 1000:.2f};desc="measured"')
     return ", ".join(parts)

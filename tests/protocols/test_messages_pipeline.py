@@ -172,3 +172,33 @@ def test_a_tenant_over_its_limit_gets_anthropics_429_with_its_headers():
     assert limited.json()["type"] == "error" and limited.json()["error"]["type"] == "rate_limit_error"
     assert limited.headers["anthropic-ratelimit-requests-reset"].endswith("Z")
     assert not any(k.startswith("x-ratelimit-") for k in limited.headers)
+
+
+def test_ttft_is_the_first_content_delta_not_message_start():
+    # message_start, then the text block's start and its first delta 0.1 s apart each: TTFT at the delta.
+    transport = ScriptedTransport([Stream(NATIVE[:1] + NATIVE[5:], gap_s=0.1, done=False)])
+
+    async def scenario(gw):
+        answer = await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+        return answer, gw.telemetry.metrics.render().decode()
+
+    answer, metrics = run(config(), transport, scenario)
+    assert named(answer.body)[-1][0] == "message_stop"
+    line = next(x for x in metrics.splitlines() if x.startswith("gen_ai_server_time_to_first_token_seconds_sum{"))
+    assert 'gen_ai_operation_name="chat"' in line and float(line.rsplit(" ", 1)[1]) >= 0.19
+
+
+def test_a_late_stream_is_hedged_and_the_hedge_answers_in_anthropics_events():
+    slow, fast = Stream(chunks("slow"), delay_s=1.0), Stream(chunks("fast"))
+    transport = ScriptedTransport(lambda backend, n: slow if n == 0 else fast)
+    cfg = config(flavor="tgi", models={"m": {"backends": ["a", "b"], "hedge": {
+        "enabled": True, "min_delay_ms": 50, "after_factor": 1, "budget_ratio": 1.0}}})
+
+    async def scenario(gw):
+        return await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+
+    answer = run(cfg, transport, scenario)
+    events = named(answer.body)
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    assert text == "fast" and events[-1][0] == "message_stop"
+    assert len(transport.calls) == 2 and transport.calls[0].backend != transport.calls[1].backend

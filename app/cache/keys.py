@@ -18,11 +18,13 @@ from app.protocols import ParsedRequest
 from app.protocols.chat import plain_text
 
 # Delivery and bookkeeping fields: they never change the answer's content.
-_NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier"})
+# previous_response_id: a chained Responses request is keyed by its expanded input (app.conversations), the id
+# adds nothing to what the answer depends on.
+_NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier", "previous_response_id"})
 # Semantic matching is for plain text questions only.
 _NOT_SEMANTIC = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
 # The fields that carry the conversation's turns (compared turn by turn, not as parameters).
-_TURNS = ("messages", "prompt", "system")
+_TURNS = ("messages", "prompt", "system", "input", "instructions")
 
 
 def _digest(*parts: bytes) -> str:

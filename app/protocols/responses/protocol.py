@@ -181,6 +181,10 @@ class ResponsesProtocol(OpenAIProtocol):
         reason = _reason(body)
         return [reason] if reason is not None else []
 
+    def cache_finish_reasons(self, body: dict) -> list[str | None]:
+        # In OpenAI's chat words, which the cache policy names: completed -> stop (or tool_calls), cut -> length.
+        return [_reason(body)]
+
     def assembler(self) -> ResponsesAssembler:
         return ResponsesAssembler()
 

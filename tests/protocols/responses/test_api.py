@@ -150,7 +150,10 @@ def test_an_unknown_previous_response_is_a_404_naming_it(client):
 
 def test_the_exact_cache_replays_a_stream_as_responses_events(client):
     first = client.responses.create(model="cached", input="cache me", temperature=0)
-    events = list(client.responses.create(model="cached", input="cache me", temperature=0, stream=True))
+    with client.responses.with_streaming_response.create(model="cached", input="cache me", temperature=0,
+                                                         stream=True) as raw:
+        assert raw.headers["x-slipstream-cache"] == "hit"  # no backend read it
+        events = list(raw.parse())
     assert [e.type for e in events][-1] == "response.completed"
     assert events[-1].response.output_text == first.output_text
     assert events[-1].response.id != first.id  # a fresh id for the served-again answer

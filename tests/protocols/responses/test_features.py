@@ -24,6 +24,11 @@ def gw(responses_fleet, tmp_path_factory):
     config["auth"]["admin_keys"] = [hash_key(ADMIN_KEY)]
     config["auth"]["clients"].append({"tenant": "budget", "key_sha256": hash_key(BUDGET_KEY)})
     config["limits"] = {"tenants": {"budget": {"limits": {"token_budget": {"tokens": 10**6, "period": "day"}}}}}
+    # A model whose backend fails falls back to a chat-only one (passthrough -> translated across the fallback).
+    config["models"]["falls"] = {"backends": ["flaky"], "retry": {"max_attempts": 1}, "fallbacks": ["translated"]}
+    config["models"]["semantic"] = {"backends": ["chat2"], "cache": {
+        "exact": {"enabled": False}, "semantic": {"enabled": True, "ttl_s": 300, "threshold": 0.9}}}
+    config["cache"] = {"embedding": {"timeout_ms": 5000}}
     g = start_gateway(tmp_path_factory.mktemp("responses-features"), responses_fleet, config)
     yield g
     g.process.stop()
@@ -74,3 +79,38 @@ def test_the_deadline_header_bounds_a_responses_call(gw, responses_fleet):
         assert err.value.status_code == 504 and err.value.code in ("deadline_exceeded", "upstream_timeout")
     finally:
         set_faults(port)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failing_native_backend_falls_back_to_a_translated_model(gw, responses_fleet, stream):
+    port = responses_fleet.ports["flaky"]
+    set_faults(port, error_rate=1.0)
+    try:
+        if stream:
+            with gw.client().responses.with_streaming_response.create(model="falls", input="hi", stream=True) as r:
+                headers, body = r.headers, r.read()
+            assert b"response.completed" in body
+        else:
+            raw = gw.client().responses.with_raw_response.create(model="falls", input="hi")
+            headers = raw.headers
+            assert raw.parse().status == "completed"
+        assert headers["x-slipstream-fallback"].startswith("translated") and headers["x-slipstream-backend"] == "chat"
+    finally:
+        set_faults(port)
+
+
+def test_the_semantic_cache_serves_the_same_last_user_turn(gw):
+    question = "How do I reset the password of my router model zx81?"
+    first = gw.client().responses.with_raw_response.create(model="semantic", input=question, temperature=0)
+    assert first.headers["x-slipstream-cache"] == "miss"
+    stored = first.parse()
+
+    def served():
+        raw = gw.client().responses.with_raw_response.create(
+            model="semantic", input="Please, how can I reset the password of my Router model zx81?", temperature=0)
+        return raw if raw.headers["x-slipstream-cache"] == "semantic-hit" else None
+
+    assert wait_until(served, 10)  # the entry is written in the background
+    hit = served()
+    assert hit.parse().output_text == stored.output_text and hit.parse().usage.input_tokens == 0
+    assert hit.parse().id != stored.id

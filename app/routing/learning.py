@@ -17,6 +17,7 @@ from app.routing.accuracy import PredictionErrors
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
 from app.routing.output_length import OutputLengths, Shape
 from app.routing.prefix_routing import verify as verify_prefix
+from app.routing.reuse import ReuseTracker
 from app.upstream.adapters import BackendReport, ServerLoad
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class Learner:
         # (vLLM's counters), and the counters it was computed from.
         self.server_prefix_hits: dict[str, float] = {}
         self._prefix_counters: dict[str, tuple[float, float]] = {}
+        # Per alias whose strategy weighs expected reuse (latency_aware): fed the backends' reported reuse.
+        self.reuse: dict[str, ReuseTracker] = {}
         # Predicted against measured, per backend (for /admin/backends).
         self.accuracy: dict[str, PredictionErrors] = {name: PredictionErrors() for name in states}
 
@@ -108,6 +111,9 @@ class Learner:
             ttft = a.first_event - a.start if a.stream and a.first_event else None
             self.accuracy.setdefault(a.backend, PredictionErrors()).add(a.predicted.ttft_s, ttft, a.predicted.e2e_s, a.end - a.start)
         cached = verify_prefix(a, s, blocks)
+        reuse = self.reuse.get(a.alias)
+        if reuse is not None and cached is not None and a.report.prompt_tokens:
+            reuse.observe_reported(cached / a.report.prompt_tokens, time.monotonic())
         model, r = s.model, a.report
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of

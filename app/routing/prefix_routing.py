@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 _DEFAULT_POLICY = PrefixPolicy()
 _OVERDUE_S = 0.05
+# A shared prefix shorter than this many blocks (256 characters, ~64 tokens) is not worth waiting for.
+MIN_BURST_BLOCKS = 2
 
 
 @dataclass(slots=True)
@@ -108,6 +110,10 @@ def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext, c: BackendState) -> f
         return 0.0
     policy = ctx.prefix_policy or _DEFAULT_POLICY
     if not policy.burst_wait_ms:
+        return 0.0
+    if m.blocks < MIN_BURST_BLOCKS:
+        # A prompt this short costs next to nothing to prefill again: holding it back behind a sibling
+        # (on a slot-scoped cache, until the sibling's whole answer ends) would cost more than it saves.
         return 0.0
     own = c.model.prefill_s(ctx.prompt_tokens, ctx.now)
     return max(m.ready_at - ctx.now, own) + policy.burst_wait_ms / 1000

@@ -82,6 +82,9 @@ class Router:
         # Answer lengths per alias and request shape: predicted at each decision, learned at each answer.
         self.outputs = OutputLengths()
         self.learner = Learner(self.states, self.outputs)
+        for alias, entry in self._aliases.items():
+            if isinstance(entry.strategy, LatencyAware):
+                self.learner.reuse[alias] = entry.strategy.reuse
         self._queue_timeout_s = queue_timeout_s
 
     @property

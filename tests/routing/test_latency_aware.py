@@ -93,3 +93,13 @@ def test_one_slow_sample_after_a_burst_does_not_become_the_prediction():
         m.observe_decode(11, 0.2, load=1, now=1.0 + k * 0.1)
     m.observe_decode(11, 2.0, load=1, now=4.1)  # one interval stalled 10x
     assert m.tpot(1, now=4.2) < 0.03  # a peak-EWMA would say 0.2
+
+
+def test_reuse_the_backends_report_counts_where_this_replicas_index_saw_none():
+    # Another replica warmed the backends: this one's index matches nothing, but the backends say they
+    # reused most of each prompt, so placing new prefixes consistently is worth their prefill.
+    policy = LatencyAware(exploration=0)
+    for _ in range(30):
+        policy.reuse.observe(0.0, now=1.0)
+        policy.reuse.observe_reported(0.85, now=1.0)
+    assert policy.reuse.expected_share(1.0) > 0.8

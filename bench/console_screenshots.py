@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -51,6 +53,9 @@ def main() -> None:
         proc, base, _ = start_demo(Path(tmp))
         drv = chrome(*found)
         try:
+            with httpx.Client(base_url=base, timeout=30) as client:  # the other APIs, so the ring shows them too
+                client.post("/v1/messages", json={"model": "llama-8b", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+                client.post("/v1/responses", json={"model": "llama-8b", "max_output_tokens": 8, "input": "hello", "store": False})
             traffic(base, 60)
             sign_in(drv, base)
             wait_for(lambda: drv.find_elements(By.CSS_SELECTOR, ".card.backend svg.chart circle"), what="fleet charts")

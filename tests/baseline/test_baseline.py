@@ -46,7 +46,7 @@ def test_fit_recovers_the_simulator_settings(report):
     f = report.fit
     assert within_timer_drift(f.c_s_per_output_token, TPOT_MS / 1000)
     assert f.b_s_per_prompt_token == pytest.approx(1 / PREFILL_TPS, rel=0.15)
-    assert f.r2 > 0.98
+    assert f.r2 > 0.95  # 0.99+ on an idle machine; timer drift under load (see above) scatters the points a little
     # E2E = net + prefill + (n - 1) x tpot, so the intercept is about net - tpot plus the client's own time.
     assert -0.010 < f.a_s < 0.010
 

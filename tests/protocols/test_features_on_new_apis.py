@@ -51,6 +51,23 @@ class Api:
         return "".join(c["text"] for item in body["output"] if item["type"] == "message"
                        for c in item["content"] if c["type"] == "output_text")
 
+    def reply(self, text: str, native: bool) -> dict:
+        """A backend's whole answer: chat's, or this API's own when the backend speaks it."""
+        if not native:
+            return completion(text)
+        if self.endpoint is MESSAGES:
+            return {"id": "msg_1", "type": "message", "role": "assistant", "model": "m-a",
+                    "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 3, "output_tokens": 1}}
+        return {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "m-a",
+                "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}}
+
+    def path(self, native: bool) -> str:
+        """The upstream path a request of this API takes."""
+        return ("messages" if self.endpoint is MESSAGES else "responses") if native else "chat/completions"
+
     @property
     def overloaded(self) -> tuple[int, str]:
         """Status and error type of "busy, retry later": Anthropic's 529, the gateway's OpenAI-shaped 503."""
@@ -64,11 +81,13 @@ class Api:
         return body["error"]["type"]
 
 
-def config(models: dict | None = None, backends: tuple[str, ...] = ("a", "b"), **sections) -> GatewayConfig:
-    """tests.scripted's config with chat-only backends: both APIs are translated to chat and back."""
+def config(models: dict | None = None, backends: tuple[str, ...] = ("a", "b"), native: bool = False,
+           **sections) -> GatewayConfig:
+    """tests.scripted's config with chat-only backends (both APIs translated to chat and back), or with
+    `native` backends that speak both APIs themselves (passthrough)."""
     cfg = scripted_config(models, backends, **sections)
-    chat_only = {n: b.model_copy(update={"apis": ("chat",)}) for n, b in cfg.backends.items()}
-    return cfg.model_copy(update={"backends": chat_only})
+    apis = ("chat", "messages", "responses") if native else ("chat",)
+    return cfg.model_copy(update={"backends": {n: b.model_copy(update={"apis": apis}) for n, b in cfg.backends.items()}})
 
 
 APIS = [Api(MESSAGES, {"anthropic-version": "2023-06-01"}), Api(RESPONSES, {})]
@@ -84,18 +103,20 @@ async def ask(gw, api: Api, body: dict, headers: dict[str, str] | None = None, k
 
 # (a) hedging --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("stream", "native"), [(False, False), (False, True), (True, False)],
+                         ids=["whole", "whole-native", "stream"])
 @pytest.mark.parametrize("api", APIS, ids=IDS)
-def test_a_late_first_attempt_is_hedged_and_the_hedge_answers(api, stream):
+def test_a_late_first_attempt_is_hedged_and_the_hedge_answers(api, stream, native):
     """Sibling of test_lifecycle's hedging test. Fails with hedging off: the late first attempt would
     answer "slow", 0.8 s later."""
     cfg = config({"chat": {"backends": ["a", "b"], "hedge": {"enabled": True, "min_delay_ms": 30,
-                                                              "after_factor": 1, "budget_ratio": 1.0}}})
+                                                              "after_factor": 1, "budget_ratio": 1.0}}},
+                 native=native)
     if stream:
         t = ScriptedTransport(lambda name, n: Stream(chunks("slow"), delay_s=0.8) if n == 0 else Stream(chunks("fast")))
     else:
-        t = ScriptedTransport(lambda name, n: Reply(completion("slow"), delay_s=0.8) if n == 0
-                              else Reply(completion("fast")))
+        t = ScriptedTransport(lambda name, n: Reply(api.reply("slow", native), delay_s=0.8) if n == 0
+                              else Reply(api.reply("fast", native)))
 
     async def scenario(gw):
         loop = asyncio.get_running_loop()
@@ -111,6 +132,7 @@ def test_a_late_first_attempt_is_hedged_and_the_hedge_answers(api, stream):
     assert took < 0.6
     assert len(backends) == 2 and len(set(backends)) == 2  # the hedge went to the other backend
     assert held == {"a": 0, "b": 0}  # the loser gave its slot back
+    assert {c.path for c in t.calls} == {api.path(native)}
 
 
 # (b) priority admission -----------------------------------------------------------------------------------
@@ -144,8 +166,9 @@ def test_a_batch_request_behind_a_full_queue_is_shed_for_an_interactive_one(api)
 
 # (c) poison requests ---------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("native", [False, True], ids=["translated", "native"])
 @pytest.mark.parametrize("api", APIS, ids=IDS)
-def test_poison_requests_do_not_eject_backends_for_other_tenants(api):
+def test_poison_requests_do_not_eject_backends_for_other_tenants(api, native):
     """Sibling of test_backend_errors' poison test: every backend answers the same 500 to one request
     (real llama.cpp does so for an image sent to a text-only model). Fails if those 500s counted against
     the backends: the breaker (3 consecutive failures) would eject both and other tenants would get 503."""
@@ -153,7 +176,7 @@ def test_poison_requests_do_not_eject_backends_for_other_tenants(api):
     def script(name, n):
         poisoned = b"POISON" in orjson.dumps(t.calls[-1].body)
         return Reply({"error": {"message": "image input is not supported", "type": "server_error"}}, status=500) \
-            if poisoned else Reply(completion("fine"))
+            if poisoned else Reply(api.reply("fine", native))
 
     t = ScriptedTransport(script)
 
@@ -162,11 +185,12 @@ def test_poison_requests_do_not_eject_backends_for_other_tenants(api):
         others = [await ask(gw, api, api.body(), key=LIMITED_KEY) for _ in range(6)]
         return poisoned, others, gw.ejected_backends()
 
-    poisoned, others, ejected = run(config(), t, scenario)
+    poisoned, others, ejected = run(config(native=native), t, scenario)
     assert {a.status for a in poisoned} == {500}
     assert api.error_type(poisoned[0]) in ("api_error", "server_error")
     assert [a.status for a in others] == [200] * 6 and api.text(others[0]) == "fine"
     assert ejected == []
+    assert {c.path for c in t.calls} == {api.path(native)}
 
 
 # (d) latency-target headers -------------------------------------------------------------------------------
@@ -215,14 +239,15 @@ def test_a_malformed_latency_target_is_the_clients_400_in_its_api_shape(api):
 
 # (e) same-alias retries after a 5xx -----------------------------------------------------------------------
 
+@pytest.mark.parametrize("native", [False, True], ids=["translated", "native"])
 @pytest.mark.parametrize("status", [500, 503])
 @pytest.mark.parametrize("api", APIS, ids=IDS)
-def test_a_5xx_is_retried_on_the_aliass_other_backend(api, status):
+def test_a_5xx_is_retried_on_the_aliass_other_backend(api, status, native):
     """Sibling of test_backend_errors' "still ejected" retry. Fails without retries: the client would get
     the 5xx."""
     t = ScriptedTransport(lambda name, n: Reply({"error": {"message": "boom"}}, status=status) if n == 0
-                          else Reply(completion("retried")))
-    cfg = config({"chat": {"backends": ["a", "b"], "strategy": "round_robin"}})
+                          else Reply(api.reply("retried", native)))
+    cfg = config({"chat": {"backends": ["a", "b"], "strategy": "round_robin"}}, native=native)
 
     async def scenario(gw):
         return await ask(gw, api, api.body())
@@ -231,3 +256,4 @@ def test_a_5xx_is_retried_on_the_aliass_other_backend(api, status):
     assert answer.status == 200 and api.text(answer) == "retried"
     assert answer.headers["x-slipstream-attempts"] == "2" and "x-slipstream-fallback" not in answer.headers
     assert t.calls[0].backend != t.calls[1].backend
+    assert [c.path for c in t.calls] == [api.path(native)] * 2

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+import anthropic
+import openai
 import orjson
 import pytest
 
@@ -20,8 +22,10 @@ from app.config import GatewayConfig
 from app.protocols import MESSAGES, RESPONSES, ClientProtocol
 from app.upstream.scripted import Reply, ScriptedTransport, Stream, chunks, completion
 from app.upstream.sse import EventSplitter, event_data
+from tests.conftest import start_gateway
 from tests.scripted import LIMITED_KEY, Answer, call, in_flight, run
 from tests.scripted import config as scripted_config
+from tests.support import Process, free_port, write_yaml
 
 
 @dataclass(frozen=True)
@@ -257,3 +261,49 @@ def test_a_5xx_is_retried_on_the_aliass_other_backend(api, status, native):
     assert answer.headers["x-slipstream-attempts"] == "2" and "x-slipstream-fallback" not in answer.headers
     assert t.calls[0].backend != t.calls[1].backend
     assert [c.path for c in t.calls] == [api.path(native)] * 2
+
+
+# (d) again, end to end: the official SDKs against a real gateway process over the simulator ----------------
+
+@pytest.fixture(scope="module")
+def slo_gateway(tmp_path_factory):
+    """As tests/routing/test_slo.py: one chat-only simulated backend at 2000 prompt tokens/s, so a
+    200-word prompt's TTFT is predicted far above 0.5 ms and well under 20 s."""
+    tmp = tmp_path_factory.mktemp("slo-apis")
+    port = free_port()
+    sim = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 1, "backends": {
+        "b": dict(port=port, model="m", prefill_tokens_per_s=2000, tpot_ms=1, output=dict(median=4, sigma=0, max=4))}}})
+    proc = Process(["simulate", "--config", str(sim)], tmp / "sim.log")
+    proc.wait_listening(port)
+    gw = start_gateway(tmp, None, {"auth": {"mode": "open"},
+                                   "backends": {"b": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "m",
+                                                      "apis": ["chat"]}},
+                                   "models": {"m": {"backends": ["b"]}}})
+    yield gw
+    gw.process.stop()
+    proc.stop()
+
+
+def sdk_call(gw, api: Api, headers: dict[str, str]) -> str:
+    """One call through the API's official SDK; returns the answer's text."""
+    prompt = "hello " * 200
+    if api.endpoint is MESSAGES:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-open-0123456789", max_retries=0)
+        message = client.messages.create(model="m", max_tokens=4, messages=[{"role": "user", "content": prompt}],
+                                          extra_headers=headers)
+        return "".join(b.text for b in message.content if b.type == "text")
+    return gw.client("sk-open-0123456789").responses.create(model="m", input=prompt, max_output_tokens=16,
+                                                            extra_headers=headers).output_text
+
+
+@pytest.mark.parametrize("api", APIS, ids=IDS)
+def test_sdk_a_sheddable_request_with_an_unmeetable_target_is_refused_and_a_reachable_one_served(slo_gateway, api):
+    """Fails if the real HTTP route dropped the target or priority headers for this API."""
+    error = anthropic.APIStatusError if api.endpoint is MESSAGES else openai.APIStatusError
+    with pytest.raises(error) as refused:
+        sdk_call(slo_gateway, api, {"x-slipstream-ttft-slo-ms": "0.5", "x-slipstream-priority": "batch"})
+    assert refused.value.status_code == api.overloaded[0]
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert "latency target" in refused.value.response.text
+    assert sdk_call(slo_gateway, api, {"x-slipstream-ttft-slo-ms": "20000", "x-slipstream-priority": "batch"})
+    assert sdk_call(slo_gateway, api, {"x-slipstream-ttft-slo-ms": "0.5"})  # interactive: still served

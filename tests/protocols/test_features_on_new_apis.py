@@ -263,6 +263,23 @@ def test_a_5xx_is_retried_on_the_aliass_other_backend(api, status, native):
     assert [c.path for c in t.calls] == [api.path(native)] * 2
 
 
+@pytest.mark.parametrize("api", APIS, ids=IDS)
+def test_a_5xx_before_a_stream_starts_is_retried_and_the_stream_served(api):
+    """The stream's variant: a 503 before any event is retried on the alias's other backend, and the client
+    sees one whole stream in its API's events. Fails without retries (the client would get the 503)."""
+    t = ScriptedTransport(lambda name, n: Reply({"error": {"message": "busy"}}, status=503) if n == 0
+                          else Stream(chunks("retried")))
+    cfg = config({"chat": {"backends": ["a", "b"], "strategy": "round_robin"}})
+
+    async def scenario(gw):
+        return await ask(gw, api, api.body(stream=True))
+
+    answer = run(cfg, t, scenario)
+    assert answer.status == 200 and api.text(answer) == "retried"
+    assert answer.headers["x-slipstream-attempts"] == "2"
+    assert t.calls[0].backend != t.calls[1].backend
+
+
 # (d) again, end to end: the official SDKs against a real gateway process over the simulator ----------------
 
 @pytest.fixture(scope="module")

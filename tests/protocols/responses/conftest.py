@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.admission.auth import hash_key
-from tests.conftest import ACME_KEY, GLOBEX_KEY, NO_BREAKER, Fleet, start_gateway
+from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY, NO_BREAKER, Fleet, start_gateway
 from tests.support import Process, free_port, write_yaml
 
 SIM = {"slots": 32, "prefill_tokens_per_s": 2e5, "tpot_ms": 1, "output": {"median": 12, "sigma": 0, "max": 12}}
@@ -43,7 +43,7 @@ def responses_config(fleet: Fleet, store: dict | None = None) -> dict:
             {"tenant": "acme", "key_sha256": hash_key(ACME_KEY)},
             {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY)},
             {"tenant": "limited", "key_sha256": hash_key(LIMITED_KEY), "models": ["translated"]},
-        ]},
+        ], "admin_keys": [hash_key(ADMIN_KEY)]},
         "backends": {
             "native": backend("native", "m-native", ["chat", "responses"]),
             "chat": backend("chat", "m-chat", ["chat"]),

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import ACME_KEY, GLOBEX_KEY
+from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY
 from tests.protocols.responses.conftest import LIMITED_KEY
 from tests.support import set_faults, sim_stats
 
@@ -148,8 +148,12 @@ def test_an_unknown_previous_response_is_a_404_naming_it(client):
     assert err.value.body["param"] == "previous_response_id"
 
 
-def test_the_exact_cache_replays_a_stream_as_responses_events(client):
+def test_the_exact_cache_replays_a_stream_as_responses_events(client, responses_gateway):
     first = client.responses.create(model="cached", input="cache me", temperature=0)
+    # The cache is written after the response, in the background: wait until the entry is stored.
+    r = httpx.post(f"{responses_gateway.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                   timeout=10)
+    assert r.status_code == 200, r.text
     with client.responses.with_streaming_response.create(model="cached", input="cache me", temperature=0,
                                                          stream=True) as raw:
         assert raw.headers["x-slipstream-cache"] == "hit"  # no backend read it

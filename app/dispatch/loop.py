@@ -346,6 +346,10 @@ def route_context(req: ParsedRequest, target: LatencyTarget | None = None) -> Ro
     size = req.size
     text = req.protocol.prefix_text(req.body)
     prefix = prompt_blocks(text) if text is not None else None
+    if not size.generates:
+        # An embedding is a prefill with no decode: exactly one "output" step (no decode tokens), never the
+        # alias's learned answer length (chat's, a few hundred tokens: seconds of decode that never happen).
+        return RouteContext(req.stream, size.prompt_tokens, 1, exact_output=True, prefix=prefix, requested_target=target)
     return RouteContext(req.stream, size.prompt_tokens, size.output_cap, exact_output=size.exact_output, prefix=prefix,
                         requested_target=target, shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)))
 

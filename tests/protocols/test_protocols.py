@@ -107,3 +107,15 @@ def test_a_cached_chat_answer_replays_as_chat_chunks_ending_in_done():
     assert events[-1] == b"data: [DONE]\n\n"
     kinds = [CHAT.classify(e[6:-2]) for e in events]
     assert EventKind.CONTENT in kinds and EventKind.FINISH in kinds
+
+
+def test_an_embedding_is_predicted_as_a_prefill_with_no_decode():
+    from app.routing.latency_model import LatencyModel
+    from app.routing.predict import estimate
+    from tests.routing.test_strategies import State
+
+    ctx = route_context(EMBEDDINGS.parse(orjson.dumps({"model": "m", "input": "y" * 40})))
+    est = estimate(State("embed", model=LatencyModel()), ctx)
+    # Not the alias's learned chat answer length (hundreds of tokens of decode that never happen).
+    assert est.decode_tokens == 0
+    assert est.e2e_s == est.ttft_s

@@ -131,6 +131,11 @@ class ClientProtocol:
     # Whether its turns are stored and chained by the gateway (the Responses API: app.conversations).
     stateful = False
 
+    # How this API words the three checks every request gets (Anthropic's SDK-style wording differs).
+    model_required = "'model' is required and must be a non-empty string"
+    stream_not_bool = "'stream' must be a boolean"
+    stream_unsupported = "'stream' is not supported on /v1/{api}"
+
     def __repr__(self) -> str:
         return f"<protocol {self.name}>"
 
@@ -140,14 +145,14 @@ class ClientProtocol:
         body = load_object(raw)
         alias = body.get("model")
         if not isinstance(alias, str) or not alias:
-            raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+            raise InvalidRequest(self.model_required, param="model")
         stream = body.get("stream", False)
         if stream is None:
             stream = False
         if not isinstance(stream, bool):
-            raise InvalidRequest("'stream' must be a boolean", param="stream")
+            raise InvalidRequest(self.stream_not_bool, param="stream")
         if stream and not self.streams:
-            raise InvalidRequest(f"'stream' is not supported on /v1/{self.value}", param="stream")
+            raise InvalidRequest(self.stream_unsupported.format(api=self.value), param="stream")
         wants_usage = self.check(body, stream)
         if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:  # cheap bound first: deep bodies are rare
             check_depth(body)

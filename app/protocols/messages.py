@@ -19,16 +19,13 @@ import orjson
 from app.errors import GatewayError, InvalidRequest
 from app.protocols import messages_chat
 from app.protocols.base import (
-    MAX_DEPTH,
     ClientProtocol,
     EventKind,
     LimitFigure,
     ParsedRequest,
     PromptSize,
     Upstream,
-    check_depth,
     is_int,
-    load_object,
     positive_int,
 )
 from app.protocols.chat import SEP
@@ -112,26 +109,11 @@ class MessagesProtocol(ClientProtocol):
     sse = MessagesSse()
     end_marker = b'"message_stop"'
 
-    # --- the request ----------------------------------------------------------------------------
-    def parse(self, raw: bytes) -> ParsedRequest:
-        body = load_object(raw)
-        alias = body.get("model")
-        if not isinstance(alias, str) or not alias:
-            raise InvalidRequest("model: Field required (a non-empty string)", param="model")
-        stream = body.get("stream", False)
-        if stream is None:
-            stream = False
-        if not isinstance(stream, bool):
-            raise InvalidRequest("stream: Input should be a valid boolean", param="stream")
-        if stream and not self.streams:
-            raise InvalidRequest(f"stream: not supported on /v1/{self.value}", param="stream")
-        self.check(body, stream)
-        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
-            check_depth(body)
-        req = ParsedRequest(self, alias, body, stream, False)
-        req.size = self.prompt_size(body)
-        return req
+    model_required = "model: Field required (a non-empty string)"
+    stream_not_bool = "stream: Input should be a valid boolean"
+    stream_unsupported = "stream: not supported on /v1/{api}"
 
+    # --- the request ----------------------------------------------------------------------------
     def check(self, body: dict, stream: bool) -> bool:
         max_tokens = body.get("max_tokens")
         if self.needs_max_tokens and max_tokens is None:

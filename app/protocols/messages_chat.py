@@ -42,8 +42,8 @@ import orjson
 
 from app.errors import InvalidRequest, UpstreamProtocolError
 from app.protocols.base import ParsedRequest
+from app.protocols.translated_stream import TranslatedStream
 from app.upstream.attempt import EventStream, JsonReply, json_object
-from app.upstream.sse import event_data
 
 
 def event(name: str, data: dict) -> bytes:
@@ -332,27 +332,18 @@ class StreamTranslator:
         return out
 
 
-class TranslatedStream:
-    """A chat-completions stream read as the Messages stream it stands for (the relay sees only Messages
-    events). Closing it closes the backend's stream."""
+class TranslatedMessagesStream(TranslatedStream):
+    """A chat-completions stream read as the Messages stream it stands for."""
 
     def __init__(self, inner: EventStream, alias: str) -> None:
-        self.inner = inner
-        self.backend = inner.backend
-        self.headers = inner.headers
-        self.timing = inner.timing
+        super().__init__(inner)
         self.translator = StreamTranslator(alias)
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         translator = self.translator
         async for batch in self.inner.batches():
             out: list[bytes] = []
-            for raw in batch:
-                data = event_data(raw)
-                if data is None:
-                    continue
-                if data.startswith(b'{"error"'):
-                    json_object(data, self.backend)  # raises the backend's error, classified by its adapter
+            for data in self.chat_data(batch):
                 out.extend(_data_only(e) for e in translator.feed(data))
                 if translator.done:
                     break
@@ -363,12 +354,6 @@ class TranslatedStream:
         # A backend that closed after its final chunk without [DONE]: complete if it said why it stopped.
         yield [_data_only(e) for e in translator.finish()]
 
-    def close(self) -> None:
-        self.inner.close()
-
-    async def aclose(self) -> None:
-        self.inner.close()
-
 
 def _data_only(event: bytes) -> bytes:
     """An event as its data line alone, without its blank line: the relay frames it again by its type
@@ -376,10 +361,10 @@ def _data_only(event: bytes) -> bytes:
     return event[event.index(b"\n") + 1:-2]
 
 
-def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False) -> JsonReply | TranslatedStream:
+def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False) -> JsonReply | TranslatedMessagesStream:
     """A chat backend's answer as the Messages (or count_tokens) answer it stands for."""
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
         body = count_body(chat) if count_only else message_body(chat, alias)
         return replace(result, body=orjson.dumps(body), data=body)
-    return TranslatedStream(result, alias)
+    return TranslatedMessagesStream(result, alias)

@@ -22,9 +22,9 @@ from app.protocols.openai import OpenAIProtocol
 from app.protocols.responses import request
 from app.protocols.responses.from_chat import ChatStreamTranslator, event, from_chat, new_id, shell
 from app.protocols.responses.to_chat import as_items, to_chat
+from app.protocols.translated_stream import TranslatedStream
 from app.record import Usage
 from app.upstream.attempt import EventStream, JsonReply, json_object
-from app.upstream.sse import event_data
 
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TYPE = re.compile(rb'"type"\s*:\s*"(response\.[a-z_.]+|error)"')
@@ -235,24 +235,20 @@ def _reason(response: dict) -> str | None:
     return "tool_calls" if calls else "stop"
 
 
-def translated(result: JsonReply | EventStream, answer: dict) -> JsonReply | TranslatedStream:
+def translated(result: JsonReply | EventStream, answer: dict) -> JsonReply | TranslatedResponsesStream:
     """A chat backend's answer as the Responses answer it stands for (`answer`: the response's shell)."""
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
         body = from_chat(chat, answer)
         return replace(result, body=orjson.dumps(body), data=body)
-    return TranslatedStream(result, answer)
+    return TranslatedResponsesStream(result, answer)
 
 
-class TranslatedStream:
-    """A chat-completions stream read as the Responses stream it stands for (the relay sees only Responses
-    events). Closing it closes the backend's stream."""
+class TranslatedResponsesStream(TranslatedStream):
+    """A chat-completions stream read as the Responses stream it stands for."""
 
     def __init__(self, inner: EventStream, answer: dict) -> None:
-        self.inner = inner
-        self.backend = inner.backend
-        self.headers = inner.headers
-        self.timing = inner.timing
+        super().__init__(inner)
         self.translator = ChatStreamTranslator(answer)
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
@@ -261,12 +257,7 @@ class TranslatedStream:
         async for batch in self.inner.batches():
             out, opening = opening, []
             done = False
-            for raw in batch:
-                data = event_data(raw)
-                if data is None:
-                    continue
-                if data.startswith(b'{"error"'):
-                    json_object(data, self.backend)  # raises the backend's error, classified by its adapter
+            for data in self.chat_data(batch):
                 if data == b"[DONE]":
                     done = True
                     break
@@ -281,12 +272,6 @@ class TranslatedStream:
             raise UpstreamProtocolError(f"backend {self.backend.name} ended the stream before it was complete")
         # A backend that closed after its final chunk without [DONE]: complete, since it said why it stopped.
         yield _split(t.finish())
-
-    def close(self) -> None:
-        self.inner.close()
-
-    async def aclose(self) -> None:
-        self.inner.close()
 
 
 def _split(events: bytes) -> list[bytes]:

@@ -1,0 +1,38 @@
+"""A chat-completions stream read as the stream of the client API it stands for (Anthropic Messages, OpenAI
+Responses), for a backend that speaks chat only: the relay sees only the client API's events.
+
+The shared part: the backend's stream as the relay knows it (its backend, headers and timing), its chat
+events' data with comments and keep-alives dropped and an error event raised as the backend's error, and
+closing, which closes the backend's stream. Each API's subclass turns those data into its own events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from app.upstream.attempt import EventStream, json_object
+from app.upstream.sse import event_data
+
+
+class TranslatedStream:
+    def __init__(self, inner: EventStream) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.headers = inner.headers
+        self.timing = inner.timing
+
+    def chat_data(self, batch: list[bytes]) -> Iterator[bytes]:
+        """The data of the batch's chat events, in order."""
+        for raw in batch:
+            data = event_data(raw)
+            if data is None:
+                continue
+            if data.startswith(b'{"error"'):
+                json_object(data, self.backend)  # raises the backend's error, classified by its adapter
+            yield data
+
+    def close(self) -> None:
+        self.inner.close()
+
+    async def aclose(self) -> None:
+        self.inner.close()

@@ -28,7 +28,7 @@ from app.protocols.base import (
     is_int,
     positive_int,
 )
-from app.protocols.chat import SEP
+from app.protocols.chat import SEP, plain_text
 from app.protocols.messages_chat import event, system_text
 from app.record import Usage
 
@@ -486,15 +486,6 @@ def input_tokens(usage: dict) -> int:
     """All the prompt's tokens: Anthropic's input_tokens leave out those read from or written to its cache."""
     return sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
                                                  "cache_creation_input_tokens"))
-
-
-def plain_text(content: object) -> str | None:
-    """A turn's text when it is nothing but text."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
-        return "\n".join(str(b.get("text", "")) for b in content)
-    return None
 
 
 def block_chars(content: object) -> int:

@@ -216,6 +216,10 @@ class SemanticCachePolicy(Strict):
     # Content-word alignment (app/cache/guard.py): every changed word must be a synonym, an
     # inflection or a typo. Off only for experiments: without it, one-word opposites are served.
     guard: bool = True
+    # Where the guard is unsure and only common words differ, align them by their meaning in context
+    # (app/cache/context.py). Off by default: it serves more paraphrases but lets some antonyms through
+    # (README, "Semantic cache quality"). Needs the guard.
+    context: bool = False
     # An LLM judge (an alias of this gateway) that must also confirm a candidate; off by default.
     judge: JudgeConfig | None = None
 

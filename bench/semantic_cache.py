@@ -35,8 +35,9 @@ import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.cache import context
 from app.cache.embedder import OnnxEncoder
-from app.cache.guard import HARD_REASONS, mismatch
+from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_messages, parse_verdict
 from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
 from bench.harness import ROOT, free_port
@@ -103,15 +104,31 @@ class Scored:
         self.why = [mismatch(p["a"], p["b"]) for p in pairs]
         self.guard_us = (time.perf_counter() - t0) / len(pairs) * 1e6
         self.guard = np.array([w is None for w in self.why])
+        # cache.semantic.context: where the guard is unsure (not for a hard reason), the contextual check.
+        states: dict[str, list] = {}
+
+        def in_context(cached: str, asked: str, why: str | None) -> bool:
+            if why is None:
+                return True
+            u = unaligned(cached, asked) if why not in HARD_REASONS else None
+            if u is None:
+                return False
+            for t in (cached, asked):
+                if t not in states:
+                    states[t] = encoder.word_states(t)
+            return context.aligned(u, states[cached], states[asked])
+
+        self.context = np.array([in_context(p["a"], p["b"], w) for p, w in zip(pairs, self.why)])
         # Earlier turns: the lowest similarity over the turns that differ (1.0 when none does), and
         # whether the guard aligns every differing pair. Different lengths never match.
         self.hist_sim = np.ones(len(pairs))
         self.hist_guard = np.ones(len(pairs), bool)
+        self.hist_context = np.ones(len(pairs), bool)
         texts: dict[str, np.ndarray] = {}
         for i, p in enumerate(pairs):
             ca, cb = p.get("context_a") or [], p.get("context_b") or []
             if len(ca) != len(cb):
-                self.hist_sim[i], self.hist_guard[i] = -1.0, False
+                self.hist_sim[i], self.hist_guard[i], self.hist_context[i] = -1.0, False, False
                 continue
             for x, y in zip(ca, cb):
                 if x == y:
@@ -120,10 +137,15 @@ class Scored:
                     if t not in texts:
                         texts[t] = encoder.encode([t])[0]
                 self.hist_sim[i] = min(self.hist_sim[i], float(texts[x] @ texts[y]))
-                self.hist_guard[i] &= mismatch(y, x) is None
+                why = mismatch(x, y)
+                self.hist_guard[i] &= why is None
+                self.hist_context[i] &= in_context(x, y, why)
 
-    def served(self, threshold: float, verified: np.ndarray, guard_history: bool = True) -> np.ndarray:
-        history = (self.hist_sim >= threshold) & (self.hist_guard if guard_history else True)
+    def served(self, threshold: float, verified: np.ndarray, guard_history: bool | str = True) -> np.ndarray:
+        """guard_history: True (the guard aligns every differing earlier turn), "context" (the guard or
+        the contextual check does), False (similarity alone)."""
+        aligned = self.hist_context if guard_history == "context" else self.hist_guard if guard_history else True
+        history = (self.hist_sim >= threshold) & aligned
         return (self.sims >= threshold) & verified & history
 
 
@@ -177,7 +199,9 @@ def main() -> int:
           f"{np.median(s.sims[s.same]):.3f}, of traps median {np.median(s.sims[~s.same]):.3f}; guard {s.guard_us:.0f} us per pair")
 
     everything = np.ones(len(pairs), bool)
-    configs: dict[str, tuple[np.ndarray, bool]] = {"similarity only": (everything, False), "guard": (s.guard, True)}
+    configs: dict[str, tuple[np.ndarray, bool | str]] = {
+        "similarity only": (everything, False), "guard": (s.guard, True),
+        "guard + context (cache.semantic.context)": (s.context, "context")}
     proc = None
     judge_band = None
     if args.judge_llama or args.judge_url:

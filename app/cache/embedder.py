@@ -76,6 +76,27 @@ class OnnxEncoder:
             out[fits] = self._run([encs[i].ids for i in fits])
         return out
 
+    def word_states(self, text: str) -> list[tuple[str, np.ndarray]]:
+        """Each word of `text` (lower case, as written) with its vector in context: the mean of its word
+        pieces' last hidden states, unit length. Empty for a text beyond the window."""
+        if len(text) > WINDOW_CHARS:
+            return []
+        enc = self._tok.encode(text)
+        if enc.overflowing:
+            return []
+        ids = np.array([enc.ids], dtype=np.int64)
+        (states,) = self._session.run(["token_states"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        pieces: dict[int, list[int]] = {}
+        for i, word in enumerate(enc.word_ids):
+            if word is not None:
+                pieces.setdefault(word, []).append(i)
+        out = []
+        for idx in pieces.values():
+            v = states[0, idx].mean(axis=0)
+            start, end = enc.offsets[idx[0]][0], enc.offsets[idx[-1]][1]
+            out.append((text[start:end].lower(), (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)))
+        return out
+
     def _run(self, rows: list[list[int]]) -> np.ndarray:
         ids = np.zeros((len(rows), max(len(r) for r in rows)), dtype=np.int64)  # [PAD] is id 0
         for i, r in enumerate(rows):
@@ -126,6 +147,21 @@ class Embedder:
             self.timeouts += 1
             return None
         except Exception:  # noqa: BLE001 - any model failure is a miss for this lookup, counted
+            self.failures += 1
+            return None
+
+    async def word_states(self, text: str, timeout_s: float) -> list[tuple[str, np.ndarray]] | None:
+        """`OnnxEncoder.word_states` on the model's thread; None when late or failed (the caller misses)."""
+        assert self._encoder is not None, "Embedder.start() was not awaited"
+        if timeout_s <= 0:
+            return None
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self._encoder.word_states, text)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            self.timeouts += 1
+            return None
+        except Exception:  # noqa: BLE001 - a model failure is a miss for this lookup, counted
             self.failures += 1
             return None
 

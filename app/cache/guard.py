@@ -187,6 +187,55 @@ MAX_FILLER = 2
 COMMON_RANK = 3500
 
 
+@dataclass(frozen=True, slots=True)
+class Unaligned:
+    """The words a contextual check (app/cache/context.py) must pair for the guard's "no" to be overruled."""
+    cached: tuple[str, ...]  # surfaces in the cached question with no counterpart in the new one
+    asked: tuple[str, ...]  # and the other way round
+    cached_words: tuple[str, ...]  # every content word of the cached question (what `asked` may pair with)
+    asked_words: tuple[str, ...]
+
+
+def unaligned(cached: str, asked: str) -> Unaligned | None:
+    """The words that keep two questions from aligning, when only common, light-meaning words differ.
+
+    None (the guard's "no" stands) unless: at most `CONTEXT_MAX_WORDS` words differ (after typos and
+    light words), each is among the most common English words (vocabulary rank below `CONTEXT_RANK`)
+    and is no number, negation, past tense or role word, and with them set aside every role still has
+    the same object (a swap, "more caffeine than espresso" / "... than drip coffee", stays a miss).
+    Identical words in another order are never returned: nothing differs, and the order is the point.
+    Rare words (names, objects, the thing asked about) must match exactly, as in `mismatch`.
+    """
+    ta, tb = tokens(cached), tokens(asked)
+    ca, cb = [t.canon for t in ta], [t.canon for t in tb]
+    only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
+    heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
+    heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
+    pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
+    words_a = [t for t in ta if t.canon in rest_a]
+    words_b = [t for t in tb if t.canon in rest_b]
+    if not words_a and not words_b or len(words_a) + len(words_b) > CONTEXT_MAX_WORDS:
+        return None
+    rank = vocab_rank()
+    for t in words_a + words_b:
+        if (not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS
+                or t.surface in lx.ROLE_WORDS or rank.get(t.surface, CONTEXT_RANK) >= CONTEXT_RANK):
+            return None
+    kept_a = [c for c in ca if c not in rest_a and (c not in lx.LIGHT or c not in only_a)]
+    kept_b = [pairs.get(c, c) for c in cb if c not in rest_b and (c not in lx.LIGHT or c not in only_b)]
+    if _roles(kept_a) != _roles(kept_b):
+        return None
+    return Unaligned(tuple(t.surface for t in words_a), tuple(t.surface for t in words_b),
+                     tuple(t.surface for t in ta), tuple(t.surface for t in tb))
+
+
+# Chosen on the tune split of bench/data/semantic_set.jsonl (README, "Semantic cache quality"): the
+# vocabulary lists whole words from line ~1996 ("the") by frequency, so 2500 is about the 500 most
+# common words; past that, siblings ("locked"/"deleted") start to slip through.
+CONTEXT_RANK = 2500
+CONTEXT_MAX_WORDS = 4
+
+
 def _why(only_a: Counter, only_b: Counter) -> str:
     words = set(only_a) | set(only_b)
     if words & _NEGATIONS:

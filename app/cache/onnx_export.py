@@ -2,7 +2,8 @@
 
 The model is a 6-layer BERT (hidden 384, 12 heads) with mean pooling and L2 normalisation, the
 whole sentence-transformers pipeline in one graph: inputs `input_ids` and `attention_mask`
-(int64, [batch, seq]), output `embedding` (float32, [batch, 384], unit length). Writing the graph by
+(int64, [batch, seq]), outputs `embedding` (float32, [batch, 384], unit length) and `token_states`
+(float32, [batch, seq, 384]: the last layer per word piece, read only by app/cache/context.py). Writing the graph by
 hand is ~100 lines and drops torch (and its ~500 MiB) from install and run time alike; tests compare
 its vectors with reference vectors made once by sentence-transformers.
 
@@ -26,6 +27,9 @@ import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 QUANTIZATIONS = ("int8", "fp32")
+# Bumped whenever build_graph changes what it computes, so a graph cached by an older build is not reused.
+# g2: a second output, `token_states` (each word piece's last hidden state, for app/cache/context.py).
+GRAPH_VERSION = "g2"
 _HEADS = 12
 _EPS = 1e-12
 
@@ -62,7 +66,7 @@ def weights_digest(src: Path) -> str:
 def model_path(quantization: str, src: Path | None = None) -> Path:
     src = src or source_dir()
     recipe = "int8pc" if quantization == "int8" else quantization
-    return cache_dir() / f"{MODEL_NAME}-{weights_digest(src)}-{recipe}.onnx"
+    return cache_dir() / f"{MODEL_NAME}-{weights_digest(src)}-{recipe}-{GRAPH_VERSION}.onnx"
 
 
 def ensure_model(quantization: str) -> Path:
@@ -186,12 +190,14 @@ def build_graph(w: dict[str, np.ndarray]):
     pooled = op("Div", summed, count)
     norm = op("Max", op("ReduceL2", pooled, axes=[1], keepdims=1), const(np.float32(1e-12)))
     nodes.append(helper.make_node("Div", [pooled, norm], ["embedding"]))
+    nodes.append(helper.make_node("Identity", [x], ["token_states"]))
 
     graph = helper.make_graph(
         nodes, MODEL_NAME,
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
          helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", hidden])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", hidden]),
+         helper.make_tensor_value_info("token_states", TensorProto.FLOAT, ["batch", "seq", hidden])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="slipstream")

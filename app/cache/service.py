@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.cache import guard
+from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
 from app.cache.judge import AskFn, LlmJudge
@@ -88,10 +89,17 @@ class Cache:
     _failures_in_a_row: int = 0
     _pending: set = field(default_factory=set)
     _judges: dict = field(default_factory=dict)
+    _aligner: ContextAligner | None = None
     _writer: StoreWriter | None = None
     # Vectors of earlier turns that differed from a candidate's, so a conversation's history is
     # embedded once, not once per follow-up.
     _turn_vectors: OrderedDict = field(default_factory=OrderedDict)
+
+    @property
+    def _context(self) -> ContextAligner | None:
+        if self._aligner is None and self.embedder is not None:
+            self._aligner = ContextAligner(self.embedder)
+        return self._aligner
 
     @property
     def writer_stats(self):
@@ -181,11 +189,12 @@ class Cache:
         neighbours = await self._safe(self.store.nearest(q.scope, plan.vector, _NEIGHBOURS)) or []
         judge = self._judge(policy)
         judge_from = policy.judge.min_similarity if policy.judge is not None else 1.0
+        context = self._context if policy.context else None
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
             cached, history = parse_stored(n.query)
-            ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left)
+            ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left, context)
             if not ok:
                 if by.startswith("guard:"):
                     self.stats.guard_rejections += 1
@@ -194,7 +203,7 @@ class Cache:
                 else:  # the judge gave no verdict: a miss, but not a refusal
                     self.stats.judge_failures += 1
                 continue
-            if not await self._same_history(q.history, history, plan.threshold, policy.guard, left):
+            if not await self._same_history(q.history, history, plan.threshold, policy.guard, left, context):
                 self.stats.history_rejections += 1
                 continue
             answer = CachedAnswer.from_bytes(n.answer)
@@ -206,10 +215,11 @@ class Cache:
         return None
 
     async def _same_history(self, asked: tuple[str, ...], cached: tuple[str, ...], threshold: float, use_guard: bool,
-                            left) -> bool:
+                            left, context: ContextAligner | None = None) -> bool:
         """Earlier turns match pairwise by the last turn's rules: the same text, or similarity at the
-        threshold and (with the guard on) every content word aligned. The scope already made the roles
-        and their order, the system prompts and the parameters equal."""
+        threshold and (with the guard on) every content word aligned, by the guard or, with
+        `cache.semantic.context`, in context. The scope already made the roles and their order, the
+        system prompts and the parameters equal."""
         if len(asked) != len(cached):
             return False
         differ = [(a, c) for a, c in zip(asked, cached) if a != c]
@@ -217,8 +227,14 @@ class Cache:
             return True
         if any(len(t) > WINDOW_CHARS for pair in differ for t in pair):
             return False  # beyond the model's window: such turns must be equal (and the guard never reads a huge text)
-        if use_guard and any(guard.mismatch(c, a) is not None for a, c in differ):
-            return False  # microseconds: before any embedding
+        if use_guard:
+            for a, c in differ:
+                why = guard.mismatch(c, a)
+                if why is None:
+                    continue
+                # Microseconds: before any embedding, unless contextual alignment may still pair the words.
+                if context is None or why in guard.HARD_REASONS or not (await context.verify(a, c, left())).ok:
+                    return False
         vectors = await self._vectors([t for pair in differ for t in pair], left)
         if vectors is None:
             return False  # late: a miss

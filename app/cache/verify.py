@@ -7,6 +7,8 @@ back to the client (`x-slipstream-cache-verifier`).
 Who decides (`confirm`):
 - the guard (microseconds) first: what it aligns is served at once, so a hit it confirms never waits
   on a model; what it rejects for a number, a negation or a direction is a miss, whatever else says;
+- contextual alignment (`cache.semantic.context`, off by default), where the guard is unsure and only
+  common words differ: one more pass of the embedding model over each question (app/cache/context.py);
 - an LLM judge, if configured, only where the guard is unsure (words it could not align, or their
   order) and the similarity is at least `judge_from` (`judge.min_similarity`): that band is where free rewordings
   are, and the judge can serve them. With the guard off, the judge decides every candidate.
@@ -35,14 +37,19 @@ class Verifier(Protocol):
 
 
 async def confirm(query: str, cached: str, similarity: float, use_guard: bool, judge: Verifier | None,
-                  judge_from: float, timeout_s) -> tuple[bool, str]:
-    """(True, "guard" | "judge" | "similarity") when the candidate may be served; (False, "guard:number",
-    "judge:no", ...) when not. `timeout_s` is called for the time left before the judge is asked."""
+                  judge_from: float, timeout_s, context: Verifier | None = None) -> tuple[bool, str]:
+    """(True, "guard" | "context" | "judge" | "similarity") when the candidate may be served; (False,
+    "guard:number", "judge:no", ...) when not. `timeout_s` is called for the time left before a model
+    verifier is asked. `context` (app/cache/context.py) is asked only with the guard on."""
     if use_guard:
         why = guard.mismatch(cached, query)
         if why is None:
             return True, "guard"
-        if judge is None or why in guard.HARD_REASONS or similarity < judge_from:
+        if why in guard.HARD_REASONS:
+            return False, f"guard:{why}"
+        if context is not None and (await context.verify(query, cached, timeout_s())).ok:
+            return True, context.name
+        if judge is None or similarity < judge_from:
             return False, f"guard:{why}"
     elif judge is None:
         return True, "similarity"

@@ -26,13 +26,14 @@ def answer(text: str) -> dict:
 
 
 class Harness:
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, policy: CachePolicy = POLICY) -> None:
         self.cache = cache
+        self.policy = policy
 
     async def ask(self, body: dict, reply: str) -> str:
         """The answer served for `body`: from the cache, else `reply` (which is then stored)."""
         req = CHAT.parse(orjson.dumps(body))
-        plan = self.cache.plan("tenant", req, POLICY, {})
+        plan = self.cache.plan("tenant", req, self.policy, {})
         hit = await self.cache.lookup(plan)
         if hit is not None:
             return hit.answer.body["choices"][0]["message"]["content"]
@@ -49,10 +50,10 @@ def run():
     embedder = Embedder(EmbeddingConfig(timeout_ms=5000))  # generous: a shared 2-core machine
     loop.run_until_complete(embedder.start())
 
-    def go(scenario):
+    def go(scenario, policy: CachePolicy = POLICY):
         cache = Cache(CacheConfig(), MemoryStore(1000), embedder)
         try:
-            return loop.run_until_complete(scenario(Harness(cache)))
+            return loop.run_until_complete(scenario(Harness(cache, policy)))
         finally:
             loop.run_until_complete(cache.writer.aclose())
 

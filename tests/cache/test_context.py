@@ -1,0 +1,135 @@
+"""Contextual alignment (cache.semantic.context): where the guard is unsure and only common words
+differ, those words are compared as the model reads them in their sentences. Real encoder (int8)
+throughout; the one stand-in is the recording verifier that checks who `confirm` asks, and when."""
+
+# ruff: noqa: F811 - `run` is test_semantic_rules' fixture (one loaded model), taken as a parameter here
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import orjson
+import pytest
+
+from app.cache import context, guard
+from app.cache.embedder import OnnxEncoder
+from app.cache.verify import Verdict, confirm
+from app.config import CachePolicy
+from app.protocols import CHAT
+from tests.cache.test_semantic_rules import Harness, chat, run  # noqa: F401 - `run` is a fixture
+
+CONTEXT = CachePolicy.model_validate({"semantic": {"enabled": True, "context": True}})
+REWORDED = ("Can I transfer credits to another university?", "Is it possible to transfer my credits to a different university?")
+ANTONYM = ("How much exercise does a large dog need daily?", "How much exercise does a small dog need daily?")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return OnnxEncoder("int8")
+
+
+def in_context(encoder, cached: str, asked: str) -> bool:
+    u = guard.unaligned(cached, asked)
+    assert u is not None, "the guard hands this pair over"
+    return context.aligned(u, encoder.word_states(cached), encoder.word_states(asked))
+
+
+def test_the_guard_hands_over_only_common_words_that_differ():
+    u = guard.unaligned(*REWORDED)
+    assert u is not None and (u.cached, u.asked) == (("another",), ("my", "different"))
+    assert guard.unaligned(*ANTONYM) is not None  # common words: the contextual check decides
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("How do I reset my password?", "How do I reset my PIN?"),  # a rarer word must match exactly
+    ("How many eggs for 3 people?", "How many eggs for 4 people?"),  # a number
+    ("Why does my code not compile?", "Why does my code compile?"),  # a negation
+    ("Who is the president of France?", "Who was the president of France?"),  # tense
+    ("Is brown rice healthier than quinoa?", "Is quinoa healthier than brown rice?"),  # a role's object changes
+    ("Does drip coffee have more caffeine than espresso?", "Is there more caffeine in espresso than in drip coffee?"),
+    ("Does the dog bite the man?", "Does the man bite the dog?"),  # nothing differs but the order
+    ("How do I make pancakes?", "What is the fastest and cheapest way to make good pancakes for many people?"),  # too many
+])
+def test_what_is_never_handed_over(cached, asked):
+    assert guard.mismatch(cached, asked) is not None
+    assert guard.unaligned(cached, asked) is None
+
+
+def test_a_word_that_means_the_same_in_its_sentence_aligns(encoder):
+    assert in_context(encoder, *REWORDED)
+    assert in_context(encoder, "How many times a day should I walk my dog?", "How often should my dog be walked each day?")
+
+
+def test_opposites_that_read_differently_in_context_do_not_align(encoder):
+    assert not in_context(encoder, *ANTONYM)
+    assert not in_context(encoder, "Does the clinic accept all insurance plans?", "Does the clinic accept some insurance plans?")
+
+
+def test_a_word_missing_from_the_other_side_never_aligns():
+    u = guard.Unaligned(("another",), (), ("transfer", "another"), ("transfer",))
+    v = np.eye(384, dtype=np.float32)[0]
+    assert context.aligned(u, [("transfer", v), ("another", v)], [("transfer", v)])  # identical vectors: aligned
+    assert not context.aligned(u, [("transfer", v)], [("transfer", v)])  # the differing word has no vector
+
+
+def test_served_from_the_cache_only_when_the_option_is_on(run):
+    async def scenario(h: Harness):
+        first = await h.ask(chat(("user", REWORDED[0])), "about credits")
+        again = await h.ask(chat(("user", REWORDED[1])), "answered anew")
+        other = await h.ask(chat(("user", ANTONYM[0])), "large dogs")
+        trap = await h.ask(chat(("user", ANTONYM[1])), "small dogs")
+        return first, again, other, trap, h.cache.stats
+
+    first, again, other, trap, stats = run(scenario, CONTEXT)
+    assert (first, again, other, trap) == ("about credits", "about credits", "large dogs", "small dogs")
+    assert stats.semantic_hits == 1
+    assert run(scenario)[:4] == ("about credits", "answered anew", "large dogs", "small dogs")  # shipped default: off
+
+
+def test_a_hit_says_the_contextual_check_confirmed_it(run):
+    async def scenario(h: Harness):
+        await h.ask(chat(("user", REWORDED[0])), "about credits")
+        plan = h.cache.plan("tenant", CHAT.parse(orjson.dumps(chat(("user", REWORDED[1])))), h.policy, {})
+        return await h.cache.lookup(plan)
+
+    hit = run(scenario, CONTEXT)
+    assert hit is not None and hit.verifier == "context"
+
+
+def test_an_earlier_turn_reworded_in_common_words_matches_by_the_same_rule(run):
+    follow_up = ("assistant", "Usually, if the courses match."), ("user", "How many can I bring?")
+
+    async def scenario(h: Harness):
+        first = await h.ask(chat(("user", REWORDED[0]), *follow_up), "up to 60")
+        again = await h.ask(chat(("user", REWORDED[1]), *follow_up), "answered anew")
+        trap = await h.ask(chat(("user", ANTONYM[0]), *follow_up), "not about credits")
+        return first, again, trap
+
+    assert run(scenario, CONTEXT) == ("up to 60", "up to 60", "not about credits")
+    assert run(scenario)[1] == "answered anew"  # off: the reworded history is a miss
+
+
+class Recording:
+    """A stand-in verifier that says `ok` and records what it was asked."""
+
+    def __init__(self, name: str, ok: bool) -> None:
+        self.name, self.ok, self.asked = name, ok, []
+
+    async def verify(self, query, cached, timeout_s):
+        self.asked.append((query, cached))
+        return Verdict(self.ok)
+
+
+def test_confirm_asks_the_contextual_check_before_the_judge_and_never_for_a_hard_reason():
+    ctx, judge = Recording("context", True), Recording("judge", True)
+    got = asyncio.run(confirm(REWORDED[1], REWORDED[0], 0.9, True, judge, 0.8, lambda: 1.0, ctx))
+    assert got == (True, "context") and judge.asked == []
+    got = asyncio.run(confirm("How many eggs for 4 people?", "How many eggs for 3 people?", 0.95, True, judge, 0.8,
+                              lambda: 1.0, ctx))
+    assert got == (False, "guard:number") and len(ctx.asked) == 1
+    no = Recording("context", False)
+    got = asyncio.run(confirm(REWORDED[1], REWORDED[0], 0.9, True, judge, 0.8, lambda: 1.0, no))
+    assert got == (True, "judge") and len(no.asked) == 1  # a "no" in context leaves the judge its say
+    got = asyncio.run(confirm(REWORDED[1], REWORDED[0], 0.9, False, None, 0.8, lambda: 1.0, no))
+    assert got == (True, "similarity") and len(no.asked) == 1  # without the guard it is never asked

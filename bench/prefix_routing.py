@@ -116,6 +116,8 @@ class Run:
     cached: int = 0
     errors: int = 0
     backends: dict[str, int] = field(default_factory=dict)
+    # Per request: (TTFT, share of its prompt the server reported reusing), to split cold from warm.
+    shares: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def cached_ratio(self) -> float:
@@ -160,8 +162,11 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             run.e2e.append(time.perf_counter() - t0)
             run.backends[backend] = run.backends.get(backend, 0) + 1
             if usage:
-                run.prompt += usage.get("prompt_tokens") or 0
-                run.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                prompt = usage.get("prompt_tokens") or 0
+                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                run.prompt += prompt
+                run.cached += cached
+                run.shares.append((first, cached / prompt if prompt else 0.0))
             workload.done(conv, "".join(answer))
 
         start = time.perf_counter()
@@ -212,17 +217,20 @@ def sim_fleet(tmp: Path, n: int, cache_tokens: int) -> Backends:
     return Backends({k: f"http://127.0.0.1:{v['port']}/v1" for k, v in specs.items()}, "vllm", cap, [fleet])
 
 
-def llama_fleet(tmp: Path, n: int, slots: int) -> Backends:
+def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None) -> Backends:
     binary, model = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], check=True,
                                    capture_output=True, text=True).stdout.split()
     # The flags scripts/llama-server starts every server with (--no-repack: never the AMX path).
     safe = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-args"], check=True,
                           capture_output=True, text=True).stdout.split()
+    # --cache-ram 0 turns llama.cpp's host-memory prompt cache off (each slot then keeps only its last
+    # prompt, as in builds before it and in deployments that leave host memory alone).
+    ram = ["--cache-ram", str(cache_ram_mib)] if cache_ram_mib is not None else []
     urls, procs = {}, []
     for i in range(n):
         port = free_port()
         p = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
-                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m", *safe],
+                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m", *ram, *safe],
                              stdout=open(tmp / f"llama-{port}.log", "wb"), stderr=subprocess.STDOUT)
         procs.append(p)
         wait_listening(port, p, timeout=120)
@@ -290,7 +298,18 @@ def row(label: str, r: Run) -> str:
     mean = statistics.fmean(r.ttft) * 1000 if r.ttft else float("nan")
     return (f"  {label:<34} n={len(r.e2e):4d} err={r.errors:3d}  TTFT mean {mean:7.0f}  p50 {percentile(r.ttft, 50):7.0f}"
             f"  p99 {percentile(r.ttft, 99):7.0f}  E2E p99 {percentile(r.e2e, 99):7.0f} ms  cached {r.cached_ratio:6.1%}"
-            f"  per backend {dict(sorted(r.backends.items()))}")
+            f"  per backend {dict(sorted(r.backends.items()))}{cold_warm(r)}")
+
+
+def split(r: Run) -> tuple[list[float], list[float]]:
+    """TTFTs of cold requests (the server reused under half the prompt) and of warm ones."""
+    return [t for t, s in r.shares if s < 0.5], [t for t, s in r.shares if s >= 0.5]
+
+
+def cold_warm(r: Run) -> str:
+    cold, warm = split(r)
+    mean = lambda v: statistics.fmean(v) * 1000 if v else float("nan")
+    return f"  cold {len(cold)} (mean TTFT {mean(cold):.0f} ms), warm {len(warm)} ({mean(warm):.0f} ms)"
 
 
 def pooled(runs: list[Run]) -> Run:
@@ -301,6 +320,7 @@ def pooled(runs: list[Run]) -> Run:
         out.prompt += r.prompt
         out.cached += r.cached
         out.errors += r.errors
+        out.shares += r.shares
         for k, v in r.backends.items():
             out.backends[k] = out.backends.get(k, 0) + v
     return out
@@ -321,6 +341,8 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=0, help="also run --replica-strategy behind this many replicas (sim)")
     ap.add_argument("--replica-strategy", default="latency_aware")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cache-ram", type=int, default=None,
+                    help="llama.cpp --cache-ram in MiB (0: no host-memory prompt cache); default: the server's")
     ap.add_argument("--sim-cache-tokens", type=int, default=32768,
                     help="each simulated backend's prompt cache; below K x ~540 tokens, caches are under pressure")
     args = ap.parse_args()
@@ -330,10 +352,11 @@ def main() -> None:
         if args.backend == "sim":
             fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens)
         else:
-            fleet = llama_fleet(tmp, args.backends, args.slots)
+            fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram)
         rate = args.load * fleet.capacity_rps
         print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
-              f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine")
+              f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
+              + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else ""), flush=True)
         try:
             for wl in args.workloads.split(","):
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
@@ -344,7 +367,9 @@ def main() -> None:
                     results[f"{rs} x{args.replicas}"] = []
                     results[f"{rs} x{args.replicas} no hashing"] = []
                 for rep in range(args.repeats):
-                    for strategy, replicas, hashing in variants:
+                    # Each repeat starts with a different strategy: none always runs first on a cold box.
+                    k = rep % len(variants)
+                    for strategy, replicas, hashing in variants[k:] + variants[:k]:
                         label = strategy if replicas == 1 else f"{strategy} x{replicas}" + ("" if hashing else " no hashing")
                         fleet.clear_caches()
                         gws = start_gateways(tmp, fleet, strategy, replicas, hashing)
@@ -357,12 +382,53 @@ def main() -> None:
                                 g.stop()
                         results[label].append(run)
                         print(row(f"{wl} r{rep} {label}", run), flush=True)
-                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy)
+                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy,
+                       args.prompts, args.repeats)
+                if args.repeats > 1:
+                    medians(wl, results)
         finally:
             fleet.stop()
 
 
-def report(workload: str, runs: dict[str, Run], replicas: int, replica_strategy: str = "latency_aware") -> None:
+def medians(workload: str, results: dict[str, list[Run]]) -> None:
+    """The issue's figure: per repeat, each strategy's mean TTFT against least_inflight's in that repeat
+    (the box's load moves between repeats, so only ratios within one are compared); then the median."""
+    lead = "latency_aware" if "latency_aware" in results else "prefix_aware"
+    if lead not in results or "least_inflight" not in results:
+        return
+    print(f"== {workload}: per repeat, least_inflight's mean TTFT / {lead}'s, and {lead}'s cached share")
+    ratios, shares = [], []
+    for a, b in zip(results[lead], results["least_inflight"]):
+        if a.ttft and b.ttft:
+            ratios.append(statistics.fmean(b.ttft) / statistics.fmean(a.ttft))
+            shares.append(a.cached_ratio)
+    print("  " + "  ".join(f"{r:.2f}x / {s:.1%}" for r, s in zip(ratios, shares)))
+    if ratios:
+        print(f"  median: {statistics.median(ratios):.2f}x lower mean TTFT, {statistics.median(shares):.1%} cached")
+
+
+def ceiling(runs: dict[str, Run], prefixes: int) -> None:
+    """How much lower than least_inflight's any placement's mean TTFT could be on this run: every
+    prefix must be prefilled cold at least once in the fleet, and a warm request is taken to be no
+    faster than the fastest warm mean any strategy had here (an estimate, not a proof: less queueing
+    could make warm requests faster). least_inflight's cold count shows what it paid beyond that."""
+    li = runs["least_inflight"]
+    colds = [split(r)[0] for r in runs.values()]
+    warms = [split(r)[1] for r in runs.values()]
+    cold_ms = statistics.fmean([t for c in colds for t in c]) if any(colds) else float("nan")
+    warm_ms = min(statistics.fmean(w) for w in warms if w) if any(warms) else float("nan")
+    n = len(li.shares)
+    if not n:
+        return
+    best = (prefixes * cold_ms + max(0, n - prefixes) * warm_ms) / n
+    li_mean = statistics.fmean(li.ttft)
+    print(f"  ceiling: {prefixes} prefixes cold once at {cold_ms * 1000:.0f} ms, {n - prefixes} warm at {warm_ms * 1000:.0f} ms "
+          f"-> mean TTFT >= ~{best * 1000:.0f} ms; least_inflight {li_mean * 1000:.0f} ms with {len(split(li)[0])} cold: "
+          f"at most ~{li_mean / best:.2f}x lower is attainable here")
+
+
+def report(workload: str, runs: dict[str, Run], replicas: int, replica_strategy: str = "latency_aware",
+           prompts: int = 0, repeats: int = 1) -> None:
     print(f"\n== {workload} (pooled over repeats)")
     for label, r in runs.items():
         print(row(label, r))
@@ -377,6 +443,8 @@ def report(workload: str, runs: dict[str, Run], replicas: int, replica_strategy:
         print(f"  aim ({lead}): mean TTFT >= 2x lower than least_inflight: {ratio:.2f}x -> {'met' if ratio >= 2 else 'NOT met'}")
         share = runs[lead].cached_ratio
         print(f"  aim ({lead}): >= 75 % of prompt tokens from the KV cache: {share:.1%} -> {'met' if share >= 0.75 else 'NOT met'}")
+        if workload == "shared" and prompts:
+            ceiling(runs, prompts * repeats)
     if workload == "unique":
         others = [v for k, v in mean.items() if k in STRATEGIES and k != lead]
         best = min(others) if others else aware

@@ -33,11 +33,13 @@ import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.admission.auth import hash_key
 from bench.harness import percentile
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ["river", "stone", "cloud", "paper", "garden", "window", "silver", "market", "engine", "forest", "lantern", "harbor", "copper", "winter", "meadow", "violin", "planet", "signal", "bridge", "canyon", "orchard", "thunder", "velvet", "compass"]
+ADMIN_KEY = "sk-bench-admin-0123456789"  # loopback only: reads the latency models for --dump
 _TIMING = re.compile(r'(\w+);dur=([\d.]+)')
 
 
@@ -50,6 +52,7 @@ class Result:
     predicted_ttft_s: float | None = None
     predicted_e2e_s: float | None = None
     timing: dict | None = None
+    at: float = 0.0  # when it was sent, seconds into its strategy's run
 
 
 def prompt(rng: random.Random, words: int) -> str:
@@ -115,9 +118,20 @@ async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str
 
         async def fire(at: float, text: str) -> Result:
             await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-            return await one(session, url, alias, text, max_tokens)
+            r = await one(session, url, alias, text, max_tokens)
+            r.at = at
+            return r
 
         return await asyncio.gather(*(fire(a, t) for a, t in zip(arrivals, texts)))
+
+
+async def admin_models(url: str) -> dict:
+    """Each backend's latency model and prediction errors as /admin/backends shows them now."""
+    auth = {"authorization": f"Bearer {ADMIN_KEY}"}
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/admin/backends", headers=auth) as r:
+        data = await r.json()
+    return {b["name"]: {"latency_model": b.get("latency_model"), "prediction_error": b.get("prediction_error")}
+            for b in data.get("backends", [])}
 
 
 def word_count(rng: random.Random, workload: str) -> int:
@@ -180,7 +194,7 @@ async def main() -> None:
     port = free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
-        "auth": {"mode": "open"},
+        "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
         "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
                      "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
         "models": {s: {"backends": ["quick", "throttled"], "strategy": s, "retry": {"max_attempts": 1},
@@ -215,9 +229,12 @@ async def main() -> None:
               flush=True)
         runs: dict[str, list[list[Result]]] = {s: [] for s in strategies}
         dump: dict[str, list] = {s: [] for s in strategies}
+        models: list = []  # the gateway's latency models before each strategy's run (--dump)
         for rep in range(args.repeats):
             order = strategies[rep % len(strategies):] + strategies[:rep % len(strategies)]
             for s in order:
+                if args.dump:
+                    models.append({"before": s, "run": rep + 1, "backends": await admin_models(url)})
                 texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
                 results = await open_loop(url, s, arrivals, texts, args.max_tokens)
                 runs[s].append(results)
@@ -233,7 +250,7 @@ async def main() -> None:
         quick.stop()
         slow.stop()
     if args.dump:
-        Path(args.dump).write_bytes(orjson.dumps(dump, option=orjson.OPT_INDENT_2))
+        Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}, option=orjson.OPT_INDENT_2))
     print()
     print("(times in ms; prediction errors are medians of |predicted - measured| / measured)")
     print(f"{'strategy':<18} {'req':>4} {'err':>4} {'quick%':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} "

@@ -93,6 +93,23 @@ def test_slots_come_from_the_server(real):
     assert (a["slots"], a["slots_source"]) == (A_SLOTS, "reported")
 
 
+def test_the_servers_own_prompt_cache_reuse_shows_on_admin_backends(real):
+    # llama-server counts the prompt tokens it reused (any client's); the gateway shows the reused share
+    # between two scrapes, so a repeated prompt shows as mostly reused whatever routed it.
+    long = [{"role": "system", "content": "You answer about rivers. " + "The river runs past stone and reed. " * 40},
+            {"role": "user", "content": "Name one river."}]
+    c = real.client()
+
+    def hits():
+        return backend_figures(real, "a")["reported_load"].get("prefix_cache_hit_share")
+
+    c.chat.completions.create(model="a", messages=long, max_tokens=4)
+    time.sleep(1.2)  # two scrapes (0.5 s apart): the counters before the repeat are read
+    for _ in range(3):
+        c.chat.completions.create(model="a", messages=long, max_tokens=4)
+    assert wait_until(lambda: (hits() or 0.0) > 0.8, timeout=5), hits()
+
+
 def test_a_queued_request_shows_queue_not_network(real):
     assert wait_until(lambda: backend_figures(real, "b")["latency_model"]["slots"] == B_SLOTS, timeout=10)
     started = threading.Event()

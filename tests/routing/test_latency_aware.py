@@ -61,10 +61,12 @@ def test_the_warm_backend_wins_by_the_prefill_it_saves_and_loses_when_its_queue_
 
 def test_the_prefill_backlog_counts_each_prompts_fixed_part_and_what_is_already_done():
     a = State("a")
-    for k in range(20):  # equal prompts: the fitted line carries a fixed part per prefill
-        a.model.observe_prefill(500 + k % 2, 5.0, now=1.0)
+    for k in range(40):  # a server with a real fixed part: 1 s per prefill, plus 4 ms a token
+        tokens = 100 + 20 * (k * 7 % 40)  # lengths mixed, as a workload's are
+        a.model.observe_prefill(tokens, 1.0 + 0.004 * tokens, now=1.0)
     fixed, per_token = a.model.prefill.coefficients(1.0)
-    assert fixed > 1.0
+    # Seen across prompt lengths, a real fixed part shows (the origin anchor shrinks it a little).
+    assert abs(fixed - 1.0) < 0.15 and abs(per_token - 0.004) < 0.0004
     ctx = ctx_for(ask("x", "short"), now=1.0)
     idle = estimate(a, ctx).queue_s
     a.prefilling, a.uncached_inflight, a.prefill_busy_since = 2, 1000, 1.0
@@ -72,6 +74,17 @@ def test_the_prefill_backlog_counts_each_prompts_fixed_part_and_what_is_already_
     # Half a second into the first of them: that much less to wait for.
     ctx.now = 1.5
     assert abs(estimate(a, ctx).queue_s - (2 * fixed + 1000 * per_token - 0.5)) < 0.05
+
+
+def test_prompts_of_one_length_price_a_backlog_at_their_own_prefill():
+    a = State("a")
+    for k in range(20):  # equal prompts: fixed part and rate cannot be told apart
+        a.model.observe_prefill(500 + k % 2, 5.0, now=1.0)
+    assert abs(a.model.prefill_s(500, 1.0) - 5.0) < 0.05
+    ctx = ctx_for(ask("x", "short"), now=1.0)
+    idle = estimate(a, ctx).queue_s
+    a.prefilling, a.uncached_inflight, a.prefill_busy_since = 2, 1000, 1.0
+    assert abs(estimate(a, ctx).queue_s - idle - 2 * 5.0) < 0.2  # two such prompts still to prefill
 
 
 def test_decode_slowdown_against_the_batch_is_learned_not_assumed():
@@ -86,13 +99,14 @@ def test_decode_slowdown_against_the_batch_is_learned_not_assumed():
 
 
 def test_one_slow_sample_after_a_burst_does_not_become_the_prediction():
-    from app.routing.latency_model import LatencyModel, Prior
+    from app.routing.latency_model import LINE_WINDOW, LatencyModel, Prior
 
     m = LatencyModel(Prior(tpot_s=0.03, slots=2))
     for k in range(30):
         m.observe_decode(11, 0.2, load=1, now=1.0 + k * 0.1)
     m.observe_decode(11, 2.0, load=1, now=4.1)  # one interval stalled 10x
-    assert m.tpot(1, now=4.2) < 0.03  # a peak-EWMA would say 0.2
+    # It weighs about one sample of the line's window of LINE_WINDOW (a peak-EWMA would say 0.2).
+    assert m.tpot(1, now=4.2) < 0.02 + 0.18 * 1.5 / LINE_WINDOW
 
 
 def test_reuse_the_backends_report_counts_where_this_replicas_index_saw_none():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
@@ -101,3 +103,16 @@ def test_a_backend_seen_running_many_at_once_is_not_penalised_as_a_small_one():
     big.observe_queue(0.0, ahead=23, now=0)  # 24 running, nobody waited
     assert big.slots is None and big.slots_at_least == 24
     assert _load_penalty(State("big", inflight=16, model=big)) < _load_penalty(State("fresh", inflight=16, model=fresh))
+
+
+def test_a_cpu_servers_prefill_rate_is_learned_from_prompts_of_similar_length():
+    # llama.cpp on one CPU thread: ~8 ms a token and ~10 ms fixed, prompts of 30-130 tokens (the
+    # unequal-servers workload). Both ends are predicted, not the middle only.
+    m = LatencyModel()
+    for k in range(30):
+        tokens = 30 + (k * 37) % 100
+        m.observe_prefill(tokens, 0.010 + 0.008 * tokens, now=1.0 + k)
+    for tokens in (30, 130):
+        assert m.prefill_s(tokens, now=31.0) == pytest.approx(0.010 + 0.008 * tokens, rel=0.1)
+    fixed, _ = m.prefill.coefficients(31.0)
+    assert fixed < 0.05  # each pending prefill in a backlog is not priced at a made-up fixed cost

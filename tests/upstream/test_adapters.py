@@ -11,7 +11,7 @@ from aiohttp import web
 from yarl import URL
 
 from app.upstream.adapters import ADAPTERS, adapter_for
-from app.upstream.adapters.llamacpp import from_llamacpp
+from app.upstream.adapters.llamacpp import from_llamacpp, parse_llamacpp_metrics
 from app.upstream.adapters.ollama import from_ollama
 from app.upstream.adapters.tgi import from_tgi_headers
 from app.upstream.adapters.vllm import parse_vllm_metrics
@@ -98,6 +98,32 @@ def test_vllm_prefix_cache_counters():
     load = parse_vllm_metrics('vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0\n'
                               'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 900.0\n')
     assert (load.prefix_cache_queries, load.prefix_cache_hits) == (1200.0, 900.0)
+
+
+# llama-server b1-0c1e570 /metrics (--metrics) after 7 requests on 3 system prompts, 4 of them reused.
+LLAMACPP_METRICS = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 980
+# HELP llamacpp:prompt_tokens_cached_total Number of prompt tokens reused from the cache.
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total 1253
+llamacpp:prompt_seconds_total 5.49819
+llamacpp:requests_processing 1
+llamacpp:requests_deferred 2
+"""
+
+
+def test_llamacpp_metrics_give_load_and_prefix_cache_counters():
+    load = parse_llamacpp_metrics(LLAMACPP_METRICS)
+    assert (load.running, load.waiting) == (1.0, 2.0)
+    # Looked up = processed + reused, as vLLM's prefix_cache_queries counts them.
+    assert (load.prefix_cache_queries, load.prefix_cache_hits) == (2233.0, 1253.0)
+
+
+def test_llamacpp_metrics_without_the_cached_counter_claim_no_cache_figures():
+    load = parse_llamacpp_metrics("llamacpp:prompt_tokens_total 980\nllamacpp:requests_processing 0\n")
+    assert load.running == 0.0 and load.prefix_cache_queries is None and load.prefix_cache_hits is None
 
 
 def test_vllm_metrics_older_kv_name():

@@ -53,12 +53,11 @@ class LlamaCppAdapter(Adapter):
                 rtt = took if rtt is None else min(rtt, took)
         props = json_or_none(await get(session, root / "props", headers))
         slots = integer(props.get("total_slots")) if isinstance(props, Mapping) else None
-        running = waiting = None
+        load = ServerLoad()
         metrics = await get(session, root / "metrics", headers)  # served with --metrics
         if metrics is not None:
-            values = gauges(metrics.decode(errors="replace"))
-            running = values.get("llamacpp:requests_processing")
-            waiting = values.get("llamacpp:requests_deferred")
+            load = parse_llamacpp_metrics(metrics.decode(errors="replace"))
+        running = load.running
         if running is None:
             per_slot = json_or_none(await get(session, root / "slots", headers))  # served with --slots
             if isinstance(per_slot, list):
@@ -66,13 +65,27 @@ class LlamaCppAdapter(Adapter):
                 slots = slots or len(per_slot)
         if slots is None and running is None:
             return None
-        return ServerLoad(slots, running, waiting, None, "llamacpp /props + /metrics", rtt)
+        return ServerLoad(slots, running, load.waiting, None, "llamacpp /props + /metrics", rtt,
+                          load.prefix_cache_queries, load.prefix_cache_hits)
 
     def reported_model(self, model: object, configured: str) -> str | None:
         # Without --alias, llama-server reports the GGUF file's path: the configured name says more.
         if isinstance(model, str) and (model.endswith(".gguf") or "/" in model):
             return configured
         return super().reported_model(model, configured)
+
+
+def parse_llamacpp_metrics(text: str) -> ServerLoad:
+    """llama-server's /metrics: requests running and deferred, and its prompt-token counters. The prompt
+    tokens it processed and those it reused from its slots or its host-memory prompt cache
+    (`prompt_tokens_cached_total`, newer builds) sum to the prompt tokens it looked up: the counters
+    vLLM's prefix cache has, so the share it reused between scrapes covers every client of the server,
+    not only this gateway."""
+    values = gauges(text)
+    processed, cached = values.get("llamacpp:prompt_tokens_total"), values.get("llamacpp:prompt_tokens_cached_total")
+    queries = processed + cached if processed is not None and cached is not None else None
+    return ServerLoad(None, values.get("llamacpp:requests_processing"), values.get("llamacpp:requests_deferred"),
+                      prefix_cache_queries=queries, prefix_cache_hits=cached if queries is not None else None)
 
 
 def _busy(slot: Mapping) -> bool:

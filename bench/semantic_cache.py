@@ -244,17 +244,18 @@ def main() -> int:
 
     print(f"\n## Precision across cache-hit ratio (hits / all {len(pairs)} lookups; precision = right hits / hits; "
           "served / wrong as above)\n")
-    print("| threshold | guard: hit ratio | precision | served | wrong | similarity only: hit ratio | precision | served | wrong |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| threshold | guard: hit ratio | precision | served | wrong | similarity only: hit ratio | precision | served | wrong "
+          "| guard + context: hit ratio | precision | served | wrong |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lowest = None
     for th in THRESHOLDS:
         cells = []
-        for ok, gh in ((s.guard, True), (everything, False)):
+        for ok, gh in ((s.guard, True), (everything, False), (s.context, "context")):
             m = s.served(th, ok, gh)
             hits, right = int(m.sum()), int((m & s.same).sum())
             cells += [f"{hits / len(pairs):.1%}", f"{right / hits if hits else 1:.1%}", f"{m[s.same].mean():.1%}",
                       f"{m[~s.same].mean():.1%}"]
-            if gh and lowest is None and m[~s.same].mean() <= MAX_WRONG:
+            if gh is True and lowest is None and m[~s.same].mean() <= MAX_WRONG:
                 lowest = (th, m[s.same].mean(), m[~s.same].mean())
         print(f"| {th:.2f} | " + " | ".join(cells) + " |")
     if lowest:

@@ -60,7 +60,9 @@ class ContextAligner:
         unaligned = guard.unaligned(cached, query)
         if unaligned is None:
             return Verdict(False, "unaligned")
-        deadline = time.monotonic() + timeout_s
+        # One more encoder pass per question: bounded like an embedding (`embedding.timeout_ms`) and by
+        # the caller's time left; late is a no, never a wait on the request's whole deadline.
+        deadline = time.monotonic() + min(timeout_s, self._embedder.config.timeout_ms / 1000)
         states = await asyncio.gather(*(self._states(t, deadline) for t in (cached, query)))
         if states[0] is None or states[1] is None:
             return Verdict(False, "timeout")

@@ -54,7 +54,7 @@ class CachePlan:
     stale: CachedAnswer | None = None
     similarity: float | None = None
     embed_s: float = 0.0
-    verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "judge", "similarity")
+    verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "context", "judge", "similarity")
     protocol: ClientProtocol = CHAT  # the client API whose answers this plan stores
 
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from app.cache import context, guard
-from app.cache.embedder import OnnxEncoder
+from app.cache.embedder import Embedder, OnnxEncoder
 from app.cache.verify import Verdict, confirm
-from app.config import CachePolicy
+from app.config import CachePolicy, EmbeddingConfig
 from app.protocols import CHAT
 from tests.cache.test_semantic_rules import Harness, chat, run  # noqa: F401 - `run` is a fixture
 
@@ -108,6 +108,22 @@ def test_an_earlier_turn_reworded_in_common_words_matches_by_the_same_rule(run):
 
     assert run(scenario, CONTEXT) == ("up to 60", "up to 60", "not about credits")
     assert run(scenario)[1] == "answered anew"  # off: the reworded history is a miss
+
+
+def test_no_time_left_is_a_no_not_a_wait():
+    async def go():
+        embedder = Embedder(EmbeddingConfig(timeout_ms=5000))
+        await embedder.start()
+        try:
+            aligner = context.ContextAligner(embedder)
+            late = await aligner.verify(REWORDED[1], REWORDED[0], 0.0)
+            in_time = await aligner.verify(REWORDED[1], REWORDED[0], 5.0)
+            return late, in_time
+        finally:
+            await embedder.aclose()
+
+    late, in_time = asyncio.run(go())
+    assert late == Verdict(False, "timeout") and in_time == Verdict(True)
 
 
 class Recording:

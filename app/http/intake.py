@@ -8,6 +8,10 @@ connections it holds (each costs a file descriptor). This subclass adds, per con
 - a cap on idle keep-alive connections (the oldest idle one is closed) and on all connections
   (derived from the process's file limit unless set), so new clients always get a descriptor.
 Malformed HTTP gets OpenAI's error shape, on a connection that is then closed.
+
+It also writes each response's head together with the first part of its body: uvicorn writes the
+head on `http.response.start` and the body on the next message, two syscalls where one does (about a
+tenth of the gateway's CPU per JSON answer on peer-bench; see `HeadWithBody`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,49 @@ def error_bytes(status: int, message: str, code: str) -> bytes:
     ))
 
 
+class HeadWithBody:
+    """A response's transport, as its cycle sees it: the first write (the head uvicorn writes on
+    `http.response.start`) is held and goes out with the next write (the body), in one syscall.
+
+    The head waits no longer than the current turn of the event loop: a flush is scheduled for the
+    case where no body follows at once (a stream whose first event is still on its way), and `close`
+    writes it first. Everything else is the connection's transport.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            if self._loop is not None:  # the first write: hold it until the body comes
+                self._loop.call_soon(self.flush)
+                self._held, self._loop = data, None
+                return
+            self._transport.write(data)
+            return
+        self._held = None
+        self._transport.write(held + data)
+
+    def flush(self) -> None:
+        held, self._held, self._loop = self._held, None, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header/body read timeouts, a header size cap and connection caps."""
 
@@ -120,6 +167,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head, self._head_bytes = False, 0
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
         self._in_body = True
         self._arm(self._limits.body_timeout_s, self._body_timeout)
 

@@ -82,7 +82,8 @@ class HeadWithBody:
     __slots__ = ("_held", "_loop", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
+        self._transport = transport
+        self._loop: asyncio.AbstractEventLoop | None = loop  # until the first write
         self._held: bytes | None = None
 
     def write(self, data: bytes) -> None:

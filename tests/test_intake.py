@@ -5,6 +5,7 @@ A real gateway process on loopback with small limits, and raw sockets as the hos
 
 from __future__ import annotations
 
+import asyncio
 import json
 import resource
 import socket
@@ -13,6 +14,7 @@ import time
 import httpx
 import pytest
 
+from app.http.intake import HeadWithBody
 from tests.conftest import ACME_KEY, gateway_config, start_gateway
 from tests.support import free_port
 
@@ -157,3 +159,63 @@ def test_idle_connections_cannot_exhaust_the_file_limit(fleet, tmp_path):
             s.close()
     finally:
         gw.process.stop()
+
+
+
+class _CountingTransport:
+    """A real loopback transport that also lists its writes (each write is a syscall: their count is the point)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport, self.writes = transport, []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _writes_of(steps) -> list[bytes]:
+    """What a response's transport wrote, as the socket got it, when a cycle's writes go through HeadWithBody."""
+
+    async def run() -> list[bytes]:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        counting = _CountingTransport(writer.transport)  # type: ignore[arg-type]
+        await steps(HeadWithBody(counting, asyncio.get_running_loop()))  # type: ignore[arg-type]
+        server.close()
+        return counting.writes
+
+    return asyncio.run(run())
+
+
+def test_a_response_head_goes_out_with_its_body_in_one_write():
+    async def steps(out: HeadWithBody) -> None:
+        out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+        out.write(b"{}")
+        await asyncio.sleep(0)
+
+    assert _writes_of(steps) == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"]
+
+
+def test_a_head_whose_body_is_not_ready_leaves_within_the_loop_turn_and_later_writes_pass_straight_on():
+    async def steps(out: HeadWithBody) -> None:
+        out.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await asyncio.sleep(0)  # the stream's first event is not here yet
+        out.write(b"5\r\nhello\r\n")
+        out.write(b"0\r\n\r\n")
+
+    assert _writes_of(steps) == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", b"5\r\nhello\r\n",
+                                 b"0\r\n\r\n"]
+
+
+def test_closing_writes_a_held_head_first():
+    async def steps(out: HeadWithBody) -> None:
+        out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n")
+        out.close()  # the app failed after starting its answer: the head still goes, then the connection closes
+
+    assert _writes_of(steps) == [b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n"]

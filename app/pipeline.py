@@ -9,7 +9,6 @@ import time
 import uuid
 
 import orjson
-from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from app.admission.service import Admitted
@@ -24,6 +23,7 @@ from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.protocols import ClientProtocol, ParsedRequest
 from app.record import Outcome, RequestRecord
+from app.relay.answer import JsonResponse
 from app.relay.filters import (
     BackendReports,
     CacheFill,
@@ -37,7 +37,7 @@ from app.relay.filters import (
     UsageFilter,
 )
 from app.relay.format import MODEL_FIELD, OPENAI_SSE
-from app.relay.loop import Relay, SSEResponse, replay, safe_headers
+from app.relay.loop import Relay, SSEResponse, replay
 from app.relay.result import RelayResult
 from app.routing.slo import from_headers as latency_target
 from app.telemetry.server_timing import server_timing, timing_summary
@@ -91,18 +91,12 @@ async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
 
 def _finish(gw: Gateway, flow: _Flow) -> None:
     """The request is over (on every path, once): its record takes the stages' events, admission settles
-    its reservation, and telemetry closes the record."""
+    its reservation, and telemetry closes the record. A JSON answer's runs once its body is sent."""
     record = flow.record
     record.events = flow.log.events
     if flow.admitted is not None:
         flow.admitted.settle(record.usage, bool(record.backend) and bool(record.first_token or record.status < 400))
     gw.telemetry.finish(record)
-
-
-async def _finish_after_response(gw: Gateway, flow: _Flow) -> None:
-    """`_finish`, run on the event loop after a JSON response is sent: a coroutine, so Starlette awaits it
-    instead of handing a sync callable to its thread pool (the hop cost more than the bookkeeping)."""
-    _finish(gw, flow)
 
 
 def _take_dispatch_log(record: RequestRecord, log: DispatchLog) -> None:
@@ -250,8 +244,7 @@ def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan
         stages = attempt_stages(record, attempt, gw.models[attempt.backend])
         headers["server-timing"] = _server_timing(record, stages, time.perf_counter())
     record.finished = time.perf_counter()
-    return Response(payload, reply.status, safe_headers(headers), media_type="application/json",
-                    background=BackgroundTask(_finish_after_response, gw, flow))
+    return JsonResponse(payload, reply.status, headers, lambda: _finish(gw, flow))
 
 
 def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan: CachePlan, flow: _Flow,
@@ -328,16 +321,13 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow:
     model = served_by(hit)
     if model is not None:
         headers["x-slipstream-model"] = model
-    headers = safe_headers(headers)
     if gw.config.telemetry.server_timing:
         headers["server-timing"] = _server_timing(record, [], time.perf_counter())
     record.finished = time.perf_counter()
-    background = BackgroundTask(_finish_after_response, gw, flow)
     if req.stream:
-        response = SSEResponse(replay(req.protocol.replay(body, req.client_wants_usage)), headers, None, req.protocol)
-        response.background = background
-        return response
-    return Response(orjson.dumps(body), 200, headers, media_type="application/json", background=background)
+        return SSEResponse(replay(req.protocol.replay(body, req.client_wants_usage)), headers, lambda: _finish(gw, flow),
+                           req.protocol)
+    return JsonResponse(orjson.dumps(body), 200, headers, lambda: _finish(gw, flow))
 
 
 def _server_timing(record: RequestRecord, stages: list[Stage], now: float) -> str:

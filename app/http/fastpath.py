@@ -21,7 +21,7 @@ from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, PayloadTooLarge
 from app.protocols import CHAT, PROTOCOLS, ClientProtocol
-from app.relay.loop import wait_for_disconnect
+from app.relay.loop import ClientGone, client_gone_of, wait_for_disconnect
 from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
 
 log = logging.getLogger("slipstream.server")
@@ -52,8 +52,9 @@ class FastPath:
         try:
             headers = _headers(scope)
             body = await _read_body(receive, self._limit, headers.get("content-length"))
-            response = await _unless_client_leaves(
-                pipeline.handle(self.app.state.gateway, protocol, body, headers, scope["path"]), receive)
+            call = pipeline.handle(self.app.state.gateway, protocol, body, headers, scope["path"])
+            gone = client_gone_of(scope)
+            response = await (_unless_client_leaves(call, receive) if gone is None else _unless_gone(call, gone))
             if response is None:
                 return  # the client left before its answer began: the call was cancelled, nothing to send
         except GatewayError as err:
@@ -92,6 +93,33 @@ async def _unless_client_leaves(call, receive: Receive) -> Response | None:
     finally:
         state[0] = True
         watch.cancel()
+
+
+async def _unless_gone(call, gone: ClientGone) -> Response | None:
+    """`_unless_client_leaves`, told by the server's protocol (app.http.intake) instead of a watcher task."""
+    if gone.lost:
+        call.close()
+        return None
+    task = asyncio.current_task()
+    assert task is not None  # called from the request's own task
+    state = [False, False]  # [call finished, client gone]
+
+    def on_gone() -> None:
+        if not state[0]:
+            state[1] = True
+            task.cancel()
+
+    gone.callback = on_gone
+    try:
+        return await call
+    except asyncio.CancelledError:
+        if state[1]:
+            task.uncancel()
+            return None
+        raise
+    finally:
+        state[0] = True
+        gone.callback = None
 
 
 def error_response(err: GatewayError, protocol: ClientProtocol = CHAT) -> Response:

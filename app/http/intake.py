@@ -19,10 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+from collections import deque
 from dataclasses import dataclass
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.relay.loop import CLIENT_GONE, ClientGone
 
 log = logging.getLogger("slipstream.intake")
 
@@ -129,6 +132,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if idle is None:
             idle = self.server_state.slipstream_idle = {}  # type: ignore[attr-defined]  # insertion-ordered
         self._idle: dict[BoundedHttpToolsProtocol, None] = idle
+        self._gone: deque[ClientGone] = deque()  # the requests whose answers are not complete, oldest first
 
     # connections
     def connection_made(self, transport) -> None:
@@ -147,6 +151,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._idle.pop(self, None)
         self._disarm()
         super().connection_lost(exc)
+        gone, self._gone = self._gone, deque()
+        for request in gone:
+            request.fire()
 
     # reading
     def data_received(self, data: bytes) -> None:
@@ -167,9 +174,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._head_bytes = False, 0
         self._disarm()
+        gone = ClientGone()
+        self.scope["extensions"] = {CLIENT_GONE: gone}  # type: ignore[dict-item]  # ASGI types extensions as dicts
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            self._gone.append(gone)
         self._in_body = True
         self._arm(self._limits.body_timeout_s, self._body_timeout)
 
@@ -179,6 +189,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        if self._gone:
+            self._gone.popleft()
         super().on_response_complete()
         self._in_head = True
         if self.transport.is_closing() or self.pipeline:

@@ -31,10 +31,42 @@ from app.relay.result import RelayResult
 from app.upstream.attempt import EventStream
 from app.upstream.sse import DONE, event_data
 
-__all__ = ["MODEL_FIELD", "Relay", "SSEResponse", "replay", "safe_headers", "wait_for_disconnect"]
+__all__ = ["CLIENT_GONE", "MODEL_FIELD", "ClientGone", "Relay", "SSEResponse", "client_gone_of", "replay",
+           "wait_for_disconnect"]
 
 _DONE_EVENT = b"data: [DONE]\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+CLIENT_GONE = "slipstream.client_gone"  # the ASGI scope extension that carries a request's ClientGone
+
+
+class ClientGone:
+    """The HTTP front's word that a request's client left before its answer was complete.
+
+    The front (app.http.intake) puts one in each request's scope and fires it when the connection is
+    lost; whoever is serving the request sets `callback` (typically: cancel my task) while it has work a
+    departed client should stop. This replaces a watcher task per request that waited on `receive()`
+    for `http.disconnect`: the protocol already knows, and telling it costs nothing until it happens.
+    """
+
+    __slots__ = ("callback", "lost")
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+        self.lost = False
+
+    def fire(self) -> None:
+        self.lost = True
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
+def client_gone_of(scope: Scope) -> ClientGone | None:
+    """The request's ClientGone, where the server gives one (not under another ASGI server or a test client)."""
+    extensions = scope.get("extensions")
+    return extensions.get(CLIENT_GONE) if extensions else None
 
 
 class Relay:
@@ -146,6 +178,10 @@ class SSEResponse(Response):
         self.raw_headers = [(k.encode("latin-1"), header_value(v)) for k, v in {**SSE_HEADERS, **headers}.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = client_gone_of(scope)
+        if gone is not None:
+            await self._serve_in_task(gone, send)
+            return
         state = _SendState()
         try:
             relay = asyncio.ensure_future(self._relay(send, state))
@@ -169,6 +205,40 @@ class SSEResponse(Response):
                 close()
         if self.background is not None:
             await self.background()
+
+    async def _serve_in_task(self, gone: ClientGone, send: Send) -> None:
+        """The relay run in the request's own task, cancelled by `gone` when the client leaves (which closes
+        the upstream connection at once and frees the backend's slot)."""
+        state = _SendState()
+        task = asyncio.current_task()
+        assert task is not None  # called from the request's own task
+        left = False
+
+        def on_gone() -> None:
+            nonlocal left
+            left = True
+            task.cancel()
+
+        try:
+            if gone.lost:
+                return  # gone before the answer began: nothing to relay
+            gone.callback = on_gone
+            try:
+                await self._relay(send, state)
+            except asyncio.CancelledError:
+                if left:
+                    task.uncancel()
+                    return
+                if state.started and not state.ended:
+                    # Stopped with the client still there (shutdown past its grace period): say so.
+                    await _end_with_error(send, state, self.protocol)
+                raise
+        finally:
+            gone.callback = None
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            if self.on_close is not None:
+                close, self.on_close = self.on_close, None
+                close()
 
     async def _relay(self, send: Send, state: _SendState) -> None:
         try:
@@ -221,14 +291,6 @@ def header_value(value: str) -> bytes:
         return value.encode("latin-1")
     except UnicodeEncodeError:
         return value.encode("ascii", "backslashreplace")
-
-
-def safe_headers(headers: dict[str, str]) -> dict[str, str]:
-    """The headers with every value latin-1 safe (for starlette's Response, which encodes them)."""
-    for v in headers.values():
-        if not v.isascii():
-            return {k: header_value(v).decode("latin-1") for k, v in headers.items()}
-    return headers
 
 
 async def replay(events: list[bytes]) -> AsyncIterator[bytes]:

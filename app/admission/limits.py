@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.admission.config import Limits, ScopeLimits
+from app.config.limits import Limits, ScopeLimits
 
 # Kinds, in the order OpenAI's headers and errors name them.
 REQUESTS = "requests"

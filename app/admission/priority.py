@@ -58,7 +58,7 @@ class PriorityPolicy:
 
     @classmethod
     def from_config(cls, limits) -> PriorityPolicy:
-        """From a LimitsConfig (app.admission.config)."""
+        """From a LimitsConfig (app.config.limits)."""
         return cls(limits.default_priority, {t: p.priority for t, p in limits.tenants.items() if p.priority})
 
     def resolve(self, tenant: str, header: str | None) -> Priority:

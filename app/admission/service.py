@@ -10,7 +10,6 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from app.admission.config import LimitsConfig, ScopeLimits
 from app.admission.context import CURRENT, QueueContext
 from app.admission.counters import AdmissionCounters
 from app.admission.headers import rate_limited, ratelimit_headers
@@ -19,6 +18,7 @@ from app.admission.local_limiter import LocalLimiter
 from app.admission.priority import PRIORITY_HEADER, Priority, PriorityPolicy
 from app.admission.redis_limiter import LimiterDown, RedisLimiter
 from app.admission.reserve import reservation
+from app.config.limits import LimitsConfig, ScopeLimits
 from app.errors import LimiterUnavailable
 from app.protocols import ParsedRequest
 from app.record import Event, Usage

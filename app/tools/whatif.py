@@ -17,23 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import orjson
 import uvicorn
 
 from app.config import GatewayConfig, load_config
 from app.http.server import create_app
 from app.ports import free_port
+from app.telemetry.workload import Arrival, parse_workload
 from app.tools.charts import CSS, line_chart
 from app.tools.simulator.fleet import start_fleet
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    t: float
-    prompt_tokens: int
-    max_tokens: int
-    stream: bool
-    model: str | None
 
 
 @dataclass
@@ -51,17 +42,7 @@ class PolicyRun:
 
 
 def read_workload(path: str | Path) -> list[Arrival]:
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = orjson.loads(line)
-            out.append(Arrival(float(d["t"]), int(d.get("prompt_tokens", 100)), int(d.get("max_tokens", 100)),
-                               bool(d.get("stream", False)), d.get("model")))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}:{n}: not a workload line ({exc})") from None
-    return sorted(out, key=lambda a: a.t)
+    return parse_workload(Path(path).read_text(), str(path))
 
 
 async def replay(policy_path: str, workload: list[Arrival]) -> PolicyRun:

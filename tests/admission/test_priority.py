@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission.config import LimitsConfig
 from app.admission.priority import BATCH_LEVEL, INTERACTIVE_LEVEL, PriorityPolicy, level_of
+from app.config.limits import LimitsConfig
 from app.errors import InvalidRequest
 
 

@@ -29,10 +29,11 @@ from app.http.console.changes import deep_merge
 from app.ports import free_port
 from app.record import Outcome
 from app.telemetry.recent import revive
+from app.telemetry.workload import Arrival
+from app.telemetry.workload import parse_workload as workload_lines
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
-    from app.tools.whatif import Arrival
 
 MAX_REQUESTS = 400
 MAX_SPAN_S = 60.0
@@ -42,8 +43,6 @@ JOB_TIMEOUT_S = 300.0
 def workload_from_ring(entries, aliases: set[str]) -> list[Arrival]:
     """The newest proxied requests (at most MAX_REQUESTS over at most MAX_SPAN_S), as arrivals: each
     one's time, estimated prompt size, the tokens it got (else asked for), stream or not, alias."""
-    from app.tools.whatif import Arrival  # app.tools.whatif imports the server, which imports the console
-
     records = [revive(e) for e in entries]
     chosen = [r for r in records if r.alias in aliases and r.endpoint != "embeddings" and r.outcome is not Outcome.CLIENT_ERROR]
     chosen = chosen[-MAX_REQUESTS:]
@@ -63,21 +62,7 @@ def workload_from_ring(entries, aliases: set[str]) -> list[Arrival]:
 
 def parse_workload(text: str) -> list[Arrival]:
     """An uploaded JSONL workload (the `slipstream simulate --workload` format), bounded."""
-    from app.tools.whatif import Arrival
-
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = orjson.loads(line)
-            out.append(Arrival(float(d["t"]), int(d.get("prompt_tokens", 100)), int(d.get("max_tokens", 100)),
-                               bool(d.get("stream", False)), d.get("model")))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"line {n}: not a workload line ({exc})") from None
-        if len(out) > MAX_REQUESTS:
-            raise ValueError(f"at most {MAX_REQUESTS} requests per what-if")
-    out.sort(key=lambda a: a.t)
+    out = workload_lines(text, max_requests=MAX_REQUESTS)
     if out and out[-1].t - out[0].t > MAX_SPAN_S:
         raise ValueError(f"the workload spans more than {MAX_SPAN_S:.0f} s")
     return out
@@ -164,7 +149,7 @@ class WhatIfRunner:
             out = Path(tmp) / "result.json"
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "app.http.console.whatif_job", str(wl), str(out), *paths,
+                    sys.executable, "-m", "app.tools.whatif_job", str(wl), str(out), *paths,
                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
                 try:

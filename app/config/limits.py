@@ -1,4 +1,7 @@
-"""Typed config for tenant limits, priorities and the shared limiter (the `limits` section)."""
+"""Typed config for tenant limits, priorities and the shared limiter (the `limits` section).
+
+Plain pydantic data, kept with the rest of the typed config so that the config layer imports nothing above it
+(admission reads it; it does not define it)."""
 
 from __future__ import annotations
 

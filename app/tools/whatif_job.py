@@ -1,7 +1,7 @@
 """The console's what-if, run in its own process: replay one workload through each policy file with
 app.tools.whatif and write the comparison as JSON.
 
-    python -m app.http.console.whatif_job WORKLOAD.jsonl OUT.json POLICY.yaml [POLICY.yaml ...]
+    python -m app.tools.whatif_job WORKLOAD.jsonl OUT.json POLICY.yaml [POLICY.yaml ...]
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
 }
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
-from app.admission.config import LimitsConfig, ScopeLimits
+from app.config.limits import LimitsConfig, ScopeLimits
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 

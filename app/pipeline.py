@@ -22,6 +22,7 @@ from app.dispatch.loop import Dispatched, dispatch
 from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.protocols import ClientProtocol, ParsedRequest
+from app.protocols.openai import MODEL_FIELD
 from app.record import Outcome, RequestRecord
 from app.relay.answer import JsonResponse
 from app.relay.filters import (
@@ -36,7 +37,6 @@ from app.relay.filters import (
     StreamUsage,
     UsageFilter,
 )
-from app.relay.format import MODEL_FIELD, OPENAI_SSE
 from app.relay.loop import Relay, SSEResponse, replay
 from app.relay.result import RelayResult
 from app.routing.slo import from_headers as latency_target
@@ -263,7 +263,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     # work to do for this request.
     # The client protocol says how its stream frames and classifies (app.relay.format.StreamFormat).
     protocol = req.protocol
-    fmt = protocol.sse or OPENAI_SSE
+    fmt = protocol.sse
     result = RelayResult()
     filters: list[Filter] = [ModelName(result, req.alias, fmt), BackendReports(owner.add_report, stream.backend.adapter),
                              Progress(owner.progress)]
@@ -275,8 +275,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         filters.append(CacheFill(protocol.assembler(), lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
     n = req.body.get("n")
     filters.append(FinishReasons(result, fmt, n if isinstance(n, int) and n > 1 else 1))
-    if protocol.sse is None:
-        filters.append(UsageFilter(result, OPENAI_SSE, req.client_wants_usage,
+    if protocol.relay == "openai":
+        filters.append(UsageFilter(result, fmt, req.client_wants_usage,
                                    usage_extension if summary_wanted and req.client_wants_usage else None))
     else:  # named events: usage told in parts, nothing hidden; the end event is the format's to send
         filters += [StreamUsage(result, protocol), EndEvent(protocol)]

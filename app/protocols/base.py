@@ -124,7 +124,7 @@ class ClientProtocol:
     # How its streams are relayed: "openai" (`data:` chunks ending in [DONE], usage hidden unless asked for)
     # or "events" (named events relayed whole, classified by `classify`).
     relay = "openai"
-    # The relay's stream format (app.relay.format.StreamFormat) where it is not OpenAI's SSE.
+    # The relay's stream format (app.relay.format.StreamFormat): how its events frame and classify.
     sse: Any = None
     # Bytes every terminal event of the stream contains: a cheap test before `classify` (b"": always classify).
     end_marker = b""

@@ -6,16 +6,52 @@ from __future__ import annotations
 import math
 import re
 import time
+from typing import Any
 
-from app.errors import InvalidRequest
+from app.errors import GatewayError, InvalidRequest, sse_error_event
 from app.protocols.base import ClientProtocol, EventKind, LimitFigure, is_int, positive_int
 from app.record import Usage
 
 _DONE = b"[DONE]"
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
+_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
+MODEL_FIELD = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_NONE: list[bytes] = []
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 # Generated text, a tool call or reasoning, non-empty (llama.cpp opens with an empty role delta).
 _CONTENT = re.compile(rb'"(?:content|text|reasoning_content|arguments)"\s*:\s*"[^"]|"tool_calls"\s*:\s*\[\{')
+
+
+class OpenAISse:
+    """How OpenAI's chat and text completions streams frame and classify for the relay
+    (app.relay.format.StreamFormat): `data: {...}` events ending with `data: [DONE]`. The same rules serve
+    `OpenAIProtocol.classify`."""
+
+    done = b"data: [DONE]\n\n"
+    model_first = True
+
+    def frame(self, data: bytes) -> bytes:
+        return b"data: " + data + b"\n\n"
+
+    def error_event(self, err: GatewayError) -> bytes:
+        return sse_error_event(err)
+
+    def is_error(self, data: bytes) -> bool:
+        return data.startswith(b'{"error"')
+
+    def has_usage(self, data: bytes) -> bool:
+        return b'"usage"' in data
+
+    def finish_reasons(self, data: bytes) -> list[bytes]:
+        return _FINISH_REASON.findall(data) if b'"finish_reason"' in data else _NONE
+
+    def model(self, data: bytes) -> re.Match[bytes] | None:
+        return MODEL_FIELD.search(data)
+
+    def is_content(self, data: bytes) -> bool:
+        return True  # the first data event, as the latency model has always measured OpenAI streams
+
+
+OPENAI_SSE = OpenAISse()
 
 
 def duration(seconds: float) -> str:
@@ -34,6 +70,8 @@ def duration(seconds: float) -> str:
 
 
 class OpenAIProtocol(ClientProtocol):
+    sse: Any = OPENAI_SSE
+
     def check(self, body: dict, stream: bool) -> bool:
         wants_usage = False
         opts = body.get("stream_options")
@@ -77,14 +115,14 @@ class OpenAIProtocol(ClientProtocol):
     def classify(self, data: bytes) -> EventKind:
         if data == _DONE:
             return EventKind.END
-        if data.startswith(b'{"error"'):
+        if OPENAI_SSE.is_error(data):
             return EventKind.ERROR
         kind = EventKind.NONE
         if _CONTENT.search(data):
             kind |= EventKind.CONTENT
-        if b'"finish_reason"' in data and _FINISH.search(data):
+        if OPENAI_SSE.finish_reasons(data):
             kind |= EventKind.FINISH
-        if b'"usage"' in data and _USAGE.search(data):
+        if OPENAI_SSE.has_usage(data) and _USAGE.search(data):
             kind |= EventKind.USAGE
         return kind
 

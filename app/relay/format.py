@@ -2,10 +2,10 @@
 
 The relay (app.relay.loop) and its filters (app.relay.filters) never look inside an event themselves:
 they ask a `StreamFormat` whether a data event is an error, carries usage, finishes choices or names
-the model, and how to frame an event, the end of the stream and an error for the client. `OPENAI_SSE`
-is the format of OpenAI's chat and text completions (`data: {...}` events ending with `data: [DONE]`);
-a protocol adapter (app/protocols) supplies its own for another API (Anthropic Messages: named events,
-no [DONE]), or appends a translating filter to the chain and keeps this one for the upstream events.
+the model, and how to frame an event, the end of the stream and an error for the client. Each client
+protocol (app/protocols) owns its format as `protocol.sse`, beside the rest of what its API decides:
+OpenAI's chat and text completions (`data: {...}` events ending with `data: [DONE]`) in
+app.protocols.openai, Anthropic's Messages and OpenAI's Responses (named events) in theirs.
 Every method is called per event on the hot path: a quick byte test first, parsing only on a hit.
 """
 
@@ -14,11 +14,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from app.errors import GatewayError, sse_error_event
-
-_FINISH_REASON = re.compile(rb'"finish_reason"\s*:\s*"([^"]+)"')
-MODEL_FIELD = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_NONE: list[bytes] = []
+from app.errors import GatewayError
 
 
 class StreamFormat(Protocol):
@@ -47,34 +43,3 @@ class StreamFormat(Protocol):
 
     def is_content(self, data: bytes) -> bool:
         """Whether the event is the protocol's first content (its TTFT), asked only until one is."""
-
-
-class OpenAISse:
-    """OpenAI's chat and text completions streams."""
-
-    done = b"data: [DONE]\n\n"
-    model_first = True
-
-    def frame(self, data: bytes) -> bytes:
-        return b"data: " + data + b"\n\n"
-
-    def error_event(self, err: GatewayError) -> bytes:
-        return sse_error_event(err)
-
-    def is_error(self, data: bytes) -> bool:
-        return data.startswith(b'{"error"')
-
-    def has_usage(self, data: bytes) -> bool:
-        return b'"usage"' in data
-
-    def finish_reasons(self, data: bytes) -> list[bytes]:
-        return _FINISH_REASON.findall(data) if b'"finish_reason"' in data else _NONE
-
-    def model(self, data: bytes) -> re.Match[bytes] | None:
-        return MODEL_FIELD.search(data)
-
-    def is_content(self, data: bytes) -> bool:
-        return True  # the first data event, as the latency model has always measured OpenAI streams
-
-
-OPENAI_SSE = OpenAISse()

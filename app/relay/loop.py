@@ -24,14 +24,15 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import GatewayError, UpstreamProtocolError
 from app.protocols import CHAT, ClientProtocol
+from app.protocols.openai import OPENAI_SSE
 from app.record import Outcome
 from app.relay.filters import Filter
-from app.relay.format import MODEL_FIELD, OPENAI_SSE, StreamFormat
+from app.relay.format import StreamFormat
 from app.relay.result import RelayResult
 from app.upstream.attempt import EventStream
 from app.upstream.sse import DONE, event_data
 
-__all__ = ["CLIENT_GONE", "MODEL_FIELD", "ClientGone", "Relay", "SSEResponse", "client_gone_of", "replay",
+__all__ = ["CLIENT_GONE", "ClientGone", "Relay", "SSEResponse", "client_gone_of", "replay",
            "wait_for_disconnect"]
 
 _DONE_EVENT = b"data: [DONE]\n\n"

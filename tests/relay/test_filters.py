@@ -11,9 +11,9 @@ import asyncio
 import orjson
 
 from app.errors import GatewayError, sse_error_event
+from app.protocols.openai import OPENAI_SSE, OpenAISse
 from app.record import Outcome
 from app.relay.filters import FinishReasons, ModelName, UsageFilter
-from app.relay.format import OPENAI_SSE, OpenAISse
 from app.relay.loop import Relay
 from app.relay.result import RelayResult
 

@@ -101,6 +101,33 @@ def test_slow_body_gets_408(bounded):
     assert reply.startswith(b"HTTP/1.1 408"), reply
 
 
+def _answered_request(port: int) -> socket.socket:
+    """A keep-alive connection that has had one whole request answered."""
+    s = _connect(port)
+    body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+              b"authorization: Bearer " + ACME_KEY.encode() + b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return s
+
+
+@pytest.mark.parametrize("second", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n",  # its head never ends
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-length: 100\r\n\r\n{",  # its body never ends
+])
+def test_the_read_limits_hold_for_a_later_request_on_a_kept_alive_connection(bounded, second):
+    s = _answered_request(bounded.port)
+    time.sleep(0.3)  # the limits armed for the first request have moved on; the second's are its own
+    started = time.monotonic()
+    s.sendall(second)
+    reply = _read_all(s)
+    assert b"HTTP/1.1 408" in reply, reply[-300:]
+    assert 0.9 <= time.monotonic() - started <= 4.0  # the 1 s limit, counted from the second request (not the first)
+
+
 def test_unterminated_huge_header_is_refused_without_buffering_it(bounded):
     pid = bounded.process.proc.pid
     before = _rss_kb(pid)

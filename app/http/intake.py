@@ -20,6 +20,7 @@ import asyncio
 import logging
 import resource
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -123,7 +124,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._limits = LIMITS
+        # The current read limit: when it runs out (loop time) and what then. One timer per connection
+        # checks it, moved only when a limit would run out before the timer fires: arming and clearing a
+        # limit per request (head, then body) costs two float stores, not two timers made and cancelled.
+        self._due: float | None = None
+        self._on_due: Callable[[], None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._in_head = True  # reading a request's head (request line and headers)
         self._head_bytes = 0
         self._in_body = False
@@ -150,6 +157,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc) -> None:
         self._idle.pop(self, None)
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
         gone, self._gone = self._gone, deque()
         for request in gone:
@@ -159,7 +169,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._idle:
             self._idle.pop(self, None)
-        if self._in_head and self._timer is None:
+        if self._in_head and self._due is None:
             self._arm(self._limits.header_timeout_s, self._head_timeout)
         super().data_received(data)
         if self._in_head and self.parser is not None:
@@ -206,13 +216,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # limits
     def _head_timeout(self) -> None:
-        self._timer = None
         if self._in_head and not self.transport.is_closing() and (self._head_bytes or self.cycle is None):
             self._reject(408, f"request headers not received within {self._limits.header_timeout_s:g}s",
                          "request_timeout")
 
     def _body_timeout(self) -> None:
-        self._timer = None
         if self._in_body and not self.transport.is_closing():
             cycle = self.cycle
             if cycle is not None:
@@ -229,12 +237,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.write(error_bytes(status, message, code))
             self.transport.close()
 
-    def _arm(self, seconds: float, callback) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self.loop.call_later(seconds, callback)
+    def _arm(self, seconds: float, callback: Callable[[], None]) -> None:
+        due = self.loop.time() + seconds
+        self._due, self._on_due = due, callback
+        if self._timer is None or self._timer_at > due:
+            self._schedule(due)
 
     def _disarm(self) -> None:
+        self._due = self._on_due = None  # the timer, if pending, finds nothing due and lapses
+
+    def _schedule(self, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
+        self._timer, self._timer_at = self.loop.call_at(at, self._tick), at
+
+    def _tick(self) -> None:
+        self._timer = None
+        due = self._due
+        if due is None:
+            return
+        if self.loop.time() < due - 0.001:  # (timers may fire a clock tick early)
+            self._schedule(due)  # the limit was armed again since: look when it runs out
+            return
+        callback = self._on_due
+        self._due = self._on_due = None
+        if callback is not None:
+            callback()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import orjson
 from starlette.responses import Response
@@ -23,7 +22,7 @@ from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.protocols import ClientProtocol, ParsedRequest
 from app.protocols.openai import MODEL_FIELD
-from app.record import Outcome, RequestRecord
+from app.record import Outcome, RequestIds, RequestRecord
 from app.relay.answer import JsonResponse
 from app.relay.filters import (
     BackendReports,
@@ -45,6 +44,7 @@ from app.telemetry.stages import Stage, first_byte_stages
 from app.telemetry.tracing import attempt_stages
 from app.upstream.attempt import JsonReply
 
+_REQUEST_IDS = RequestIds()  # one per process: the pipeline names every request it serves
 _TRACED_PARAMS = ("max_tokens", "temperature", "top_p", "seed")
 
 
@@ -63,7 +63,7 @@ class _Flow:
 async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
                  path: str) -> Response:
     """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
-    record = RequestRecord(uuid.uuid4().hex, protocol.value, time.perf_counter())
+    record = RequestRecord(_REQUEST_IDS.next(), protocol.value, time.perf_counter())
     record.span = gw.telemetry.start_request(record, path, headers.get("traceparent"))
     flow = _Flow(record)
     try:

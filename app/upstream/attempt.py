@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import aiohttp
 import orjson
 
 from app.config import Timeouts
@@ -33,6 +32,7 @@ from app.upstream.client import (
     response_headers,
 )
 from app.upstream.sse import EventSplitter
+from app.upstream.wire import WireResponse
 
 log = logging.getLogger("slipstream.upstream")
 
@@ -71,7 +71,7 @@ class EventStream:
     backend: Backend
     headers: dict[str, str]
     timing: AttemptTiming
-    _response: aiohttp.ClientResponse
+    _response: WireResponse
     _first: list[bytes]
     _splitter: EventSplitter
     _idle_s: float
@@ -88,7 +88,7 @@ class EventStream:
         try:
             async with asyncio.timeout(self._next_wait()) as timer:
                 with map_transport_errors(name):
-                    async for chunk in self._response.content.iter_any():
+                    async for chunk in self._response.chunks():
                         # The timer measures the backend's silence, not the time the client takes to read.
                         timer.reschedule(None)
                         events = self._splitter.feed(chunk)
@@ -111,9 +111,11 @@ class EventStream:
 
     def close(self) -> None:
         # Closing an unfinished response drops its connection, which is what tells the backend to stop;
-        # a finished one goes back to the pool.
-        if self.timing.end and self.backend.adapter.reuses_stream_connections:
-            self._response.release()
+        # a finished one goes back to the pool. Finished means the body's framing ended, not that this
+        # iterator did: the relay stops at [DONE], and the chunked stream's last chunk usually came with
+        # it (before, every streamed call opened a new connection to the backend for that reason).
+        if self.backend.adapter.reuses_stream_connections:
+            self._response.release()  # closes the connection unless the body was complete
         else:
             self._response.close()
 
@@ -185,7 +187,7 @@ async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeou
     )
 
 
-async def _first_events(response: aiohttp.ClientResponse, backend: Backend) -> tuple[list[bytes], EventSplitter]:
+async def _first_events(response: WireResponse, backend: Backend) -> tuple[list[bytes], EventSplitter]:
     if response.status != 200:
         with map_transport_errors(backend.name):
             data = await response.read()
@@ -199,7 +201,7 @@ async def _first_events(response: aiohttp.ClientResponse, backend: Backend) -> t
         raise UpstreamProtocolError(f"backend {backend.name} did not answer with an event stream")
     splitter = EventSplitter()
     with map_transport_errors(backend.name):
-        async for chunk in response.content.iter_any():
+        async for chunk in response.chunks():
             first = splitter.feed(chunk)
             if first:
                 return first, splitter

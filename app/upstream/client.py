@@ -1,9 +1,9 @@
-"""One pooled HTTP client per backend, built at start-up: the transport seam of the gateway.
+"""The pooled HTTP clients of each backend, built at start-up: the transport seam of the gateway.
 
-The upstream hop runs on aiohttp directly. httpx's own transport collapses under concurrency here
-(shared/NOTES.md), and on the httpx-aiohttp transport, building httpx's request objects still cost
-about a third of the gateway's CPU per call (pyinstrument, bench/overhead.py at c=16); URLs and
-headers are built once per backend instead.
+A proxied call goes over the backend's `wire` (app.upstream.wire: a narrow HTTP/1.1 POST on httptools,
+a fifth of aiohttp's CPU per call). Health probes, discovery and the tools use its aiohttp `session`,
+off the hot path. httpx was dropped earlier: its own transport collapses under concurrency here
+(shared/NOTES.md), and building its request objects cost about a third of the gateway's CPU per call.
 """
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ from app.errors import (
     UpstreamUnreachable,
 )
 from app.upstream.adapters import Adapter, adapter_for
+from app.upstream.wire import (
+    BadResponse,
+    BrokenBody,
+    ConnectFailed,
+    ConnectTimeout,
+    Disconnected,
+    WireError,
+    WirePool,
+    WireResponse,
+)
 
 # Backend headers a client may see; everything else (cookies, server banners, hop-by-hop and
 # body framing) stays on the backend's side of the gateway.
@@ -42,6 +52,7 @@ class Backend:
     headers: dict[str, str]
     urls: dict[str, URL]
     adapter: Adapter  # what this kind of server does its own way
+    wire: WirePool  # the proxied calls' connections
     secret: bytes | None = None  # the configured API key, to redact from anything relayed
 
     @property
@@ -60,6 +71,7 @@ class Backend:
         return url
 
     async def aclose(self) -> None:
+        self.wire.close()
         await self.session.close()
 
 
@@ -77,19 +89,17 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
         skip_auto_headers=("user-agent",),
     )
     secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
-    return Backend(name, config, session, URL(config.base_url.rstrip("/")), headers, {}, adapter_for(config.flavor),
-                   secret or None)
+    base = URL(config.base_url.rstrip("/"))
+    wire = WirePool(base.host or "", base.port or (443 if base.scheme == "https" else 80), base.scheme == "https",
+                    base.raw_path, headers)
+    return Backend(name, config, session, base, headers, {}, adapter_for(config.flavor), wire, secret or None)
 
 
 async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float,
-                        extra_headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+                        extra_headers: dict[str, str] | None = None) -> WireResponse:
     """POST a body and return the response with its body still unread."""
-    headers = {**backend.headers, "accept": accept, **extra_headers} if extra_headers else {**backend.headers, "accept": accept}
     with map_transport_errors(backend.name):
-        return await backend.session.post(
-            backend.url(path), data=body, headers=headers, allow_redirects=False,
-            timeout=_connect_timeout(connect_s),
-        )
+        return await backend.wire.post(path, body, accept, connect_s, extra_headers)
 
 
 @functools.cache
@@ -97,7 +107,7 @@ def _connect_timeout(connect_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, sock_connect=connect_s, sock_read=None)
 
 
-def response_headers(response: aiohttp.ClientResponse) -> dict[str, str]:
+def response_headers(response: WireResponse) -> dict[str, str]:
     """The backend's headers worth relaying to the client."""
     out = {}
     for key, value in response.headers.items():
@@ -123,6 +133,8 @@ class map_transport_errors:
         if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError)):
             return False
         name = self._name
+        if isinstance(exc, WireError):
+            raise _wire_error(name, exc) from None
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             raise UpstreamTimeout(f"backend {name} did not accept a connection in time", code="connect_timeout") from None
         if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
@@ -136,3 +148,18 @@ class map_transport_errors:
         if isinstance(exc, (aiohttp.ClientError, OSError)):
             raise UpstreamUnreachable(f"backend {name} failed: {type(exc).__name__}") from None
         return False
+
+
+def _wire_error(name: str, exc: WireError) -> GatewayError:
+    """The proxied call's transport failures, worded as aiohttp's were (probes keep aiohttp's)."""
+    if isinstance(exc, ConnectTimeout):
+        return UpstreamTimeout(f"backend {name} did not accept a connection in time", code="connect_timeout")
+    if isinstance(exc, ConnectFailed):
+        return UpstreamUnreachable(f"backend {name} is unreachable")
+    if isinstance(exc, Disconnected):
+        return UpstreamProtocolError(f"backend {name} closed the connection")
+    if isinstance(exc, BrokenBody):
+        return UpstreamProtocolError(f"backend {name} closed the connection mid-response")
+    if isinstance(exc, BadResponse):
+        return UpstreamProtocolError(f"backend {name} did not answer with valid HTTP")
+    return UpstreamUnreachable(f"backend {name} failed: {type(exc).__name__}")

@@ -1,0 +1,216 @@
+"""The upstream hop's HTTP/1.1 client (app.upstream.wire), against real loopback servers that answer with
+exactly the bytes each case needs: keep-alive reuse, every body framing, and every way a backend can
+break an answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.upstream.wire import BadResponse, BrokenBody, ConnectFailed, Disconnected, WirePool
+from tests.support import free_port
+
+HEADERS = {"content-type": "application/json", "authorization": "Bearer k"}
+
+
+class Backend:
+    """A loopback server: each request gets the next canned answer (bytes, then optionally close)."""
+
+    def __init__(self, answers: list[tuple[bytes, bool]]) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.disconnects = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.split(b"content-length: ")[1].split(b"\r\n")[0])
+                self.requests.append(head + await reader.readexactly(length))
+                answer, close = self.answers.pop(0)
+                writer.write(answer)
+                await writer.drain()
+                if close:
+                    return  # the backend ends the connection (finally closes it)
+            await reader.read()  # until the client closes
+            self.disconnects += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.disconnects += 1
+        finally:
+            writer.close()
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+def _ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s" % (extra, len(body), body)
+
+
+def run(case):
+    return asyncio.run(case())
+
+
+def test_a_post_carries_the_fixed_and_extra_headers_under_the_base_path_and_reads_the_answer():
+    async def case():
+        backend = Backend([(_ok(b'{"a":1}', b"x-request-id: r1\r\n"), False)])
+        port = await backend.start()
+        pool = WirePool("127.0.0.1", port, False, "/v1", HEADERS)
+        response = await pool.post("chat/completions", b'{"q":1}', "application/json", 5.0, {"anthropic-version": "2023-06-01"})
+        assert (response.status, response.headers["X-Request-Id"]) == (200, "r1")
+        assert await response.read() == b'{"a":1}'
+        response.release()
+        pool.close()
+        backend.stop()
+        return backend.requests[0]
+
+    request = run(case)
+    head, body = request.split(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert {b"host: 127.0.0.1:%d" % int(lines[1].split(b":")[-1]), b"accept: application/json", b"authorization: Bearer k",
+            b"content-type: application/json", b"anthropic-version: 2023-06-01", b"content-length: 7"} <= set(lines[1:])
+    assert body == b'{"q":1}'
+
+
+def test_a_connection_whose_answer_was_read_whole_is_kept_alive_and_reused():
+    async def case():
+        backend = Backend([(_ok(b"1"), False), (_ok(b"2"), False), (_ok(b"3"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        bodies = []
+        for _ in range(3):
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            bodies.append(await response.read())
+            response.release()
+        pool.close()
+        backend.stop()
+        return bodies, backend.connections
+
+    assert run(case) == ([b"1", b"2", b"3"], 1)
+
+
+def test_an_answer_not_read_to_its_end_closes_its_connection_so_the_backend_stops():
+    async def case():
+        stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" \
+                 b"7\r\ndata: 1\r\n"  # the stream goes on: the client leaves after its first event
+        backend = Backend([(stream, False), (_ok(b"next"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "text/event-stream", 5.0)
+        first = await response.chunks().__anext__()
+        response.close()
+        for _ in range(50):
+            if backend.disconnects:
+                break
+            await asyncio.sleep(0.01)
+        again = await pool.post("x", b"{}", "application/json", 5.0)
+        body = await again.read()
+        again.release()
+        pool.close()
+        backend.stop()
+        return first, backend.disconnects, backend.connections, body
+
+    assert run(case) == (b"data: 1", 1, 2, b"next")
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\nhello world",
+], ids=["chunked", "content-length"])
+def test_each_framing_gives_the_whole_body_in_order(answer):
+    async def case():
+        backend = Backend([(answer, False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "application/json", 5.0)
+        chunks = [c async for c in response.chunks()]
+        response.release()
+        pool.close()
+        backend.stop()
+        return b"".join(chunks)
+
+    assert run(case) == b"hello world"
+
+
+def test_a_body_framed_by_the_connections_end_is_complete_when_the_backend_closes():
+    async def case():
+        backend = Backend([(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\ndata: [DONE]\n\n", True)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "text/event-stream", 5.0)
+        body = await response.read()
+        response.release()
+        pool.close()
+        backend.stop()
+        return body
+
+    assert run(case) == b"data: 1\n\ndata: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(("answer", "error"), [
+    (b"", Disconnected),  # closed before any answer
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"partial", BrokenBody),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n", BrokenBody),  # no last chunk
+    (b"SMTP ready\r\n\r\n", BadResponse),
+], ids=["no-answer", "short-body", "unfinished-chunks", "not-http"])
+def test_a_broken_answer_raises_what_broke_it(answer, error):
+    async def case():
+        backend = Backend([(answer, True)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        try:
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            await response.read()
+        finally:
+            pool.close()
+            backend.stop()
+
+    with pytest.raises(error):
+        run(case)
+
+
+def test_an_unreachable_backend_fails_to_connect():
+    async def case():
+        pool = WirePool("127.0.0.1", free_port(), False, "", HEADERS)  # nothing listens there
+        await pool.post("x", b"{}", "application/json", 5.0)
+
+    with pytest.raises(ConnectFailed):
+        run(case)
+
+
+def test_a_header_with_a_line_break_never_reaches_the_backend():
+    async def case():
+        backend = Backend([(_ok(b"{}"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        try:
+            await pool.post("x", b"{}", "application/json", 5.0, {"anthropic-beta": "a\r\nx-evil: 1"})
+        finally:
+            pool.close()
+            backend.stop()
+
+    with pytest.raises(ValueError, match="line break"):
+        run(case)
+
+
+def test_a_slow_reader_pauses_the_backend_instead_of_buffering_without_bound():
+    async def case():
+        big = b"x" * (1024 * 1024)
+        backend = Backend([(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "application/json", 5.0)
+        await asyncio.sleep(0.3)  # the client relays nothing yet
+        buffered = response._buffered
+        got = b"".join([c async for c in response.chunks()])
+        response.release()
+        pool.close()
+        backend.stop()
+        return buffered, len(got)
+
+    buffered, total = run(case)
+    assert buffered < 600 * 1024  # paused near the high-water mark (256 KiB, plus what one read brings)
+    assert total == 1024 * 1024

@@ -153,7 +153,7 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
             return await _kept(turn, _serve_hit(gw, hit, req, plan, flow))
     # route -> attempt -> retry -> fallback
     try:
-        dispatched = await dispatch(gw, req, deadline, flow.log, tenant.models, target)
+        dispatched = await dispatch(gw, req, deadline, flow.log, tenant.models, target, flow.admitted.queue)
     except GatewayError as err:
         _take_dispatch_log(record, flow.log)
         stale = gw.cache.serve_stale(plan) if err.status >= 500 else None

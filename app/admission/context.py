@@ -1,19 +1,19 @@
-"""What the wait queue needs of the request it holds, without threading it through every stage.
+"""What the wait queue needs of the request it holds: who it is for, how urgent, until when.
 
-Admission sets it once per request; the router reads it only when the request must wait for a slot.
-A context variable follows the request into every task it spawns (hedges included) and no further.
+Admission builds it (`Admitted.queue`); the pipeline hands it to dispatch, which gives the router the
+alias's version of it (a TTFT target may bring the deadline forward) when it asks for a slot. Passed
+by hand, never through a context variable: who may note a request's wait shows in the signatures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from app.admission.priority import INTERACTIVE, Priority
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class QueueContext:
     tenant: str = ""
     priority: Priority = INTERACTIVE
@@ -22,6 +22,3 @@ class QueueContext:
     # Called with ("queued" | "shed", seconds waited, extra span attributes): the admitted request's own
     # note (app.admission.service.Admitted.queue_note: its metrics and span events), never the record.
     note: Callable[[str, float, dict], None] | None = field(default=None, repr=False)
-
-
-CURRENT: ContextVar[QueueContext | None] = ContextVar("slipstream_queue_context", default=None)

@@ -10,7 +10,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from app.admission.context import CURRENT, QueueContext
+from app.admission.context import QueueContext
 from app.admission.counters import AdmissionCounters
 from app.admission.headers import rate_limited, ratelimit_headers
 from app.admission.limits import BUDGET, CONCURRENT, TOKENS, Check, CheckState, Decision, compile_checks, key_id
@@ -52,6 +52,8 @@ class Admitted:
     events: list[Event] = field(default_factory=list)
     label: str = ""  # the tenant's metric label
     admission: Admission | None = field(default=None, repr=False)
+    # What the wait queue needs of this request, should it wait for a backend slot (dispatch passes it on).
+    queue: QueueContext | None = None
 
     def settle(self, usage: Usage | None, answered: bool) -> None:
         """The request is over: reconcile the reservation with `usage` and give back a concurrency slot.
@@ -126,8 +128,8 @@ class Admission:
         label = self.counters.tenant_label(tenant.name)
         admitted = Admitted(priority, request_id=request_id, label=label, admission=self,
                             events=events if events is not None else [])
-        CURRENT.set(QueueContext(tenant.name, priority, self._weights.get(tenant.name, 1.0),
-                                 deadline.at if deadline.at is not None else math.inf, admitted.queue_note))
+        admitted.queue = QueueContext(tenant.name, priority, self._weights.get(tenant.name, 1.0),
+                                      deadline.at if deadline.at is not None else math.inf, admitted.queue_note)
         checks = self.checks_for(tenant.name, tenant.key_id, req.alias)
         if not checks:
             self.counters.count(label, priority.klass, "admitted")
@@ -242,9 +244,13 @@ class Admission:
             out.setdefault(owners[s.check.key], {}).setdefault(s.check.scope, {})[s.check.kind] = _state_view(s)
         return out
 
+    async def settled(self, timeout_s: float = 5.0) -> None:
+        """Wait (at most `timeout_s`) for the settlements still running or retrying."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
     async def aclose(self) -> None:
-        if self._tasks:  # settlements still running (or retrying), for a bounded time
-            await asyncio.wait(list(self._tasks), timeout=5.0)
+        await self.settled()
         await self.limiter.aclose()
 
 

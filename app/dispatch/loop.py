@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from app.admission.context import CURRENT as QUEUE_CONTEXT
+from app.admission.context import QueueContext
 from app.admission.priority import PRIORITY_HEADER
 from app.config import ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
@@ -61,12 +61,14 @@ class Dispatched:
 
 
 async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: DispatchLog,
-                   allowed: frozenset[str] | None = None, target: LatencyTarget = NO_TARGET) -> Dispatched:
+                   allowed: frozenset[str] | None = None, target: LatencyTarget = NO_TARGET,
+                   queue: QueueContext | None = None) -> Dispatched:
     """Try the requested alias, then its fallback chain; raise the cause(s) if none answers.
 
     `log` is dispatch's own log (app.dispatch.log), never the request's record.
     `allowed` is the key's model list (None: any): no fallback ever takes a client to another alias.
     `target` is the request's own latency target (headers); aliases add their defaults.
+    `queue` is admission's word on how the request waits for a slot (None: an unlimited, interactive wait).
     """
     gw.budget.on_request()
     base = route_context(req, target)  # once per request; each alias derives its own from it, once
@@ -76,11 +78,11 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: Dis
     models = gw.config.models
     chain = [a for a in [req.alias, *models[req.alias].fallbacks] if a == req.alias or _may(allowed, a, models)]
     try:
-        _shed_if_unmeetable(gw, ctxs, chain)
+        _shed_if_unmeetable(gw, ctxs, chain, queue)
     except TargetUnmeetable:
         log.target_result = "shed"
         raise
-    _order_wait_by_target(gw, ctxs, chain[0])
+    queue = _wait_by_target(queue, ctxs, chain[0])
     if ctxs(chain[0]).target:
         log.target_result = "met" if _can_meet(gw, ctxs, chain[0], NO_DEADLINE) else "unmeetable"
     errors: dict[str, GatewayError] = {}
@@ -101,7 +103,7 @@ async def dispatch(gw: Gateway, req: ParsedRequest, deadline: Deadline, log: Dis
                 continue
             attempts += 1
             try:
-                dispatched = await _attempt_alias(gw, req, ctxs, alias, deadline, log, failed, held, tried)
+                dispatched = await _attempt_alias(gw, req, ctxs, alias, deadline, log, failed, held, tried, queue)
             except GatewayError as err:
                 errors[alias] = err
                 spec = models[alias]
@@ -199,23 +201,22 @@ def _can_meet(gw: Gateway, ctxs: PolicyContexts, alias: str, deadline: Deadline)
     return budget is None or (predicted is not None and predicted <= budget)
 
 
-def _order_wait_by_target(gw: Gateway, ctxs: PolicyContexts, alias: str) -> None:
+def _wait_by_target(queue: QueueContext | None, ctxs: PolicyContexts, alias: str) -> QueueContext | None:
     """A TTFT target is a deadline for the first token: the wait queue orders slot waits by it (within
     a priority level) like an x-slipstream-timeout-ms deadline."""
-    qc = QUEUE_CONTEXT.get()
-    if qc is None:
-        return
+    if queue is None:
+        return None
     target = ctxs(alias).target
     ttft = target.ttft_s if target is not None else None
-    if ttft is not None:
-        qc.deadline = min(qc.deadline, time.monotonic() + ttft)
+    if ttft is None:
+        return queue
+    return replace(queue, deadline=min(queue.deadline, time.monotonic() + ttft))
 
 
-def _shed_if_unmeetable(gw: Gateway, ctxs: PolicyContexts, chain: list[str]) -> None:
+def _shed_if_unmeetable(gw: Gateway, ctxs: PolicyContexts, chain: list[str], qc: QueueContext | None) -> None:
     """A sheddable request (priority batch or lower) whose latency target no alias of its chain is
     predicted to meet is refused now, with a Retry-After of the predicted excess: serving it late
     would take capacity from requests that must be served."""
-    qc = QUEUE_CONTEXT.get()
     if qc is None or not qc.priority.sheddable:
         return
     excess = []
@@ -247,7 +248,8 @@ def _close(dispatched: Dispatched) -> None:
 
 async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, alias: str, deadline: Deadline,
                          log: DispatchLog, failed: set[str],
-                         held: list[tuple[Attempt, GatewayError]], tried: list[str]) -> Dispatched:
+                         held: list[tuple[Attempt, GatewayError]], tried: list[str],
+                         queue: QueueContext | None = None) -> Dispatched:
     """One attempt on the alias, or two racing ones when hedging is on and the first is late."""
     spec = gw.config.models[alias]
     ctx = ctxs(alias)
@@ -257,7 +259,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
             raise UpstreamTimeout("the request's deadline passed before a backend was tried", code="deadline_exceeded")
         log.attempts += 1
         routed_at = time.perf_counter()
-        lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline)
+        lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline, queue)
         waited = 0.0
         if lease.burst_wait_s:
             # A sibling is prefilling this prompt's prefix on the chosen backend: sent now, it would

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.admission.context import CURRENT as QUEUE_CONTEXT
+from app.admission.context import QueueContext
 from app.admission.wait_queue import Waiter, WaitQueue
 from app.config import BreakerConfig, ModelAlias
 from app.deadline import NO_DEADLINE, Deadline
@@ -128,12 +128,13 @@ class Router:
         return self._aliases[alias].strategy.name
 
     async def acquire(self, alias: str, avoid: frozenset[str] | set[str] = frozenset(), ctx: RouteContext | None = None,
-                      deadline: Deadline = NO_DEADLINE) -> Lease:
+                      deadline: Deadline = NO_DEADLINE, queue: QueueContext | None = None) -> Lease:
         """A lease on the alias's chosen backend; waits in the wait queue when every backend is full,
         bounded by the queue timeout and the request's deadline.
 
         Backends in `avoid` (already failed for this request) and rate-limited ones are passed over
-        while others remain; ejected ones always are.
+        while others remain; ejected ones always are. `queue` orders the wait (tenant, priority,
+        deadline) and notes it for the request; None waits as an interactive request with no deadline.
         """
         entry = self._aliases[alias]
         now = time.monotonic()
@@ -155,7 +156,7 @@ class Router:
             state.inflight += 1
             state.breaker.on_chosen(now)
             return lease
-        qc = QUEUE_CONTEXT.get()
+        qc = queue
         waiter = Waiter(frozenset(s.name for s in usable), asyncio.get_running_loop().create_future())
         if qc is not None:
             waiter.tenant, waiter.level, waiter.weight, waiter.deadline = qc.tenant, qc.priority.level, qc.weight, qc.deadline

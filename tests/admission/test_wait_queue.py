@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.admission.context import CURRENT, QueueContext
+from app.admission.context import QueueContext
 from app.admission.priority import BATCH, INTERACTIVE, Priority
 from app.admission.wait_queue import Waiter, WaitQueue
 from app.errors import Overloaded
@@ -89,8 +89,7 @@ def test_router_hands_a_freed_slot_to_interactive_before_earlier_batch():
         order = []
 
         async def call(name: str, priority: Priority, tenant: str):
-            CURRENT.set(QueueContext(tenant, priority))
-            lease = await r.acquire("m")
+            lease = await r.acquire("m", queue=QueueContext(tenant, priority))
             order.append(name)
             await asyncio.sleep(0)
             lease.release()
@@ -115,8 +114,7 @@ def test_router_sheds_a_batch_waiter_with_503_when_the_queue_is_full():
         notes = []
 
         async def call(priority: Priority):
-            CURRENT.set(QueueContext("t", priority, note=lambda what, s, attrs: notes.append(what)))
-            lease = await r.acquire("m")
+            lease = await r.acquire("m", queue=QueueContext("t", priority, note=lambda what, s, attrs: notes.append(what)))
             lease.release()
 
         batch = asyncio.create_task(call(BATCH))

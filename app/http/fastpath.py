@@ -67,36 +67,26 @@ class FastPath:
 
 
 async def _unless_client_leaves(call, receive: Receive) -> Response | None:
-    """Run the pipeline while watching for `http.disconnect`; if the client leaves first, cancel the
-    call (which closes the upstream connection and frees the backend slot) and return None.
-
-    The call runs in this task (one watcher task per request, not two): the watcher cancels it.
-    """
-    task = asyncio.current_task()
-    assert task is not None  # called from the request's own task
-    state = [False, False]  # [call finished, client gone]
+    """`_unless_gone` where the server gives no ClientGone (another ASGI server, a test client): a watcher
+    task waits for `http.disconnect` and tells it."""
+    gone = ClientGone()
 
     def on_disconnect(watch: asyncio.Future) -> None:
-        if not watch.cancelled() and watch.exception() is None and not state[0]:
-            state[1] = True
-            task.cancel()
+        if not watch.cancelled() and watch.exception() is None:
+            gone.fire()
 
     watch = asyncio.ensure_future(wait_for_disconnect(receive))
     watch.add_done_callback(on_disconnect)
     try:
-        return await call
-    except asyncio.CancelledError:
-        if state[1]:
-            task.uncancel()
-            return None
-        raise
+        return await _unless_gone(call, gone)
     finally:
-        state[0] = True
         watch.cancel()
 
 
 async def _unless_gone(call, gone: ClientGone) -> Response | None:
-    """`_unless_client_leaves`, told by the server's protocol (app.http.intake) instead of a watcher task."""
+    """Run the pipeline in this task; if the client leaves first, cancel the call (which closes the upstream
+    connection and frees the backend slot) and return None. The server's protocol (app.http.intake) says
+    when the client left."""
     if gone.lost:
         call.close()
         return None

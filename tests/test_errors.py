@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
 
-from tests.conftest import ACME_KEY, MAX_BODY
-from tests.support import set_faults
+from tests.conftest import ACME_KEY, MAX_BODY, gateway_config, start_gateway
+from tests.support import free_port, set_faults
 
 AUTH = {"authorization": f"Bearer {ACME_KEY}"}
 MSG = [{"role": "user", "content": "hello"}]
@@ -161,3 +163,35 @@ def test_process_survives_garbage(gateway):
     assert gateway.process.proc.poll() is None
     assert "Traceback" not in gateway.process.log()
     assert httpx.get(f"{gateway.url}/healthz").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def quick_idle(fleet, tmp_path_factory):
+    """A gateway whose flaky and slow backends may go silent mid-stream for at most 0.5 s."""
+    config = gateway_config(fleet, free_port())
+    for name in ("flaky", "slow"):
+        config["backends"][name]["timeouts"] = {"idle_s": 0.5}
+    gw = start_gateway(tmp_path_factory.mktemp("idle"), fleet, config)
+    yield gw
+    gw.process.stop()
+
+
+def test_a_backend_silent_mid_stream_past_the_idle_limit_ends_the_stream_with_an_error_event(quick_idle, flaky):
+    set_faults(flaky, stall_rate=1.0, stall_s=5.0)
+    stream = quick_idle.client().chat.completions.create(
+        model="flaky", messages=MSG, max_tokens=20, stream=True, extra_body={"ignore_eos": True})
+    started = time.monotonic()
+    with pytest.raises(openai.APIError) as exc:
+        for _ in stream:
+            pass
+    assert "sent nothing for 0.5s mid-stream" in str(exc.value)
+    assert time.monotonic() - started < 3.0  # the limit, not the backend's 5 s stall
+
+
+def test_a_backend_that_keeps_sending_is_never_cut_by_the_idle_limit_however_long_the_stream(quick_idle):
+    # 40 tokens 40 ms apart: 1.6 s in all, three times the idle limit, but never silent for long.
+    started = time.monotonic()
+    stream = quick_idle.client().chat.completions.create(
+        model="slow", messages=MSG, max_tokens=40, stream=True, extra_body={"ignore_eos": True})
+    assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 40
+    assert time.monotonic() - started > 1.0

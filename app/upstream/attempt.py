@@ -32,7 +32,7 @@ from app.upstream.client import (
     response_headers,
 )
 from app.upstream.sse import EventSplitter
-from app.upstream.wire import WireResponse
+from app.upstream.wire import StreamIdle, WireResponse
 
 log = logging.getLogger("slipstream.upstream")
 
@@ -86,16 +86,13 @@ class EventStream:
         self._first = []
         name, secret = self.backend.name, self.backend.secret
         try:
-            async with asyncio.timeout(self._next_wait()) as timer:
-                with map_transport_errors(name):
-                    async for chunk in self._response.chunks():
-                        # The timer measures the backend's silence, not the time the client takes to read.
-                        timer.reschedule(None)
-                        events = self._splitter.feed(chunk)
-                        if events:
-                            yield redact_events(events, secret) if secret else events
-                        timer.reschedule(asyncio.get_running_loop().time() + self._next_wait())
-        except TimeoutError:
+            with map_transport_errors(name):
+                # The idle limit measures the backend's silence, not the time the client takes to read.
+                async for chunk in self._response.chunks(self._idle_s, self._end):
+                    events = self._splitter.feed(chunk)
+                    if events:
+                        yield redact_events(events, secret) if secret else events
+        except StreamIdle:
             if time.monotonic() >= self._end - 0.001:
                 raise _total_timeout(name, self._deadline_bound) from None
             raise UpstreamTimeout(
@@ -105,9 +102,6 @@ class EventStream:
         if self._splitter.pending.strip():
             # A last event without its blank line: the caller judges it.
             yield redact_events([self._splitter.pending], secret) if secret else [self._splitter.pending]
-
-    def _next_wait(self) -> float:
-        return max(0.0, min(self._idle_s, self._end - time.monotonic()))
 
     def close(self) -> None:
         # Closing an unfinished response drops its connection, which is what tells the backend to stop;

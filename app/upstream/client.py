@@ -30,6 +30,7 @@ from app.upstream.wire import (
     ConnectFailed,
     ConnectTimeout,
     Disconnected,
+    StreamIdle,
     WireError,
     WirePool,
     WireResponse,
@@ -130,8 +131,8 @@ class map_transport_errors:
         return None
 
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
-        if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError)):
-            return False
+        if exc is None or isinstance(exc, (GatewayError, asyncio.CancelledError, StreamIdle)):
+            return False  # (a stream's silence is its caller's to word: it knows which limit it set)
         name = self._name
         if isinstance(exc, WireError):
             raise _wire_error(name, exc) from None

@@ -57,11 +57,17 @@ class BadResponse(WireError):
     """The backend's bytes are not an HTTP/1.1 response."""
 
 
+class StreamIdle(TimeoutError):
+    """The backend sent nothing for the stream's idle limit, or the stream's time ran out (the caller, who
+    knows which limit it set, words it)."""
+
+
 class WireResponse:
     """One answer: `status` and `headers` once returned by `WirePool.post`, then its body through `read()`
     or `chunks()` (once), then `release()` (back to the pool if the body was read to its end) or `close()`."""
 
-    __slots__ = ("_buffered", "_chunks", "_conn", "_done", "_error", "_waiter", "headers", "status")
+    __slots__ = ("_buffered", "_chunks", "_conn", "_done", "_error", "_limits", "_waiter", "_waiting_since", "_watch",
+                 "headers", "status")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn: _Connection | None = conn
@@ -72,6 +78,12 @@ class WireResponse:
         self._done = False
         self._error: WireError | None = None
         self._waiter: asyncio.Future[None] | None = None
+        # A stream's silence limit: one timer per stream, moved only when it fires, not per chunk (a
+        # token-by-token stream reads hundreds of times; rescheduling a timeout twice a read cost more
+        # than the read). `_waiting_since` is when the reader began to wait (None: it is busy).
+        self._limits: tuple[float, float] | None = None  # (idle seconds, end: time.monotonic())
+        self._waiting_since: float | None = None
+        self._watch: asyncio.TimerHandle | None = None
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -82,8 +94,12 @@ class WireResponse:
         self._chunks.clear()
         return out
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives: everything buffered since the last step, joined."""
+    async def chunks(self, idle_s: float | None = None, end: float | None = None) -> AsyncIterator[bytes]:
+        """The body as it arrives: everything buffered since the last step, joined. With `idle_s`, StreamIdle
+        when the backend is silent that long while this waits (the time the caller takes between steps does
+        not count), or once time.monotonic() passes `end`."""
+        if idle_s is not None:
+            self._limits = (idle_s, end if end is not None else float("inf"))
         while True:
             if self._chunks:
                 data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
@@ -97,20 +113,59 @@ class WireResponse:
             if self._done:
                 self._raise_if_broken()
                 return
-            await self._wait()
+            if self._limits is None:
+                await self._wait()
+                continue
+            self._waiting_since = time.monotonic()
+            if self._watch is None:
+                self._arm(self._waiting_since)
+            try:
+                await self._wait()
+            finally:
+                self._waiting_since = None
+
+    def _arm(self, now: float) -> None:
+        assert self._limits is not None  # armed only for a stream with limits
+        idle_s, end = self._limits
+        since = self._waiting_since if self._waiting_since is not None else now
+        delay = max(0.0, min(since + idle_s, end) - now)
+        loop = asyncio.get_running_loop()
+        self._watch = loop.call_at(loop.time() + delay, self._on_watch)
+
+    def _on_watch(self) -> None:
+        self._watch = None
+        since = self._waiting_since
+        if since is None or self._limits is None:
+            return  # the reader is busy: its next wait arms the watch again
+        idle_s, end = self._limits
+        now = time.monotonic()
+        if now >= min(since + idle_s, end) - 0.001:  # (timers may fire a clock tick early)
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(StreamIdle())
+            return
+        self._arm(now)  # the reader began waiting again since: look when that wait runs out
 
     def release(self) -> None:
         """Done with the answer: its connection goes back to the pool if the body was read to its end and
         the backend keeps the connection alive, else it is closed."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.finished(reuse=self._done and self._error is None)
 
     def close(self) -> None:
         """Done with the answer, read or not: its connection is closed."""
+        self._unwatch()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.finished(reuse=False)
+
+    def _unwatch(self) -> None:
+        self._limits = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     async def _wait(self) -> None:
         self._waiter = asyncio.get_running_loop().create_future()

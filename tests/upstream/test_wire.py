@@ -5,10 +5,11 @@ break an answer."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from app.upstream.wire import BadResponse, BrokenBody, ConnectFailed, Disconnected, WirePool
+from app.upstream.wire import BadResponse, BrokenBody, ConnectFailed, Disconnected, StreamIdle, WirePool
 from tests.support import free_port
 
 HEADERS = {"content-type": "application/json", "authorization": "Bearer k"}
@@ -214,3 +215,62 @@ def test_a_slow_reader_pauses_the_backend_instead_of_buffering_without_bound():
     buffered, total = run(case)
     assert buffered < 600 * 1024  # paused near the high-water mark (256 KiB, plus what one read brings)
     assert total == 1024 * 1024
+
+
+def _trickle_backend(gaps_s: list[float]):
+    """A loopback backend that sends a chunked stream's chunks with the given pauses before each."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.split(b"content-length: ")[1].split(b"\r\n")[0]))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for i, gap in enumerate(gaps_s):
+            await asyncio.sleep(gap)
+            writer.write(b"2\r\n%02d\r\n" % i)
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    return serve
+
+
+def test_a_stream_silent_for_its_idle_limit_raises_stream_idle_and_one_that_keeps_sending_does_not():
+    async def read_all(gaps_s: list[float], idle_s: float, reader_pause_s: float = 0.0) -> list[bytes]:
+        server = await asyncio.start_server(_trickle_backend(gaps_s), "127.0.0.1", 0)
+        pool = WirePool("127.0.0.1", server.sockets[0].getsockname()[1], False, "", HEADERS)
+        try:
+            response = await pool.post("x", b"{}", "text/event-stream", 5.0)
+            got = []
+            async for chunk in response.chunks(idle_s, time.monotonic() + 30):
+                got.append(chunk)
+                await asyncio.sleep(reader_pause_s)  # the client reading slowly is not the backend's silence
+            response.release()
+            return got
+        finally:
+            pool.close()
+            server.close()
+
+    assert b"".join(asyncio.run(read_all([0.05] * 12, idle_s=0.3))) == b"".join(b"%02d" % i for i in range(12))
+    assert len(b"".join(asyncio.run(read_all([0.0, 0.0], idle_s=0.2, reader_pause_s=0.4)))) == 4
+    with pytest.raises(StreamIdle):
+        asyncio.run(read_all([0.0, 1.0], idle_s=0.3))
+
+
+def test_a_stream_past_its_end_raises_stream_idle_even_while_the_backend_keeps_sending():
+    async def case() -> None:
+        server = await asyncio.start_server(_trickle_backend([0.05] * 40), "127.0.0.1", 0)
+        pool = WirePool("127.0.0.1", server.sockets[0].getsockname()[1], False, "", HEADERS)
+        try:
+            response = await pool.post("x", b"{}", "text/event-stream", 5.0)
+            async for _ in response.chunks(10.0, time.monotonic() + 0.4):
+                pass
+        finally:
+            pool.close()
+            server.close()
+
+    started = time.monotonic()
+    with pytest.raises(StreamIdle):
+        asyncio.run(case())
+    assert time.monotonic() - started < 1.5

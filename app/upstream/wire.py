@@ -87,12 +87,22 @@ class WireResponse:
 
     async def read(self) -> bytes:
         """The whole body."""
-        while not self._done:
+        # Taken as it arrives, like chunks(): left in the buffer, a body past HIGH_WATER would pause
+        # reading from the backend and never be done.
+        parts: list[bytes] = []
+        while True:
+            if self._chunks:
+                parts.extend(self._chunks)
+                self._chunks.clear()
+                self._buffered = 0
+                conn = self._conn
+                if conn is not None and conn.paused:
+                    conn.resume()
+            if self._done:
+                break
             await self._wait()
         self._raise_if_broken()
-        out = b"".join(self._chunks)
-        self._chunks.clear()
-        return out
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def chunks(self, idle_s: float | None = None, end: float | None = None) -> AsyncIterator[bytes]:
         """The body as it arrives: everything buffered since the last step, joined. With `idle_s`, StreamIdle

@@ -274,3 +274,24 @@ def test_a_stream_past_its_end_raises_stream_idle_even_while_the_backend_keeps_s
     with pytest.raises(StreamIdle):
         asyncio.run(case())
     assert time.monotonic() - started < 1.5
+
+
+def test_a_body_larger_than_the_high_water_mark_is_read_whole():
+    # read() takes the body as it arrives: reading must never stop at the mark a slow stream pauses at.
+    async def case():
+        big = b"x" * (1024 * 1024)
+        backend = Backend([(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(big), big), False), (_ok(b"next"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "application/json", 5.0)
+        async with asyncio.timeout(5):
+            body = await response.read()
+        response.release()
+        again = await pool.post("x", b"{}", "application/json", 5.0)  # the same connection, resumed
+        body2 = await again.read()
+        again.release()
+        pool.close()
+        backend.stop()
+        return len(body), body2, backend.connections
+
+    assert run(case) == (1024 * 1024, b"next", 1)
+

@@ -297,6 +297,14 @@ class _Connection(asyncio.Protocol):
             response._end(in_body)
 
     # --- httptools callbacks --------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        response = self._response
+        if response is not None and response._done:
+            # A second message after the answer, or the start of one: not the answer's body, and left in
+            # the parser it would be read as the head of the next request's answer. The error stops the
+            # parse here (data_received closes the connection); the answer itself stays whole.
+            raise BadResponse("bytes after the answer")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
 

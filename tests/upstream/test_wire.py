@@ -295,3 +295,49 @@ def test_a_body_larger_than_the_high_water_mark_is_read_whole():
 
     assert run(case) == (1024 * 1024, b"next", 1)
 
+
+@pytest.mark.parametrize("extra", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil",  # a whole second answer nobody asked for
+    b"HTTP/1.1 200 OK\r\ncontent-le",  # the start of one: left in the parser, it would garble the next answer
+], ids=["whole", "partial"])
+def test_bytes_after_the_answer_are_not_part_of_it_and_its_connection_is_not_reused(extra):
+    async def case():
+        backend = Backend([(_ok(b"hi") + extra, False), (_ok(b"next"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        response = await pool.post("x", b"{}", "application/json", 5.0)
+        await asyncio.sleep(0.05)  # the extra bytes are in before the body is read
+        body = await response.read()
+        response.release()
+        again = await pool.post("x", b"{}", "application/json", 5.0)
+        body2 = await again.read()
+        again.release()
+        pool.close()
+        backend.stop()
+        return body, body2, backend.connections
+
+    assert run(case) == (b"hi", b"next", 2)
+
+
+
+@pytest.mark.parametrize(("answer", "body", "connections"), [
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nx-trailer: 1\r\n\r\n", b"hi", 1),  # trailers
+    (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(b"hi"), b"hi", 1),  # an interim answer, then the answer
+    (b"HTTP/1.1 204 No Content\r\n\r\n", b"", 1),  # no body, without a length
+    (b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nhi", b"hi", 2),
+    (b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nhi", b"hi", 2),  # HTTP/1.0 without keep-alive
+], ids=["trailers", "100-continue", "204", "connection-close", "http-1.0"])
+def test_the_answer_says_whether_its_connection_is_reused(answer, body, connections):
+    async def case():
+        backend = Backend([(answer, False), (_ok(b"next"), False)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        bodies = []
+        for _ in range(2):
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            async with asyncio.timeout(5):
+                bodies.append(await response.read())
+            response.release()
+        pool.close()
+        backend.stop()
+        return bodies, backend.connections
+
+    assert run(case) == ([body, b"next"], connections)

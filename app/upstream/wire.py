@@ -341,8 +341,10 @@ def _ends_with_connection(headers: CIMultiDictProxy[str]) -> bool:
 class WirePool:
     """Keep-alive connections to one backend, and its POST."""
 
-    def __init__(self, host: str, port: int, tls: bool, base_path: str, headers: dict[str, str]) -> None:
+    def __init__(self, host: str, port: int, tls: bool, base_path: str, headers: dict[str, str],
+                 keepalive_s: float = KEEPALIVE_S) -> None:
         self._host, self._port = host, port
+        self._keepalive_s = keepalive_s
         self._ssl = ssl.create_default_context() if tls else None
         default_port = 443 if tls else 80
         self._authority = host if port == default_port else f"{host}:{port}"
@@ -351,7 +353,7 @@ class WirePool:
         self._base_path = base_path.rstrip("/")
         self._fixed = b"".join(_header_line(k, v) for k, v in headers.items())
         self._heads: dict[tuple[str, str], bytes] = {}
-        self._idle: list[_Connection] = []
+        self._idle: deque[_Connection] = deque()  # the warmest last (reused first), the oldest first
         self._live: set[_Connection] = set()
         self._closed = False
 
@@ -396,9 +398,13 @@ class WirePool:
 
     def _reusable(self) -> _Connection | None:
         idle, now = self._idle, time.monotonic()
+        # The oldest are swept from the bottom too: LIFO reuse never reaches them while a warmer one
+        # serves the traffic, and after a burst they would stay open for good.
+        while idle and (idle[0].closed or now - idle[0].idle_since >= self._keepalive_s):
+            idle.popleft().abort()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+            if not conn.closed and now - conn.idle_since < self._keepalive_s:
                 return conn
             conn.abort()
         return None

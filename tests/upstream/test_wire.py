@@ -341,3 +341,27 @@ def test_the_answer_says_whether_its_connection_is_reused(answer, body, connecti
         return bodies, backend.connections
 
     assert run(case) == ([body, b"next"], connections)
+
+
+def test_idle_connections_past_the_keepalive_are_closed_while_a_warmer_one_serves_the_traffic():
+    async def case():
+        backend = Backend([(_ok(b"%d" % i), False) for i in range(40)])
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS, keepalive_s=0.3)
+
+        async def call() -> bytes:
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            body = await response.read()
+            response.release()
+            return body
+
+        await asyncio.gather(*(call() for _ in range(4)))  # a burst: four connections, then idle in the pool
+        for _ in range(10):  # then one call at a time, for longer than the keep-alive: the warmest serves them
+            await call()
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
+        disconnects = backend.disconnects
+        pool.close()
+        backend.stop()
+        return backend.connections, disconnects
+
+    assert run(case) == (4, 3)  # the three the burst left behind were closed, the warm one kept

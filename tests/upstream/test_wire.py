@@ -5,6 +5,9 @@ break an answer."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
 import time
 
 import pytest
@@ -25,8 +28,8 @@ class Backend:
         self.disconnects = 0
         self.server: asyncio.Server | None = None
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> int:
+        self.server = await asyncio.start_server(self._serve, host, 0, ssl=tls)
         return self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -365,3 +368,110 @@ def test_idle_connections_past_the_keepalive_are_closed_while_a_warmer_one_serve
         return backend.connections, disconnects
 
     assert run(case) == (4, 3)  # the three the burst left behind were closed, the warm one kept
+
+
+def test_an_ipv6_backend_gets_its_literal_in_brackets_in_the_host_header():
+    async def case():
+        backend = Backend([(_ok(b"{}"), False)])
+        port = await backend.start("::1")
+        pool = WirePool("::1", port, False, "/v1", HEADERS)
+        response = await pool.post("chat/completions", b"{}", "application/json", 5.0)
+        await response.read()
+        response.release()
+        pool.close()
+        backend.stop()
+        return port, backend.requests[0].split(b"\r\n")[:2]
+
+    port, (line, host) = run(case)
+    assert (line, host) == (b"POST /v1/chat/completions HTTP/1.1", b"host: [::1]:%d" % port)
+
+
+def _certificate(tmp_path, name: str) -> tuple[str, str]:
+    """A self-signed certificate for `name` (the openssl command line makes it: no library needed)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+@pytest.mark.parametrize(("certified", "trusted", "works"), [
+    ("localhost", True, True),
+    ("localhost", False, False),  # a certificate nobody vouches for
+    ("elsewhere.example", True, False),  # a trusted certificate for another name
+], ids=["trusted", "untrusted", "wrong-name"])
+def test_tls_verifies_the_backends_certificate_and_its_name(tmp_path, monkeypatch, certified, trusted, works):
+    cert, key = _certificate(tmp_path, certified)
+    if trusted:  # the operator's way to trust a private CA: OpenSSL reads SSL_CERT_FILE for its default paths
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+    else:
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "none.pem"))
+    names = []
+
+    async def case():
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cert, key)
+        tls.sni_callback = lambda _sock, name, _ctx: names.append(name)
+        backend = Backend([(_ok(b'{"tls":1}'), False)])
+        pool = WirePool("localhost", await backend.start("127.0.0.1", tls), True, "", HEADERS)
+        try:
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            body = await response.read()
+            response.release()
+            return body, backend.requests[0].split(b"\r\n")[1]
+        finally:
+            pool.close()
+            backend.stop()
+
+    if works:
+        body, host = run(case)
+        assert (body, names) == (b'{"tls":1}', ["localhost"])
+        assert host.startswith(b"host: localhost:")
+    else:
+        with pytest.raises(ConnectFailed):
+            run(case)
+
+
+
+def test_a_call_cancelled_while_waiting_for_the_head_closes_its_connection_so_the_backend_stops():
+    async def case():
+        asked, left = asyncio.Event(), asyncio.Event()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            asked.set()
+            await reader.read()  # a backend generating: the client's close is all it hears
+            left.set()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        pool = WirePool("127.0.0.1", server.sockets[0].getsockname()[1], False, "", HEADERS)
+        call = asyncio.ensure_future(pool.post("x", b"{}", "application/json", 5.0))
+        await asyncio.wait_for(asked.wait(), 5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(left.wait(), 5)
+        pool.close()
+        server.close()
+
+    run(case)
+
+
+def test_a_pooled_connection_the_backend_closed_while_idle_is_not_reused():
+    async def case():
+        backend = Backend([(_ok(b"1"), True), (_ok(b"2"), False)])  # the backend closes after its first answer
+        pool = WirePool("127.0.0.1", await backend.start(), False, "", HEADERS)
+        bodies = []
+        for _ in range(2):
+            response = await pool.post("x", b"{}", "application/json", 5.0)
+            bodies.append(await response.read())
+            response.release()
+            await asyncio.sleep(0.05)  # the close reaches the pool while the connection is idle
+        pool.close()
+        backend.stop()
+        return bodies, backend.connections
+
+    assert run(case) == ([b"1", b"2"], 2)

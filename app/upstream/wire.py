@@ -283,8 +283,10 @@ class _Connection(asyncio.Protocol):
         if response is None or response._done:
             return
         head = self._head
-        if head is not None and head.done() and _ends_with_connection(response.headers):
-            response._end()  # a body framed by the connection's end: this is its end
+        if exc is None and head is not None and head.done() and _ends_with_connection(response.headers):
+            # A body framed by the connection's end: an orderly close is its end; a reset (exc set)
+            # truncated it.
+            response._end()
             return
         self._fail(Disconnected("the backend closed the connection"),
                    BrokenBody("the backend closed the connection mid-response"))

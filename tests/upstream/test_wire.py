@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
+import struct
 import subprocess
 import time
 
@@ -475,3 +477,29 @@ def test_a_pooled_connection_the_backend_closed_while_idle_is_not_reused():
         return bodies, backend.connections
 
     assert run(case) == ([b"1", b"2"], 2)
+
+
+def test_a_body_framed_by_the_connections_end_is_broken_when_the_connection_is_reset():
+    # Only an orderly close ends such a body: a reset truncates it, and the part must not pass for the whole.
+    async def case():
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(int(head.split(b"content-length: ")[1].split(b"\r\n")[0]))
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+            writer.transport.abort()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        pool = WirePool("127.0.0.1", server.sockets[0].getsockname()[1], False, "", HEADERS)
+        try:
+            response = await pool.post("x", b"{}", "text/event-stream", 5.0)
+            return await response.read()
+        finally:
+            pool.close()
+            server.close()
+
+    with pytest.raises(BrokenBody):
+        run(case)

@@ -249,8 +249,14 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is not None:
+            if transport.get_write_buffer_size():
+                # Part of the request is still unsent: close() would wait until the backend read it all
+                # (forever, from one that is stuck). abort() drops it and ends the connection now.
+                transport.abort()
+            else:
+                transport.close()
 
     def pause(self) -> None:
         if not self.paused and self.transport is not None:

@@ -503,3 +503,40 @@ def test_a_body_framed_by_the_connections_end_is_broken_when_the_connection_is_r
 
     with pytest.raises(BrokenBody):
         run(case)
+
+
+def test_a_call_given_up_while_its_request_is_still_unsent_drops_the_connection_at_once():
+    # A backend that does not read (stuck, or its socket buffer full) must not keep a closed call's
+    # connection open until it has read a request nobody wants any more: what is unsent is dropped.
+    async def case():
+        asked, outcome = asyncio.Event(), []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            asked.set()
+            await asyncio.sleep(0.5)  # not reading while the client gives up
+            got = 0
+            try:
+                while chunk := await reader.read(1 << 20):
+                    got += len(chunk)
+                outcome.append(("closed", got))
+            except ConnectionError:
+                outcome.append(("reset", got))
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        pool = WirePool("127.0.0.1", server.sockets[0].getsockname()[1], False, "", HEADERS)
+        body = b"x" * (32 * 1024 * 1024)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await pool.post("x", body, "application/json", 5.0)
+        await asyncio.wait_for(asked.wait(), 5)
+        for _ in range(200):
+            if outcome:
+                break
+            await asyncio.sleep(0.02)
+        pool.close()
+        server.close()
+        return outcome
+
+    [(how, got)] = run(case)
+    assert got < 32 * 1024 * 1024, how  # the client did not wait for the backend to read its whole request

@@ -9,11 +9,13 @@ Workloads (open-loop Poisson arrivals at --load x the fleet's capacity for cold 
 Strategies: prefix_aware, predicted_latency (the latency model without the prefix), least_inflight,
 round_robin, each behind a fresh gateway; every run salts its prompts, so no strategy inherits a warm
 cache from another. Streams with include_usage; per strategy it prints TTFT mean/p50/p99, E2E p99, the
-reported cached-token ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), then the
-aims. With --replicas 3 (simulator), prefix_aware also runs behind three gateway replicas that clients
+reported cached-token ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), cold and warm
+requests apart, then the aims (with --repeats, per repeat and their median) and, on shared prefixes, a
+ceiling: what any placement could reach if each prefix were prefilled cold only once. With --replicas 3 (simulator), prefix_aware also runs behind three gateway replicas that clients
 reach at random, with and without consistent hashing, against one replica.
 
     python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
+    python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --repeats 3 --cache-ram 0
     python bench/prefix_routing.py --backend sim --backends 3 --seconds 40 --repeats 2
     python bench/prefix_routing.py --backend sim --backends 8 --workloads shared --replicas 3
 """

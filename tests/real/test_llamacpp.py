@@ -100,13 +100,15 @@ def test_the_servers_own_prompt_cache_reuse_shows_on_admin_backends(real):
             {"role": "user", "content": "Name one river."}]
     c = real.client()
 
+    # Server B: the prompt (~344 tokens) is over A's per-slot context (1,024 tokens over 4 slots), so a call to
+    # "a" would be served by its context fallback, B, and A's counters would never move.
     def hits():
-        return backend_figures(real, "a")["reported_load"].get("prefix_cache_hit_share")
+        return backend_figures(real, "b")["reported_load"].get("prefix_cache_hit_share")
 
-    c.chat.completions.create(model="a", messages=long, max_tokens=4)
+    c.chat.completions.create(model="b", messages=long, max_tokens=4)
     time.sleep(1.2)  # two scrapes (0.5 s apart): the counters before the repeat are read
     for _ in range(3):
-        c.chat.completions.create(model="a", messages=long, max_tokens=4)
+        c.chat.completions.create(model="b", messages=long, max_tokens=4)
     assert wait_until(lambda: (hits() or 0.0) > 0.8, timeout=5), hits()
 
 

@@ -91,7 +91,8 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     )
     secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
     base = URL(config.base_url.rstrip("/"))
-    wire = WirePool(base.host or "", base.port or (443 if base.scheme == "https" else 80), base.scheme == "https",
+    # The host as the wire carries it: an internationalised name in its ASCII (IDNA) form, for the Host header.
+    wire = WirePool(base.raw_host or "", base.port or (443 if base.scheme == "https" else 80), base.scheme == "https",
                     base.raw_path, headers)
     return Backend(name, config, session, base, headers, {}, adapter_for(config.flavor), wire, secret or None)
 

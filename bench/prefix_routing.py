@@ -120,6 +120,14 @@ class Run:
     backends: dict[str, int] = field(default_factory=dict)
     # Per request: (TTFT, share of its prompt the server reported reusing), to split cold from warm.
     shares: list[tuple[float, float]] = field(default_factory=list)
+    # (prompt, cached) tokens of conversation turns after the first: what affinity alone decides (a
+    # first turn is a new system prompt, and how many conversations start depends on how fast answers come).
+    later: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def later_ratio(self) -> float:
+        total = sum(p for p, _ in self.later)
+        return sum(c for _, c in self.later) / total if total else float("nan")
 
     @property
     def cached_ratio(self) -> float:
@@ -169,6 +177,8 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                 run.prompt += prompt
                 run.cached += cached
                 run.shares.append((first, cached / prompt if prompt else 0.0))
+                if conv is not None and len(messages) > 2:
+                    run.later.append((prompt, cached))
             workload.done(conv, "".join(answer))
 
         start = time.perf_counter()
@@ -300,7 +310,8 @@ def row(label: str, r: Run) -> str:
     mean = statistics.fmean(r.ttft) * 1000 if r.ttft else float("nan")
     return (f"  {label:<34} n={len(r.e2e):4d} err={r.errors:3d}  TTFT mean {mean:7.0f}  p50 {percentile(r.ttft, 50):7.0f}"
             f"  p99 {percentile(r.ttft, 99):7.0f}  E2E p99 {percentile(r.e2e, 99):7.0f} ms  cached {r.cached_ratio:6.1%}"
-            f"  per backend {dict(sorted(r.backends.items()))}{cold_warm(r)}")
+            f"  per backend {dict(sorted(r.backends.items()))}{cold_warm(r)}"
+            + (f"  later turns {len(r.later)}: cached {r.later_ratio:.1%}" if r.later else ""))
 
 
 def split(r: Run) -> tuple[list[float], list[float]]:
@@ -323,6 +334,7 @@ def pooled(runs: list[Run]) -> Run:
         out.cached += r.cached
         out.errors += r.errors
         out.shares += r.shares
+        out.later += r.later
         for k, v in r.backends.items():
             out.backends[k] = out.backends.get(k, 0) + v
     return out

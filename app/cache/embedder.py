@@ -141,14 +141,7 @@ class Embedder:
             return None
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((text, future))
-        try:
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            self.timeouts += 1
-            return None
-        except Exception:  # noqa: BLE001 - any model failure is a miss for this lookup, counted
-            self.failures += 1
-            return None
+        return await self._within(future, timeout_s)
 
     async def word_states(self, text: str, timeout_s: float) -> list[tuple[str, np.ndarray]] | None:
         """`OnnxEncoder.word_states` on the model's thread; None when late or failed (the caller misses)."""
@@ -156,12 +149,16 @@ class Embedder:
         if timeout_s <= 0:
             return None
         future = asyncio.get_running_loop().run_in_executor(self._pool, self._encoder.word_states, text)
+        return await self._within(future, timeout_s)
+
+    async def _within(self, future: asyncio.Future, timeout_s: float):
+        """The model's answer, or None (counted) when it is late or the model failed: a miss for this lookup."""
         try:
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             self.timeouts += 1
             return None
-        except Exception:  # noqa: BLE001 - a model failure is a miss for this lookup, counted
+        except Exception:  # noqa: BLE001 - any model failure is a miss for this lookup, counted
             self.failures += 1
             return None
 

@@ -50,6 +50,7 @@ class Attempt:
         a.headers, a.first_event, a.status, a.stream = timing.headers, timing.first_event, 200, streamed
         if streamed:
             self.lease.prefilled()
+            self.lease.first_token()
             self._router.learner.first_token(a, prompt_tokens)
 
     def add_report(self, report: BackendReport) -> None:
@@ -61,6 +62,7 @@ class Attempt:
         a = self.record
         last = a.progress if a.progress[1] else (1, a.first_event)
         a.progress = (events, now)
+        self.lease.progress(events)
         self._router.learner.progress(a, self.lease.state, last, events, now)
 
     def end(self, err: BaseException | None = None, *, complete: bool = False, output_tokens: int = 0,

@@ -35,6 +35,8 @@ class Learner:
         # (vLLM's counters), and the counters it was computed from.
         self.server_prefix_hits: dict[str, float] = {}
         self._prefix_counters: dict[str, tuple[float, float]] = {}
+        # Each backend's waiting count beyond this gateway's queued requests at its last scrape.
+        self._others_waiting: dict[str, float] = {}
         # Per alias whose strategy weighs expected reuse (latency_aware): fed the backends' reported reuse.
         self.reuse: dict[str, ReuseTracker] = {}
         # Predicted against measured, per backend (for /admin/backends).
@@ -51,8 +53,22 @@ class Learner:
         if s is None:
             return
         s.scraped_waiting = load.waiting if load is not None else None
-        if load is None:
-            return
+        if load is None or not load.waiting:
+            s.others_waiting = 0.0
+            self._others_waiting[name] = 0.0
+            if load is None:
+                return
+        else:
+            # The backend's waiting count includes this gateway's requests queued there (past its slots),
+            # and a scrape is up to an interval old: a request of ours that waited then and holds a slot
+            # now read as someone else's queue, a turnover each (issue 24: +1.2 s predicted on the quick
+            # llama.cpp server, which no one else used). Only what is beyond ours in two scrapes running
+            # counts.
+            slots = load.slots or s.model.slots
+            ours = max(0, s.inflight - slots) if slots else 0
+            beyond = max(0.0, load.waiting - ours)
+            s.others_waiting = min(beyond, self._others_waiting.get(name, 0.0))
+            self._others_waiting[name] = beyond
         if load.slots:
             s.model.set_reported_slots(load.slots)
         if load.rtt_s is not None:
@@ -78,10 +94,14 @@ class Learner:
         if s.backend.adapter.headers_at_slot:
             # Headers left when a slot took the request: what the wait holds beyond the network is queue.
             # Prefill is learned at the end, when the server says how much of the prompt it processed.
-            model.observe_queue(max(0.0, to_headers - model.net.get(time.monotonic())), ahead, expected_queue)
+            if a.headers:
+                s.prefills.add(a.headers, a.first_event, float(prompt_tokens))
+            wait = max(0.0, to_headers - model.net.get(time.monotonic()))
+            if not _ours_could_explain(s, ahead, wait):
+                model.observe_queue(wait, ahead, expected_queue)
             return
         model.observe_network(to_headers)
-        if r.queue_s is not None:
+        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         else:
             _learn_wait(model, a.first_event - (a.headers or a.start), r.prefill_s, prompt_tokens, ahead, expected_queue)
@@ -121,6 +141,12 @@ class Learner:
         prompt = processed_prompt(prompt_hint, r)
         model.observe_latency(a.end - a.start)
         if a.stream and a.first_event:
+            if s.backend.adapter.headers_at_slot and a.headers:
+                # Other prompts the server prefilled in the same steps took part of this one's prefill
+                # time: the rate is learned from all the tokens processed in it (in this prompt's share
+                # of them processed, the rest read from its cache).
+                share = prompt / prompt_hint if prompt_hint else 1.0
+                prompt += round(share * s.prefills.alongside(a.headers, a.first_event))
             if r.prefill_s is not None:
                 model.observe_prefill(prompt, r.prefill_s)
             elif s.backend.adapter.headers_at_slot and a.headers:
@@ -130,7 +156,7 @@ class Learner:
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
-        if r.queue_s is not None:
+        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
@@ -141,6 +167,15 @@ class Learner:
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
             model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, measured=False)
         return cached
+
+
+def _ours_could_explain(s: BackendState, ahead: int, wait: float) -> bool:
+    """Whether a wait with nothing of ours ahead when it was sent may still have been behind our own
+    requests: others sent with it can reach the server first (concurrent connections), and the backend
+    is over its slots with ours now. Such a wait is not someone else's traffic (the residual queue):
+    after a calibration burst, one 4.5 s wait of that kind priced the slow llama.cpp server at +3.9 s
+    for the next minute, during which it got 1 request in 49 and so never a sample to correct it."""
+    return ahead == 0 and wait > QUEUE_NOISE_S and s.inflight > (s.model.slots or 1)
 
 
 def processed_prompt(hint: int, report: BackendReport) -> int:

@@ -57,7 +57,8 @@ class Lease:
                 ctx.cached[state.name] = self.prefix
         # What the model predicted for this request on this backend, with the requests ahead of it.
         self.estimate: Estimate = estimate(state, ctx, ahead)
-        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens)
+        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens,
+                                      max(0.0, self.estimate.ttft_s - self.estimate.queue_s), ctx.stream)
         if self.prefix is not None:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
@@ -107,6 +108,16 @@ class Lease:
         if done or not slot_scoped_cache(self.state):
             self._prefilled.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
+
+    def first_token(self) -> None:
+        """The stream's first token came: the request holds a slot and decodes from now (in the book)."""
+        if not self._released:
+            self.state.book.first_token(self._ticket, time.monotonic())
+
+    def progress(self, events: int) -> None:
+        """`events` of the stream's events are out: how far its decode has got (in the book)."""
+        if not self._released:
+            self.state.book.progress(self._ticket, max(0, events - 1), time.monotonic())
 
     def release(self) -> None:
         if not self._released:

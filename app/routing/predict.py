@@ -25,16 +25,15 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
     queue = residual = m.residual_queue(now)
     slots = m.slots
     if slots is not None and ahead >= slots:
-        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now))
+        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), now, slots)
         if at is not None:
             queue += max(0.0, at - now)
         else:
             # More in flight than booked (a slot handed on before its lease was booked): a turnover each.
             queue += (ahead - slots + 1 - len(c.book)) * _turnover_s(c, slots, now)
-    if c.scraped_waiting:
-        # The backend's own waiting count (vLLM /metrics) beyond what this gateway queued there.
-        ours = max(0, ahead - slots) if slots is not None else 0
-        queue += max(0.0, c.scraped_waiting - ours) * _turnover_s(c, slots or max(1, ahead), now)
+    if c.others_waiting:
+        # The backend's own waiting count (its /metrics) beyond what this gateway queued there.
+        queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
     prompt = ctx.prompt_tokens
     cached = ctx.cached.get(c.name) if ctx.cached else None
     if ctx.cached is not None:

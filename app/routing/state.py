@@ -8,6 +8,8 @@ book), its health (the breaker), its latency model and what it is believed to ho
 from __future__ import annotations
 
 import heapq
+import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from app.config import BackendConfig
@@ -18,21 +20,51 @@ from app.upstream.client import Backend
 
 
 class InflightBook:
-    """The requests in flight to one backend: when each started, its predicted wait for the first
-    token, and the tokens it will decode. Finish times are priced at the backend's TPOT now, so a
-    backend that slowed down is seen to finish its work later, not only its new requests."""
+    """The requests in flight to one backend: when each was sent, its predicted wait for the first
+    token and prefill, the tokens it will decode, and, once known, when its first token came and how
+    far its decode has got. Finish times are priced at the backend's TPOT now, so a backend that slowed
+    down is seen to finish its work later, not only its new requests.
+
+    When each request finishes is simulated from what is known now, not read from what was predicted
+    when it was sent (issue 24, real llama.cpp servers of unequal speed): a request decoding finishes
+    when its remaining tokens are out; one still waiting for its first token gets a slot when the
+    backend frees one (in the order they were sent, as llama.cpp and vLLM take them) and then prefills.
+    A prediction made at send time carried that moment's queue forever: on the quick server, queues
+    predicted during a burst were booked into every request behind them and kept growing (predicted
+    3-4 s, measured 0.3-2 s), while on the slow server a request past its predicted finish counted as
+    already gone, so its queue read as none (0.5 s predicted, 2.4 s measured). An overdue request is
+    now about to finish, never already finished."""
 
     __slots__ = ("_entries", "_next")
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[float, float, float]] = {}
+        # ticket -> [sent, predicted wait for the first token, prefill, tokens to decode,
+        #            instant of the latest decode news (0: no first token yet), tokens decoded by then,
+        #            1 if its first token will be reported (a stream)]
+        self._entries: dict[int, list[float]] = {}
         self._next = 0
 
-    def add(self, start: float, ttft_s: float, decode_tokens: float) -> int:
-        """Book a request; returns the ticket to remove it with."""
+    def add(self, start: float, ttft_s: float, decode_tokens: float, prefill_s: float | None = None,
+            reports_first_token: bool = False) -> int:
+        """Book a request sent at `start`, its first token predicted after `ttft_s`, of which `prefill_s`
+        (all of it when not given) once it has a slot; returns the ticket to remove it with. With
+        `reports_first_token` (a stream), a request with no first token yet has not begun to decode."""
         self._next += 1
-        self._entries[self._next] = (start, ttft_s, decode_tokens)
+        self._entries[self._next] = [start, ttft_s, ttft_s if prefill_s is None else prefill_s, decode_tokens, 0.0, 0.0,
+                                     1.0 if reports_first_token else 0.0]
         return self._next
+
+    def first_token(self, ticket: int, at: float) -> None:
+        """The request's first token came at `at`: it holds a slot and decodes from there."""
+        e = self._entries.get(ticket)
+        if e is not None and not e[4]:
+            e[4], e[5] = at, 0.0
+
+    def progress(self, ticket: int, tokens: float, at: float) -> None:
+        """`tokens` of the request's answer were out at `at` (counted from its first token)."""
+        e = self._entries.get(ticket)
+        if e is not None and e[4] and at >= e[4]:
+            e[4], e[5] = at, tokens
 
     def remove(self, ticket: int) -> None:
         self._entries.pop(ticket, None)
@@ -40,11 +72,66 @@ class InflightBook:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def nth_finish(self, n: int, tpot_s: float) -> float | None:
+    def finishes(self, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> list[float]:
+        """Every booked request's predicted finish, simulated from now (see the class docstring)."""
+        decoding: list[float] = []
+        waiting: list[list[float]] = []
+        for e in self._entries.values():
+            if e[4]:
+                decoding.append(max(now, e[4] + max(0.0, e[3] - e[5]) * tpot_s))
+            else:
+                waiting.append(e)
+        if slots is None:
+            # No known limit: every request has its own slot from when it was sent.
+            return decoding + [max(now, e[0] + e[1]) + e[3] * tpot_s for e in waiting]
+        free = list(decoding) + [-math.inf] * max(0, slots - len(decoding))
+        heapq.heapify(free)
+        out = list(decoding)
+        for e in sorted(waiting, key=lambda e: e[0]):
+            slot_at = max(heapq.heappop(free), e[0])
+            # A stream past its predicted first token still has all its decode ahead; an answer that
+            # reports no first token may be decoding already: past its predicted end, it ends now.
+            end = max(now, slot_at + e[2]) + e[3] * tpot_s if e[6] else max(now, slot_at + e[2] + e[3] * tpot_s)
+            heapq.heappush(free, end)
+            out.append(end)
+        return out
+
+    def nth_finish(self, n: int, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> float | None:
         """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""
         if n >= len(self._entries):
             return None
-        return heapq.nsmallest(n + 1, (s + w + k * tpot_s for s, w, k in self._entries.values()))[-1]
+        return heapq.nsmallest(n + 1, self.finishes(tpot_s, now, slots))[-1]
+
+
+class PrefillLog:
+    """Recent prefills on one backend: (slot taken, first token, prompt tokens), to tell how many
+    prompt tokens the backend processed while one request prefilled. A server that prefills two prompts
+    at once (llama.cpp batches every slot's prompt into one step) reports each one's prefill time as
+    the time for both: learned against one prompt's tokens, that read as half the rate (issue 24:
+    after a calibration burst that filled both slots of the slow server at once, its prefill was
+    learned at 31 tokens/s against ~110 alone, and routing avoided it for the rest of the run)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, size: int = 32) -> None:
+        self._entries: deque[tuple[float, float, float]] = deque(maxlen=size)
+
+    def add(self, start: float, end: float, tokens: float) -> None:
+        if end > start and tokens > 0:
+            self._entries.append((start, end, tokens))
+
+    def alongside(self, start: float, end: float) -> float:
+        """Prompt tokens of other prefills processed between `start` and `end` (each spread evenly over
+        its own prefill; the one that spans exactly this interval is taken to be the request itself)."""
+        total, itself = 0.0, False
+        for s, e, tokens in self._entries:
+            if not itself and (s, e) == (start, end):
+                itself = True
+                continue
+            overlap = min(e, end) - max(s, start)
+            if overlap > 0:
+                total += tokens * overlap / (e - s)
+        return total
 
 
 @dataclass(slots=True)
@@ -61,6 +148,9 @@ class BackendState:
     limited_until: float = 0.0
     # The backend's own waiting count, from its /metrics (vLLM), when scraped.
     scraped_waiting: float | None = None
+    # Of those, the requests that are not this gateway's (another client's queue), as two scrapes in a
+    # row saw them: what the in-flight book cannot explain.
+    others_waiting: float = 0.0
     wrr_current: float = 0.0
     # When each request in flight here is predicted to finish: the queue a new one would wait in.
     book: InflightBook = field(default_factory=InflightBook)
@@ -72,6 +162,8 @@ class BackendState:
     # When the prefill now under way began: the backend went busy, or the one before it reached its
     # first token. Time since then is work already done off the backlog.
     prefill_busy_since: float = 0.0
+    # Recent prefills' intervals, to learn the prefill rate from the tokens processed alongside.
+    prefills: PrefillLog = field(default_factory=PrefillLog)
 
     @property
     def name(self) -> str:

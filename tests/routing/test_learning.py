@@ -114,3 +114,56 @@ def test_a_servers_prefix_cache_counters_give_its_hit_share_between_scrapes():
     assert "b" not in t.server_prefix_hits  # one reading is no rate
     t.server_load("b", ServerLoad(prefix_cache_queries=3000, prefix_cache_hits=1700))
     assert t.server_prefix_hits["b"] == 0.8
+
+
+def test_a_backends_waiting_count_is_someone_elses_queue_only_beyond_ours_and_in_two_scrapes():
+    t, _ = telemetry("llamacpp")
+    state = t.states["b"]
+    state.inflight = 3  # two slots, one of ours waiting
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=1))
+    assert state.others_waiting == 0.0
+    # A stale scrape: ours that waited then holds a slot now, and no one else is there.
+    state.inflight = 2
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=1))
+    assert state.others_waiting == 0.0
+    # Three waiting beyond ours, twice running: another client's queue.
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=3))
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=3))
+    assert state.others_waiting == 3.0
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=0))
+    assert state.others_waiting == 0.0
+
+
+def test_a_wait_our_own_requests_may_explain_is_not_someone_elses_queue():
+    # Sent with nothing ahead, but others of ours sent with it reached the server first: the backend is
+    # over its slots with ours when the first token comes, so the wait is not a residual queue.
+    t, model = telemetry("llamacpp")
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=1))
+    t.states["b"].inflight = 4
+    a = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
+    a.headers = a.start + 4.5
+    a.first_event = a.headers + 0.5
+    t.first_token(a, prompt_tokens=100)
+    assert model.residual_queue() == 0.0
+    # Alone on the backend, the same wait is someone else's.
+    t.states["b"].inflight = 1
+    t.first_token(a, prompt_tokens=100)
+    assert model.residual_queue() > 4.0
+
+
+def test_prefill_is_learned_from_every_prompt_the_server_processed_alongside():
+    # Two 50-token prompts prefilled in the same steps, 1 s for both: each reports 1 s. The rate is
+    # 100 tokens/s, not 50.
+    t, model = telemetry("llamacpp")
+    for k in range(8):
+        pair = []
+        for _ in range(2):
+            a = stream_attempt(load=2, wait=1.0, flavor="llamacpp")
+            a.start, a.headers, a.first_event = 100.0 + 10 * k, 100.0 + 10 * k, 101.0 + 10 * k
+            a.end = a.first_event + 0.5
+            a.report = BackendReport(prefill_s=1.0, prompt_tokens=50, prompt_processed=50, prompt_cached=0)
+            t.first_token(a, prompt_tokens=50)
+            pair.append(a)
+        for a in pair:
+            t.learn(a, prompt_hint=50, output=10)
+    assert model.prefill_s(50) == pytest.approx(0.5, rel=0.15)

@@ -116,3 +116,47 @@ def test_a_cpu_servers_prefill_rate_is_learned_from_prompts_of_similar_length():
         assert m.prefill_s(tokens, now=31.0) == pytest.approx(0.010 + 0.008 * tokens, rel=0.1)
     fixed, _ = m.prefill.coefficients(31.0)
     assert fixed < 0.05  # each pending prefill in a backlog is not priced at a made-up fixed cost
+
+
+def test_requests_waiting_for_a_slot_are_simulated_from_now_not_from_what_was_predicted_when_sent():
+    # One slot. A decodes (first token at 10 s, 10 tokens of 100 ms left: done at 11 s); B, sent at 5 s
+    # while a burst made its queue look 20 s long, waits for A's slot, then prefills 0.5 s and decodes
+    # 10 tokens: done at 12.5 s, not at 5 + 20 + 1 = 26 s. The stale prediction is not carried forward.
+    b = InflightBook()
+    a_ticket = b.add(0.0, 5.0, 10, prefill_s=1.0)
+    b.first_token(a_ticket, 10.0)
+    b.add(5.0, 20.0, 10, prefill_s=0.5)
+    assert b.nth_finish(0, 0.1, now=10.0, slots=1) == pytest.approx(11.0)
+    assert b.nth_finish(1, 0.1, now=10.0, slots=1) == pytest.approx(12.5)
+
+
+def test_a_request_decoding_past_its_predicted_end_is_about_to_finish_and_its_progress_counts():
+    b = InflightBook()
+    t = b.add(0.0, 1.0, 20, prefill_s=1.0)
+    b.first_token(t, 1.0)
+    # At 100 ms a token it was due at 3 s; at 5 s it is still running: it ends now, not in the past.
+    assert b.nth_finish(0, 0.1, now=5.0, slots=2) == 5.0
+    # Halfway through its 20 tokens at 1.5 s: 10 left, done at 2.5 s.
+    b.progress(t, 10, 1.5)
+    assert b.nth_finish(0, 0.1, now=1.5, slots=2) == pytest.approx(2.5)
+
+
+def test_a_full_slow_backend_with_overdue_work_still_shows_its_queue():
+    # One slot, decoding past its predicted end, and another of ours waiting in the server: the next
+    # request waits for that one's whole prefill and decode (2 s), not for nothing (as when each finish
+    # was read from the prediction made when it was sent: both overdue, so both gone).
+    m = LatencyModel(Prior(slots=1, tpot_s=0.1, tpot_growth=0.0))
+    s = State("slow", inflight=2, model=m)
+    s.book.first_token(s.book.add(0.0, 1.0, 10, prefill_s=1.0), 1.0)
+    s.book.add(1.0, 1.0, 10, prefill_s=1.0)
+    est = estimate(s, CTX)  # now = 10 s: both were due by 4 s
+    assert est.queue_s == pytest.approx(2.0)
+
+
+def test_a_stream_past_its_predicted_first_token_still_has_its_decode_ahead():
+    b = InflightBook()
+    b.add(0.0, 1.0, 10, prefill_s=1.0, reports_first_token=True)  # no first token by 5 s
+    assert b.nth_finish(0, 0.1, now=5.0, slots=1) == pytest.approx(6.0)
+    b = InflightBook()
+    b.add(0.0, 1.0, 10, prefill_s=1.0)  # an answer that reports no first token: due at 2 s, ends now
+    assert b.nth_finish(0, 0.1, now=5.0, slots=1) == 5.0

@@ -32,7 +32,7 @@ class State:
         self.model = LatencyModel(Prior(prefill_tokens_per_s=RATE, tpot_s=0.01, slots=slots, output_tokens=20))
         for _ in range(3):
             self.model.observe_decode(20, 19 * 0.01, load=1, now=0)
-        self.scraped_waiting = None
+        self.scraped_waiting, self.others_waiting = None, 0.0
         self.book = InflightBook()
         for at in finishing:
             self.book.add(0.0, at, 0.0)

@@ -30,7 +30,7 @@ class State:
     def __init__(self, name, prefill_tps, cost=1.0, inflight=0):
         self.name, self.inflight = name, inflight
         self.model = LatencyModel(Prior(prefill_tokens_per_s=prefill_tps, tpot_s=0.02, slots=8))
-        self.scraped_waiting, self.book = None, InflightBook()
+        self.scraped_waiting, self.others_waiting, self.book = None, 0.0, InflightBook()
         self.prefixes, self.uncached_inflight = BackendPrefixes(), 0.0
         self.backend = _Backend(cost)
 

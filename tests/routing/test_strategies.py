@@ -20,7 +20,7 @@ class State:
     def __init__(self, name, inflight=0, weight=1.0, model=None, waiting=None, finishing=()):
         self.name, self.inflight, self.weight = name, inflight, weight
         self.model = model or LatencyModel()
-        self.scraped_waiting = waiting
+        self.scraped_waiting, self.others_waiting = waiting, waiting or 0.0
         self.wrr_current = 0.0
         self.book = InflightBook()
         for at in finishing:

@@ -17,20 +17,44 @@ recent requests that found a prefix cached (app/routing/reuse.py measures both).
 repeats a prefix the share falls to zero and so does the margin: unique prompts go to the lowest
 prediction, as if prefixes did not exist (issue 24: the previous sticky margin of 50 ms plus 25 % sent
 unique prompts to a hashed backend that was not the best, 6-30 % behind round robin's mean TTFT).
+
+Behind several gateway replicas that margin is not enough. Each replica sees only its own share of
+the load on each backend and learns its latency models from a third of the answers, so its
+predictions for the same backends differ by more than any one prompt saves (the spread between
+candidates' predictions for a prompt no one holds was 2.6x across 3 replicas against 1.45x with one
+gateway, on the simulator's multi-turn chats). A replica then leaves the home on noise, the turn
+warms a second backend, and the replicas' local indexes pull the conversation's later turns apart
+(47-64 % of prompt tokens cached against 76-78 % with one gateway). So while this alias's prompts
+repeat a prefix longer than a burst wait's minimum, a prompt goes to its home whenever no candidate is
+known to hold more of it and the home carries at most its bounded share of the requests this gateway
+has in flight: consistent hashing with bounded loads (Mirrokni, Thorup and Zadeh, 2018; HAProxy's
+hash-balance-factor 125), counted in requests and in uncached prompt tokens: a bound on load that
+noise in the latency models cannot move. Over it, or when another backend is known to hold more of
+the prompt, the lowest prediction decides.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import TYPE_CHECKING
 
 from app.routing.predict import estimate, failure_penalty, objective
-from app.routing.prefix_routing import match, rendezvous
+from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
+from app.routing.prefix_routing import MIN_BURST_BLOCKS, match, rendezvous
 from app.routing.reuse import ReuseTracker
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
     from app.routing.context import RouteContext
+
+# A prefix's home may carry this many times its fair share of the requests in flight (Mirrokni et al.'s
+# 1 + epsilon; HAProxy's hash-balance-factor 125): within it, affinity holds whatever the latency models
+# say; past it, the load spills to the lowest prediction.
+BALANCE_FACTOR = 1.25
+# Below this many reused tokens a prompt's prefix is worth no detour from the best prediction (the
+# shortest prefix a burst waits for: two blocks, ~64 tokens).
+MIN_HOME_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
 
 
 class LatencyAware:
@@ -65,6 +89,9 @@ class LatencyAware:
                 return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores
         if not ctx.cached or n == 1:
             return first, scores
+        home = self._home(candidates, ctx)
+        if home is not None:
+            return home, scores
         if matched > 0 or not ctx.prefix:
             # Something is warm: its saving is already in the predictions.
             return first, scores
@@ -77,3 +104,31 @@ class LatencyAware:
         group = ctx.prefix.group
         within = [i for i in range(n) if scores[i] <= best + margin]
         return max(within, key=lambda i: rendezvous(group, candidates[i].name)), scores
+
+    def _home(self, candidates, ctx: RouteContext) -> int | None:
+        """The candidate the prompt's prefix group hashes to, if affinity should hold there: this alias's
+        prompts repeat a prefix worth keeping, no candidate is known to hold more of this one, and the
+        home is within its bounded share of the requests in flight. None: the lowest prediction decides."""
+        if ctx.prefix is None or not ctx.prefix.keys or ctx.cached is None:
+            return None
+        if ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing:
+            return None
+        if self.reuse.expected_share(ctx.now) * ctx.prompt_tokens < MIN_HOME_TOKENS:
+            return None
+        n, group = len(candidates), ctx.prefix.group
+        home = max(range(n), key=lambda i: rendezvous(group, candidates[i].name))
+        held = ctx.cached[candidates[home].name].blocks
+        if any(ctx.cached[c.name].blocks > held for c in candidates):
+            return None
+        # Its bounded share of the requests in flight, the one being placed included, rounded up to a
+        # whole request; and of the uncached prompt tokens in flight (a long prefill backlog, which a
+        # count of requests hides), rounded up by this prompt's tokens alike.
+        c = candidates[home]
+        requests = sum(x.inflight for x in candidates) + 1
+        if c.inflight + 1 > math.ceil(BALANCE_FACTOR * requests / n):
+            return None
+        own = max(0.0, ctx.prompt_tokens - ctx.cached[c.name].tokens)
+        tokens = sum(x.uncached_inflight for x in candidates) + own
+        if c.uncached_inflight + own > BALANCE_FACTOR * tokens / n + ctx.prompt_tokens:
+            return None
+        return home

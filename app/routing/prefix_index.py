@@ -130,9 +130,15 @@ class BackendPrefixes:
         reused: update the accuracy figure and, unless configured, the cache capacity. `turnover` is
         what this gateway had sent into the backend's cache since the matched blocks were last used."""
         predicted_share = min(1.0, predicted_blocks * share_per_block)
-        if predicted_share <= 0.0 and reported_share <= 0.0:
+        if predicted_share <= 0.0:
+            # The index claimed nothing, so nothing it claimed was wrong. A backend that reused more than
+            # this gateway sent it (another gateway replica placed the prefix there, or another client)
+            # says nothing about the index's claims; counted as disagreement, it drove a replica's
+            # accuracy toward zero exactly where consistent hashing had put a conversation (issue 24
+            # item 5), and the replica then ignored what it did know.
             return
-        agree = 1.0 - abs(predicted_share - reported_share) / max(predicted_share, reported_share)
+        # The accuracy scales a match down; it asks how much of what was claimed the backend held.
+        agree = min(predicted_share, reported_share) / predicted_share
         self.verified += 1
         w = 0.2 if self.verified > 5 else 1.0 / self.verified
         self.accuracy = self.accuracy * (1 - w) + agree * w

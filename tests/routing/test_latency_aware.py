@@ -4,6 +4,7 @@ tokens in flight, with consistent placement of new prefixes worth at most what r
 from collections import Counter
 
 from app.routing.latency_aware import LatencyAware
+from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for, warm
 
@@ -44,6 +45,7 @@ def test_consistent_placement_costs_at_most_the_expected_saving():
     hashed = policy.choose(idle, ctx_for(body), 0)[0]
     # The hashed backend's backlog: far more than the prompt's own prefill, so more than any saving.
     busy = [State(n) for n in "abc"]
+    busy[hashed].inflight = 3
     busy[hashed].prefilling, busy[hashed].uncached_inflight, busy[hashed].prefill_busy_since = 3, 3000, 1.0
     i, scores = policy.choose(busy, ctx_for(body), 0)
     assert i != hashed and scores[hashed] - min(scores) > ctx_for(body).prompt_tokens / RATE
@@ -117,3 +119,83 @@ def test_reuse_the_backends_report_counts_where_this_replicas_index_saw_none():
         policy.reuse.observe(0.0, now=1.0)
         policy.reuse.observe_reported(0.85, now=1.0)
     assert policy.reuse.expected_share(1.0) > 0.8
+
+
+def conversation(k: int, turns: int) -> list[dict]:
+    """Turn `turns` of chat `k`: each turn repeats the history and adds a question (and its answer)."""
+    messages = [{"role": "system", "content": f"Chat {k}. You help with invoices and refunds. " * 12}]
+    for t in range(turns):
+        messages.append({"role": "user", "content": f"Question {t} of chat {k} about the refund policy " * 4})
+        if t < turns - 1:
+            messages.append({"role": "assistant", "content": f"Answer {t}: the refund takes five days. " * 3})
+    return messages
+
+
+def test_replicas_keep_a_conversation_on_one_backend_though_their_predictions_disagree():
+    # Three replicas, each with its own view of the same three backends: each learned (from its third
+    # of the answers, timed under load it could not see) that a different one prefills at half the
+    # rate, so their lowest predictions differ by more than a turn's reuse is expected to save. Each
+    # turn of a chat reaches a replica at random, and the replica that took a turn records it in its
+    # own index. Affinity must still hold: every turn of a chat on one backend, the chats spread over
+    # all three.
+    fleets = []
+    for r in range(3):
+        fleet = [State(n) for n in "abc"]
+        fleet[r].model = LatencyModel(Prior(prefill_tokens_per_s=RATE / 2, tpot_s=0.01, slots=4, output_tokens=20))
+        for _ in range(3):
+            fleet[r].model.observe_decode(20, 19 * 0.01, load=1, now=0)
+        fleets.append(fleet)
+    policies = [seen_shared(LatencyAware(exploration=0), share=0.7) for _ in fleets]
+    homes = Counter()
+    for k in range(30):
+        placed: set[int] = set()
+        before = 0
+        for t in range(1, 7):
+            r = (k * 7 + t * 5) % 3
+            ctx = ctx_for({"messages": conversation(k, t)})
+            i = policies[r].choose(fleets[r], ctx, turn=k + t)[0]
+            fleets[r][i].prefixes.record(ctx.prefix.keys, now=1.0, ready_at=1.0)
+            # The backend's answer says how much of the prompt it reused: the last turn, if it had it.
+            policies[r].reuse.observe_reported(before / ctx.prompt_tokens if placed == {i} else 0.0, now=1.0)
+            placed.add(i)
+            before = ctx.prompt_tokens
+        assert len(placed) == 1, f"chat {k} went to {sorted(placed)}"
+        homes[placed.pop()] += 1
+    assert len(homes) == 3 and min(homes.values()) >= 5
+
+
+def test_a_home_past_its_bounded_share_of_the_load_spills_to_the_lowest_prediction():
+    body = {"messages": conversation(1, 3)}
+    policy = seen_shared(LatencyAware(exploration=0), share=0.7)
+    home = policy.choose([State(n) for n in "abc"], ctx_for(body), 0)[0]
+    # Within 1.25x its fair share of the requests in flight (plus the one being placed), home it is:
+    # two in flight there, one elsewhere: 3 of ceil(1.25 x 4 / 3) = 2 is over, 2 of 2 is not.
+    fleet = [State(n) for n in "abc"]
+    fleet[home].inflight, fleet[(home + 1) % 3].inflight, fleet[(home + 2) % 3].inflight = 1, 1, 1
+    assert policy.choose(fleet, ctx_for(body), 0)[0] == home
+    fleet[home].inflight = 2
+    fleet[home].prefilling, fleet[home].uncached_inflight, fleet[home].prefill_busy_since = 2, 800, 1.0
+    assert policy.choose(fleet, ctx_for(body), 0)[0] != home
+
+
+def test_a_backend_known_to_hold_more_of_the_prompt_than_the_home_keeps_it():
+    body = {"messages": conversation(2, 4)}
+    policy = seen_shared(LatencyAware(exploration=0), share=0.7)
+    fleet = [State(n) for n in "abc"]
+    home = policy.choose(fleet, ctx_for(body), 0)[0]
+    other = (home + 1) % 3
+    fleet[other].prefixes.record(ctx_for({"messages": conversation(2, 3)}).prefix.keys, now=1.0, ready_at=1.0)
+    assert policy.choose(fleet, ctx_for(body), 0)[0] == other
+
+
+def test_prompts_that_repeat_no_prefix_worth_a_detour_are_not_sent_home():
+    # The backends report reusing a sliver of every prompt (a shared chat template's first tokens): no
+    # home placement, the lowest prediction takes each prompt (as for unique prompts).
+    for k in range(20):
+        a, b, c = State("a"), State("b"), State("c")
+        a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 40, 1.0
+        b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 40, 1.0
+        policy = LatencyAware(exploration=0)
+        for _ in range(30):
+            policy.reuse.observe_reported(0.03, now=1.0)
+        assert policy.choose([a, b, c], ctx_for(ask(f"unique {k}", f"prompt {k} " * 40)), k)[0] == 2

@@ -94,6 +94,22 @@ def test_accuracy_falls_when_reports_deny_predicted_hits_and_recovers_when_they_
     assert idx.verified == 20
 
 
+def test_a_backend_holding_more_than_the_index_claimed_does_not_lower_its_accuracy():
+    # Another gateway replica (or another client) put the prefix there: this index claimed nothing, or
+    # less than was found, and none of its claims was wrong.
+    idx = BackendPrefixes()
+    before = idx.accuracy
+    for _ in range(10):
+        idx.verify(predicted_blocks=0, turnover=100, reported_share=0.9, share_per_block=0.1)
+    assert idx.accuracy == before and idx.verified == 0
+    for _ in range(10):
+        idx.verify(predicted_blocks=3, turnover=100, reported_share=0.9, share_per_block=0.1)
+    assert idx.accuracy > 0.99
+    # Claimed more than was held: that still counts against it, by the share of the claim not found.
+    idx.verify(predicted_blocks=10, turnover=100, reported_share=0.25, share_per_block=0.1)
+    assert 0.8 * 0.99 + 0.2 * 0.25 - 0.01 < idx.accuracy < 0.8 + 0.2 * 0.25 + 0.01
+
+
 def test_a_denied_hit_teaches_a_smaller_capacity_and_a_kept_one_a_larger():
     idx = BackendPrefixes(capacity_tokens=32768)
     idx.verify(predicted_blocks=10, turnover=5000, reported_share=0.0, share_per_block=0.1)

@@ -254,8 +254,11 @@ class PrefixPolicy(Strict):
     # A request whose prefix another request is still prefilling on the chosen backend waits for it (at
     # most this long past its predicted end), so a burst of siblings computes the prefix once.
     burst_wait_ms: float = Field(2000.0, ge=0)
-    # A prefix no backend holds goes to the backend it hashes to (among those within the sticky margin
-    # of the best), so every replica sends it to the same one; off: to the best predicted.
+    # A prefix goes to the backend it hashes to, so every replica sends it to the same one: under
+    # latency_aware, while the alias's prompts repeat prefixes, unless another backend is known to hold
+    # more of it or that one is past 1.25x its fair share of the load in flight (consistent hashing
+    # with bounded loads); under prefix_aware, a prefix no backend holds, among those within the
+    # sticky margin of the best. Off: the best predicted.
     consistent_hashing: bool = True
 
 

@@ -11,25 +11,30 @@ round_robin, each behind a fresh gateway; every run salts its prompts, so no str
 cache from another. Streams with include_usage; per strategy it prints TTFT mean/p50/p99, E2E p99, the
 reported cached-token ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), cold and warm
 requests apart, then the aims (with --repeats, per repeat and their median) and, on shared prefixes, a
-ceiling: what any placement could reach if each prefix were prefilled cold only once. With --replicas 3 (simulator), prefix_aware also runs behind three gateway replicas that clients
-reach at random, with and without consistent hashing, against one replica.
+ceiling: what any placement could reach if each prefix were prefilled cold only once. With --replicas 3,
+--replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
+with and without consistent hashing, against one replica. With --slow F the last backend is F times
+slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers.
 
     python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
     python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --repeats 3 --cache-ram 0
     python bench/prefix_routing.py --backend sim --backends 3 --seconds 40 --repeats 2
     python bench/prefix_routing.py --backend sim --backends 8 --workloads shared --replicas 3
+    python bench/prefix_routing.py --backend llama --backends 2 --workloads multiturn --slow 3
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -202,6 +207,7 @@ class Backends:
     flavor: str
     capacity_rps: float
     procs: list = field(default_factory=list)
+    throttle: threading.Event | None = None  # set: the throttled server's duty cycle stops
 
     def clear_caches(self) -> None:
         """Simulated backends start every run cold (real servers: each run's prompts are salted)."""
@@ -211,6 +217,8 @@ class Backends:
                 urllib.request.urlopen(req, timeout=5).read()
 
     def stop(self) -> None:
+        if self.throttle is not None:
+            self.throttle.set()
         for p in self.procs:
             if isinstance(p, Proc):
                 p.stop()
@@ -222,18 +230,32 @@ class Backends:
                     p.kill()
 
 
-def sim_fleet(tmp: Path, n: int, cache_tokens: int) -> Backends:
+def sim_fleet(tmp: Path, n: int, cache_tokens: int, slow: float = 1.0) -> Backends:
     specs = {f"sim{i}": dict(port=free_port(), model="m", **{**SIM, "prefix_cache_tokens": cache_tokens}) for i in range(n)}
+    if slow > 1:
+        # Unequal servers: the last one prefills and decodes `slow` times slower.
+        last = specs[f"sim{n - 1}"]
+        last["prefill_tokens_per_s"], last["tpot_ms"] = SIM["prefill_tokens_per_s"] / slow, SIM["tpot_ms"] * slow
     fleet = Fleet.start(tmp, specs)
     # Capacity for cold prompts: prefills run one at a time (shared compute), so each backend finishes
     # at most prefill_rate / prompt_tokens requests a second (decode overlaps in the other slots).
     prompt = 540  # the simulator's count for a ~300-word system prompt and a question, with framing
-    cap = n * SIM["prefill_tokens_per_s"] / prompt
+    cap = sum(s["prefill_tokens_per_s"] for s in specs.values()) / prompt
     # A block-shared prompt cache (as vLLM's): the simulated backends speak vLLM's flavour.
     return Backends({k: f"http://127.0.0.1:{v['port']}/v1" for k, v in specs.items()}, "vllm", cap, [fleet])
 
 
-def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None) -> Backends:
+def throttle(pid: int, duty: float, stop: threading.Event) -> None:
+    """Stop the process for `duty` of every 100 ms (as bench/real_backends.py): a slower server on the same CPU."""
+    while not stop.is_set():
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.1 * duty)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.1 * (1 - duty))
+    os.kill(pid, signal.SIGCONT)
+
+
+def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None, slow: float = 1.0) -> Backends:
     binary, model = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], check=True,
                                    capture_output=True, text=True).stdout.split()
     # The flags scripts/llama-server starts every server with (--no-repack: never the AMX path).
@@ -251,8 +273,13 @@ def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None)
         procs.append(p)
         wait_listening(port, p, timeout=120)
         urls[f"llama{i}"] = f"http://127.0.0.1:{port}/v1"
+    stop = None
+    if slow > 1:
+        # Unequal servers: the last one runs 1 / slow of the time (calibrated so, too).
+        stop = threading.Event()
+        threading.Thread(target=throttle, args=(procs[-1].pid, 1 - 1 / slow, stop), daemon=True).start()
     cap = asyncio.run(_calibrate(list(urls.values())))
-    return Backends(urls, "llamacpp", cap, procs)
+    return Backends(urls, "llamacpp", cap, procs, stop)
 
 
 async def _calibrate(urls: list[str]) -> float:
@@ -356,11 +383,14 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=6, help="K shared system prompts")
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--replicas", type=int, default=0, help="also run --replica-strategy behind this many replicas (sim)")
+    ap.add_argument("--replicas", type=int, default=0, help="also run --replica-strategy behind this many replicas")
     ap.add_argument("--replica-strategy", default="latency_aware")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache-ram", type=int, default=None,
                     help="llama.cpp --cache-ram in MiB (0: no host-memory prompt cache); default: the server's")
+    ap.add_argument("--slow", type=float, default=1.0,
+                    help="unequal servers: the last backend this many times slower (simulator: its rates; llama.cpp: "
+                         "stopped 1 - 1/slow of every 100 ms)")
     ap.add_argument("--sim-cache-tokens", type=int, default=32768,
                     help="each simulated backend's prompt cache; below K x ~540 tokens, caches are under pressure")
     args = ap.parse_args()
@@ -368,13 +398,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if args.backend == "sim":
-            fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens)
+            fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens, args.slow)
         else:
-            fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram)
+            fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram, args.slow)
         rate = args.load * fleet.capacity_rps
         print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
               f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
-              + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else ""), flush=True)
+              + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else "")
+              + (f"; last backend {args.slow:g}x slower" if args.slow > 1 else "")
+              + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
             for wl in args.workloads.split(","):
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
@@ -399,7 +431,7 @@ def main() -> None:
                             for g in gws:
                                 g.stop()
                         results[label].append(run)
-                        print(row(f"{wl} r{rep} {label}", run), flush=True)
+                        print(row(f"{wl} r{rep} {label}", run) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
                 report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy,
                        args.prompts, args.repeats)
                 if args.repeats > 1:

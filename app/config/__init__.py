@@ -256,9 +256,9 @@ class PrefixPolicy(Strict):
     burst_wait_ms: float = Field(2000.0, ge=0)
     # A prefix goes to the backend it hashes to, so every replica sends it to the same one: under
     # latency_aware, while the alias's prompts repeat prefixes, unless another backend is known to hold
-    # more of it or that one is past 1.25x its fair share of the load in flight (consistent hashing
-    # with bounded loads); under prefix_aware, a prefix no backend holds, among those within the
-    # sticky margin of the best. Off: the best predicted.
+    # more of it, that one is past 1.25x its fair share of the load in flight (consistent hashing with
+    # bounded loads) or is clearly the slower or failing server; under prefix_aware, a prefix no
+    # backend holds, among those within the sticky margin of the best. Off: the best predicted.
     consistent_hashing: bool = True
 
 

@@ -25,12 +25,25 @@ candidates' predictions for a prompt no one holds was 2.6x across 3 replicas aga
 gateway, on the simulator's multi-turn chats). A replica then leaves the home on noise, the turn
 warms a second backend, and the replicas' local indexes pull the conversation's later turns apart
 (47-64 % of prompt tokens cached against 76-78 % with one gateway). So while this alias's prompts
-repeat a prefix longer than a burst wait's minimum, a prompt goes to its home whenever no candidate is
+repeat a prefix longer than a burst wait's minimum (a recent mean of reused tokens per request: a chat
+template's first ~20 tokens, which every backend holds, are no such prefix, however large a share of
+a short prompt they are), a prompt goes to its home whenever no candidate is
 known to hold more of it and the home carries at most its bounded share of the requests this gateway
 has in flight: consistent hashing with bounded loads (Mirrokni, Thorup and Zadeh, 2018; HAProxy's
 hash-balance-factor 125), counted in requests and in uncached prompt tokens: a bound on load that
 noise in the latency models cannot move. Over it, or when another backend is known to hold more of
 the prompt, the lowest prediction decides.
+
+Bounded load counts requests as if the servers were equal. A home that is clearly the worse server,
+over twice the quickest candidate's time per output token at batch 1 (times the failure penalty), is
+no home: a throttled, smaller or failing server would otherwise take its full hashed share of the
+conversations, each of them slow for good (simulator, one backend 3x slower, multi-turn: mean TTFT
+192 ms against the previous default's 108; with this guard 103-148 ms over three repeats, the slow
+backend taking 7 of 289 requests). Decode speed is the server's own figure; the queue and prefill
+backlog parts of a prediction are what bounded load already handles. It costs some affinity behind
+replicas, whose decode figures also carry load they cannot see: 68 % of prompt tokens cached behind
+three simulated replicas against 74 % without it (a guard on the whole prediction at 3x the best
+cost the same).
 """
 
 from __future__ import annotations
@@ -52,6 +65,9 @@ if TYPE_CHECKING:
 # 1 + epsilon; HAProxy's hash-balance-factor 125): within it, affinity holds whatever the latency models
 # say; past it, the load spills to the lowest prediction.
 BALANCE_FACTOR = 1.25
+# A home whose time per output token (times its failure penalty) is over this many times the quickest
+# candidate's is clearly the worse server: the predictions decide. Replicas' noise stays well under it.
+SLOWER_HOME = 2.0
 # Below this many reused tokens a prompt's prefix is worth no detour from the best prediction (the
 # shortest prefix a burst waits for: two blocks, ~64 tokens).
 MIN_HOME_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
@@ -80,7 +96,7 @@ class LatencyAware:
         first = min(order, key=scores.__getitem__)
         matched = max((m.tokens for m in ctx.cached.values()), default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
-            self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now)
+            self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         if ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration:
             # Now and then the backend heard from least recently is tried (only an idle one, so exploring
             # never queues a request), so one that recovered gets measured again.
@@ -113,12 +129,14 @@ class LatencyAware:
             return None
         if ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing:
             return None
-        if self.reuse.expected_share(ctx.now) * ctx.prompt_tokens < MIN_HOME_TOKENS:
+        if self.reuse.expected_tokens(ctx.now) < MIN_HOME_TOKENS:
             return None
         n, group = len(candidates), ctx.prefix.group
         home = max(range(n), key=lambda i: rendezvous(group, candidates[i].name))
         held = ctx.cached[candidates[home].name].blocks
         if any(ctx.cached[c.name].blocks > held for c in candidates):
+            return None
+        if self._clearly_worse(candidates, home, ctx.now):
             return None
         # Its bounded share of the requests in flight, the one being placed included, rounded up to a
         # whole request; and of the uncached prompt tokens in flight (a long prefill backlog, which a
@@ -132,3 +150,17 @@ class LatencyAware:
         if c.uncached_inflight + own > BALANCE_FACTOR * tokens / n + ctx.prompt_tokens:
             return None
         return home
+
+    @staticmethod
+    def _clearly_worse(candidates, home: int, now: float) -> bool:
+        """Whether the home's time per output token at batch 1, times its failure penalty, is over
+        SLOWER_HOME times the quickest measured candidate's (unmeasured ones say nothing yet)."""
+
+        def cost(c) -> float:
+            return c.model.tpot(1, now) * failure_penalty(c, now)
+
+        measured = [c for c in candidates if c.model.decode.samples]
+        c = candidates[home]
+        if c not in measured:
+            return failure_penalty(c, now) > SLOWER_HOME
+        return cost(c) > SLOWER_HOME * min(cost(x) for x in measured)

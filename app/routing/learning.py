@@ -133,7 +133,7 @@ class Learner:
         cached = verify_prefix(a, s, blocks)
         reuse = self.reuse.get(a.alias)
         if reuse is not None and cached is not None and a.report.prompt_tokens:
-            reuse.observe_reported(cached / a.report.prompt_tokens, time.monotonic())
+            reuse.observe_reported(cached / a.report.prompt_tokens, time.monotonic(), cached)
         model, r = s.model, a.report
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of

@@ -18,11 +18,12 @@ class _Mean:
     share: float = 0.0
     updated: float = 0.0
     samples: int = 0
+    cap: float = 1.0  # a share; math.inf for a count of tokens
 
     def add(self, share: float, now: float) -> None:
         current = self.get(now)
         w = max(ALPHA, 1.0 / (self.samples + 1))
-        self.share = current + (min(1.0, max(0.0, share)) - current) * w
+        self.share = current + (min(self.cap, max(0.0, share)) - current) * w
         self.updated, self.samples = now, self.samples + 1
 
     def get(self, now: float) -> float:
@@ -40,14 +41,27 @@ class ReuseTracker:
 
     predicted: _Mean = field(default_factory=_Mean)
     reported: _Mean = field(default_factory=_Mean)
+    # The same, in tokens: whether the prefixes that repeat are worth keeping in one place. A chat
+    # template's first tokens, which every backend holds whoever placed the prompt, are a share of a
+    # short prompt but only some 20 tokens (issue 24 item 5: a share times a long unique prompt's
+    # length read as a long shared prefix).
+    predicted_tokens: _Mean = field(default_factory=lambda: _Mean(cap=math.inf))
+    reported_tokens: _Mean = field(default_factory=lambda: _Mean(cap=math.inf))
 
-    def observe(self, matched_share: float, now: float) -> None:
-        """A routing decision: the share of the prompt the best-matched candidate was believed to hold."""
+    def observe(self, matched_share: float, now: float, tokens: float = 0.0) -> None:
+        """A routing decision: the share of the prompt the best-matched candidate was believed to hold
+        (and those tokens)."""
         self.predicted.add(matched_share, now)
+        self.predicted_tokens.add(tokens, now)
 
-    def observe_reported(self, cached_share: float, now: float) -> None:
-        """An answer: the share of its prompt the backend said it reused."""
+    def observe_reported(self, cached_share: float, now: float, tokens: float = 0.0) -> None:
+        """An answer: the share of its prompt the backend said it reused (and those tokens)."""
         self.reported.add(cached_share, now)
+        self.reported_tokens.add(tokens, now)
 
     def expected_share(self, now: float) -> float:
         return max(self.predicted.get(now), self.reported.get(now))
+
+    def expected_tokens(self, now: float) -> float:
+        """The recent mean of the prompt tokens found cached, per request."""
+        return max(self.predicted_tokens.get(now), self.reported_tokens.get(now))

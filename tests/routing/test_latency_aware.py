@@ -11,7 +11,7 @@ from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for, warm
 
 def seen_shared(policy: LatencyAware, share: float = 0.9, n: int = 40) -> LatencyAware:
     for k in range(n):
-        policy.reuse.observe(share, now=1.0)
+        policy.reuse.observe(share, now=1.0, tokens=share * 500)
     return policy
 
 
@@ -156,7 +156,8 @@ def test_replicas_keep_a_conversation_on_one_backend_though_their_predictions_di
             i = policies[r].choose(fleets[r], ctx, turn=k + t)[0]
             fleets[r][i].prefixes.record(ctx.prefix.keys, now=1.0, ready_at=1.0)
             # The backend's answer says how much of the prompt it reused: the last turn, if it had it.
-            policies[r].reuse.observe_reported(before / ctx.prompt_tokens if placed == {i} else 0.0, now=1.0)
+            reused = before if placed == {i} else 0
+            policies[r].reuse.observe_reported(reused / ctx.prompt_tokens, now=1.0, tokens=reused)
             placed.add(i)
             before = ctx.prompt_tokens
         assert len(placed) == 1, f"chat {k} went to {sorted(placed)}"
@@ -197,5 +198,61 @@ def test_prompts_that_repeat_no_prefix_worth_a_detour_are_not_sent_home():
         b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 40, 1.0
         policy = LatencyAware(exploration=0)
         for _ in range(30):
-            policy.reuse.observe_reported(0.03, now=1.0)
+            policy.reuse.observe_reported(0.03, now=1.0, tokens=5)
         assert policy.choose([a, b, c], ctx_for(ask(f"unique {k}", f"prompt {k} " * 40)), k)[0] == 2
+
+
+def test_a_chat_templates_first_tokens_are_no_prefix_worth_a_detour_on_long_unique_prompts():
+    # Every backend reports reusing some 20 tokens of every prompt (the template's, held by all of
+    # them): a fifth of a short prompt. A long unique prompt is not sent to its hash for that (a share
+    # times its length read as 200 tokens worth keeping): the lowest prediction takes it. (Two backends
+    # have a backlog over the expected saving, within the home's load bound.)
+    for k in range(20):
+        a, b, c = State("a"), State("b"), State("c")
+        a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 300, 1.0
+        b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 300, 1.0
+        policy = LatencyAware(exploration=0)
+        for _ in range(30):
+            policy.reuse.observe_reported(0.2, now=1.0, tokens=20)
+        body = ask(f"unique {k}", f"prompt {k} is long and says nothing twice " * 90)
+        assert ctx_for(body).prompt_tokens > 900
+        assert policy.choose([a, b, c], ctx_for(body), k)[0] == 2
+
+
+def slow(state: State, factor: float) -> State:
+    """`state` with a backend `factor` times slower at prefill and decode, as its model has learned."""
+    state.model = LatencyModel(Prior(prefill_tokens_per_s=RATE / factor, tpot_s=0.01 * factor, slots=4, output_tokens=20))
+    for _ in range(3):
+        state.model.observe_decode(20, 19 * 0.01 * factor, load=1, now=0)
+    return state
+
+
+def homes_of(chats: range) -> dict[int, int]:
+    """Where each chat's first turn goes on three equal idle backends: its home."""
+    policy = seen_shared(LatencyAware(exploration=0), share=0.7)
+    return {k: policy.choose([State(n) for n in "abc"], ctx_for({"messages": conversation(k, 1)}), 0)[0] for k in chats}
+
+
+def test_a_home_several_times_slower_than_the_best_is_overruled_by_the_predictions():
+    # Bounded load counts requests, as if the servers were equal. One of them is six times slower
+    # (a throttled or smaller server): a chat whose home it is must start on a quick one, while the
+    # other chats keep their homes. Without the guard, the slow one took its full share of chats.
+    homes = homes_of(range(30))
+    assert set(homes.values()) == {0, 1, 2}
+    policy = seen_shared(LatencyAware(exploration=0), share=0.7)
+    for k, home in homes.items():
+        fleet = [State("a"), State("b"), slow(State("c"), 6.0)]
+        i = policy.choose(fleet, ctx_for({"messages": conversation(k, 1)}), k)[0]
+        assert (i != 2) if home == 2 else (i == home), (k, home, i)
+
+
+def test_a_failing_home_is_overruled_by_the_failure_penalty():
+    # The home answers fast errors: few requests in flight, so it passes any load bound, but each
+    # of its answers costs a retry elsewhere; its penalty (up to 5x) must move its chats.
+    homes = homes_of(range(30))
+    policy = seen_shared(LatencyAware(exploration=0), share=0.7)
+    for k, home in homes.items():
+        fleet = [State(n) for n in "abc"]
+        for _ in range(20):
+            fleet[home].model.observe_outcome(False, now=1.0)
+        assert policy.choose(fleet, ctx_for({"messages": conversation(k, 1)}), k)[0] != home

@@ -19,6 +19,19 @@ from app.routing.prefix_index import BackendPrefixes
 from app.upstream.client import Backend
 
 
+@dataclass(slots=True)
+class _Booked:
+    """One request in the in-flight book."""
+
+    sent: float
+    ttft_s: float  # predicted wait for the first token, from `sent`
+    prefill_s: float  # of it, the prefill once the request holds a slot
+    tokens: float  # to decode
+    stream: bool  # its first token will be reported: without one yet, it has not begun to decode
+    news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
+    decoded: float = 0.0  # tokens out by `news_at`
+
+
 class InflightBook:
     """The requests in flight to one backend: when each was sent, its predicted wait for the first
     token and prefill, the tokens it will decode, and, once known, when its first token came and how
@@ -38,10 +51,7 @@ class InflightBook:
     __slots__ = ("_entries", "_next")
 
     def __init__(self) -> None:
-        # ticket -> [sent, predicted wait for the first token, prefill, tokens to decode,
-        #            instant of the latest decode news (0: no first token yet), tokens decoded by then,
-        #            1 if its first token will be reported (a stream)]
-        self._entries: dict[int, list[float]] = {}
+        self._entries: dict[int, _Booked] = {}
         self._next = 0
 
     def add(self, start: float, ttft_s: float, decode_tokens: float, prefill_s: float | None = None,
@@ -50,21 +60,21 @@ class InflightBook:
         (all of it when not given) once it has a slot; returns the ticket to remove it with. With
         `reports_first_token` (a stream), a request with no first token yet has not begun to decode."""
         self._next += 1
-        self._entries[self._next] = [start, ttft_s, ttft_s if prefill_s is None else prefill_s, decode_tokens, 0.0, 0.0,
-                                     1.0 if reports_first_token else 0.0]
+        self._entries[self._next] = _Booked(start, ttft_s, ttft_s if prefill_s is None else prefill_s, decode_tokens,
+                                            reports_first_token)
         return self._next
 
     def first_token(self, ticket: int, at: float) -> None:
         """The request's first token came at `at`: it holds a slot and decodes from there."""
         e = self._entries.get(ticket)
-        if e is not None and not e[4]:
-            e[4], e[5] = at, 0.0
+        if e is not None and not e.news_at:
+            e.news_at, e.decoded = at, 0.0
 
     def progress(self, ticket: int, tokens: float, at: float) -> None:
         """`tokens` of the request's answer were out at `at` (counted from its first token)."""
         e = self._entries.get(ticket)
-        if e is not None and e[4] and at >= e[4]:
-            e[4], e[5] = at, tokens
+        if e is not None and e.news_at and at >= e.news_at:
+            e.news_at, e.decoded = at, tokens
 
     def remove(self, ticket: int) -> None:
         self._entries.pop(ticket, None)
@@ -75,23 +85,26 @@ class InflightBook:
     def finishes(self, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> list[float]:
         """Every booked request's predicted finish, simulated from now (see the class docstring)."""
         decoding: list[float] = []
-        waiting: list[list[float]] = []
+        waiting: list[_Booked] = []
         for e in self._entries.values():
-            if e[4]:
-                decoding.append(max(now, e[4] + max(0.0, e[3] - e[5]) * tpot_s))
+            if e.news_at:
+                decoding.append(max(now, e.news_at + max(0.0, e.tokens - e.decoded) * tpot_s))
             else:
                 waiting.append(e)
         if slots is None:
             # No known limit: every request has its own slot from when it was sent.
-            return decoding + [max(now, e[0] + e[1]) + e[3] * tpot_s for e in waiting]
+            return decoding + [max(now, e.sent + e.ttft_s) + e.tokens * tpot_s for e in waiting]
         free = list(decoding) + [-math.inf] * max(0, slots - len(decoding))
         heapq.heapify(free)
         out = list(decoding)
-        for e in sorted(waiting, key=lambda e: e[0]):
-            slot_at = max(heapq.heappop(free), e[0])
+        for e in sorted(waiting, key=lambda e: e.sent):
+            slot_at = max(heapq.heappop(free), e.sent)
             # A stream past its predicted first token still has all its decode ahead; an answer that
             # reports no first token may be decoding already: past its predicted end, it ends now.
-            end = max(now, slot_at + e[2]) + e[3] * tpot_s if e[6] else max(now, slot_at + e[2] + e[3] * tpot_s)
+            if e.stream:
+                end = max(now, slot_at + e.prefill_s) + e.tokens * tpot_s
+            else:
+                end = max(now, slot_at + e.prefill_s + e.tokens * tpot_s)
             heapq.heappush(free, end)
             out.append(end)
         return out

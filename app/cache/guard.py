@@ -16,6 +16,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from functools import lru_cache
 
 from app.cache import lexicon as lx
@@ -194,17 +195,26 @@ class Unaligned:
     asked: tuple[str, ...]  # and the other way round
     cached_words: tuple[str, ...]  # every content word of the cached question (what `asked` may pair with)
     asked_words: tuple[str, ...]
+    added: frozenset[str] = frozenset()  # of those, the ones added or dropped, not put in place of others
 
 
 def unaligned(cached: str, asked: str) -> Unaligned | None:
-    """The words that keep two questions from aligning, when only common, light-meaning words differ.
+    """The words that keep two questions from aligning, when the way they differ is a rewording's.
 
-    None (the guard's "no" stands) unless: at most `CONTEXT_MAX_WORDS` words differ (after typos and
-    light words), each is among the most common English words (vocabulary rank below `CONTEXT_RANK`)
-    and is no number, negation, past tense or role word, and with them set aside every role still has
-    the same object (a swap, "more caffeine than espresso" / "... than drip coffee", stays a miss).
-    Identical words in another order are never returned: nothing differs, and the order is the point.
-    Rare words (names, objects, the thing asked about) must match exactly, as in `mismatch`.
+    None (the guard's "no" stands) unless, after typos and light words, at most `CONTEXT_MAX_WORDS`
+    words differ, each a word of the model's vocabulary below rank `CONTEXT_RANK` (rarer words, the
+    names and objects traps change, must match exactly), none a number, negation, past tense, role
+    word, quantifier or a name (capitalised inside the sentence), no word of one side is a word of the
+    other with a prefix ("graduate" / "undergraduate"), every role keeps its object, and the two
+    questions differ in *structure*, not in one slot:
+    - no single word stands in the place of a single other word with the same words around it (what
+      every sibling, antonym and entity trap does: "large dog" / "small dog", "flu shot" / "tetanus
+      shot"; a rewording that only swaps one word for a synonym is lost with them);
+    - no word is added or dropped between two words both questions have in the same order (a
+      qualifier: "filed last year" / "filed this year"), determiners excepted;
+    - no word is added or dropped after the last word both questions share (a scope: "... at night").
+    What the contextual check then asks of each word is in app/cache/context.py. Identical words in
+    another order are never returned: nothing differs, and the order is the point.
     """
     ta, tb = tokens(cached), tokens(asked)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
@@ -217,23 +227,78 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     if not words_a and not words_b or len(words_a) + len(words_b) > CONTEXT_MAX_WORDS:
         return None
     rank = vocab_rank()
+    names = _names(cached) | _names(asked)
     for t in words_a + words_b:
         if (not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS
-                or t.surface in lx.ROLE_WORDS or rank.get(t.surface, CONTEXT_RANK) >= CONTEXT_RANK):
+                or t.surface in lx.ROLE_WORDS or t.surface in lx.QUANTIFIERS or t.surface in names
+                or rank.get(t.surface, CONTEXT_RANK) >= CONTEXT_RANK):
             return None
+    if any(_prefixed(x.surface, y.surface) for x in words_a for y in words_b):
+        return None
     kept_a = [c for c in ca if c not in rest_a and (c not in lx.LIGHT or c not in only_a)]
     kept_b = [pairs.get(c, c) for c in cb if c not in rest_b and (c not in lx.LIGHT or c not in only_b)]
     if _roles(kept_a) != _roles(kept_b):
         return None
+    added = _added(ta, tb, pairs, set(rest_a) | set(rest_b))
+    if added is None:
+        return None
     return Unaligned(tuple(t.surface for t in words_a), tuple(t.surface for t in words_b),
-                     tuple(t.surface for t in ta), tuple(t.surface for t in tb))
+                     tuple(t.surface for t in ta), tuple(t.surface for t in tb),
+                     frozenset([t.surface for t in words_a if (0, t.canon) in added]
+                               + [t.surface for t in words_b if (1, t.canon) in added]))
 
+
+def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int, str]] | None:
+    """(side, word) of the differing words that are added or dropped rather than put in another's place;
+    None when the questions differ in one slot (see `unaligned`)."""
+    xa = [t.canon for t in ta if t.canon not in lx.LIGHT]
+    xb = [pairs.get(t.canon, t.canon) for t in tb if t.canon not in lx.LIGHT]
+    kind: dict[tuple[int, str], str] = {}
+    for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
+        if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1:
+            return None  # one word in another's place, the same words around it
+        if op == "replace":
+            kind.update({(0, w): "replaced" for w in xa[i1:i2]} | {(1, w): "replaced" for w in xb[j1:j2]})
+        elif op != "equal":
+            for side, words in ((0, xa[i1:i2]), (1, xb[j1:j2])):
+                for w in words:
+                    kind.setdefault((side, w), "added")
+            inside = 0 < i1 and i2 < len(xa) and 0 < j1 and j2 < len(xb) and xa[i1 - 1] == xb[j1 - 1] and xa[i2] == xb[j2]
+            if inside and any(w in differing and w not in lx.DETERMINERS for w in xa[i1:i2] + xb[j1:j2]):
+                return None  # a qualifier between two shared words
+    added = {k for k, v in kind.items() if v == "added" and k[1] in differing}
+    shared = set(xa) & set(xb)
+    for side, w in added:
+        seq = xa if side == 0 else xb
+        last = len(seq) - 1 - seq[::-1].index(w)
+        if not any(x in shared for x in seq[last + 1:]):
+            return None  # after the last shared word: a scope
+    return added
+
+
+def _names(text: str) -> set[str]:
+    """Words capitalised inside a sentence (not a sentence's first word, not all capitals, not "I"): names."""
+    out = set()
+    for m in _WORD.finditer(text):
+        w = m.group(0)
+        if w[0].isupper() and not w.isupper() and not _SENTENCE_START.search(text[:m.start()]):
+            out.add(w.lower())
+    return out
+
+
+def _prefixed(x: str, y: str) -> bool:
+    """One word is the other with a prefix ("graduate" / "undergraduate", "safe" / "unsafe")."""
+    return len(x) != len(y) and min(len(x), len(y)) >= 3 and (x.endswith(y) or y.endswith(x))
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+_SENTENCE_START = re.compile(r"(?:^|[.?!:]\s*)[\"'(]*$")
 
 # Chosen on the tune split of bench/data/semantic_set.jsonl (README, "Semantic cache quality"): the
-# vocabulary lists whole words from line ~1996 ("the") by frequency, so 2500 is about the 500 most
-# common words; past that, siblings ("locked"/"deleted") start to slip through.
-CONTEXT_RANK = 2500
-CONTEXT_MAX_WORDS = 4
+# vocabulary lists whole words from line ~1996 ("the") by frequency, so 10000 is about the 8,000 most
+# common words; at most 5 differing words.
+CONTEXT_RANK = 10000
+CONTEXT_MAX_WORDS = 5
 
 
 def _why(only_a: Counter, only_b: Counter) -> str:

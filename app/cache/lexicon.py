@@ -135,3 +135,8 @@ DETERMINERS = frozenset(
 )
 # Past tense: "who is" / "who was" ask about different times, so these are never filler.
 PAST = frozenset("was were did had".split())
+# Quantifiers set the scope of a question ("all" / "some insurance plans", "most" / "few people"): a
+# rewording never changes one, so the contextual check (guard.unaligned) never aligns them.
+QUANTIFIERS = frozenset(
+    "all some any every each no none most many much few several both either half more less fewer only least".split()
+)

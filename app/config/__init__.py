@@ -216,10 +216,11 @@ class SemanticCachePolicy(Strict):
     # Content-word alignment (app/cache/guard.py): every changed word must be a synonym, an
     # inflection or a typo. Off only for experiments: without it, one-word opposites are served.
     guard: bool = True
-    # Where the guard is unsure and only common words differ, align them by their meaning in context
-    # (app/cache/context.py). Off by default: it serves more paraphrases but lets some antonyms through
-    # (README, "Semantic cache quality"). Needs the guard.
-    context: bool = False
+    # Where the guard is unsure and the questions differ the way a rewording does (in structure, not in
+    # one slot), align the differing words by their meaning in context (app/cache/context.py): more
+    # paraphrases served at no more traps on any labelled set (README, "Semantic cache quality"); one
+    # more encoder pass per question it reads. Needs the guard.
+    context: bool = True
     # An LLM judge (an alias of this gateway) that must also confirm a candidate; off by default.
     judge: JudgeConfig | None = None
 

@@ -1,6 +1,7 @@
-"""Contextual alignment (cache.semantic.context): where the guard is unsure and only common words
-differ, those words are compared as the model reads them in their sentences. Real encoder (int8)
-throughout; the one stand-in is the recording verifier that checks who `confirm` asks, and when."""
+"""Contextual alignment (cache.semantic.context, on by default): where the guard is unsure and the
+questions differ the way a rewording does (in structure, not in one slot), the differing words are
+compared as the model reads them in their sentences. Real encoder (int8) throughout; the one stand-in is
+the recording verifier that checks who `confirm` asks, and when."""
 
 # ruff: noqa: F811 - `run` is test_semantic_rules' fixture (one loaded model), taken as a parameter here
 
@@ -19,8 +20,9 @@ from app.config import CachePolicy, EmbeddingConfig
 from app.protocols import CHAT
 from tests.cache.test_semantic_rules import Harness, chat, run  # noqa: F401 - `run` is a fixture
 
-CONTEXT = CachePolicy.model_validate({"semantic": {"enabled": True, "context": True}})
-REWORDED = ("Can I transfer credits to another university?", "Is it possible to transfer my credits to a different university?")
+CONTEXT = CachePolicy.model_validate({"semantic": {"enabled": True}})  # the shipped default
+OFF = CachePolicy.model_validate({"semantic": {"enabled": True, "context": False}})
+REWORDED = ("What happens if I cancel my policy early?", "What are the consequences of canceling my policy early?")
 ANTONYM = ("How much exercise does a large dog need daily?", "How much exercise does a small dog need daily?")
 
 
@@ -35,10 +37,11 @@ def in_context(encoder, cached: str, asked: str) -> bool:
     return context.aligned(u, encoder.word_states(cached), encoder.word_states(asked))
 
 
-def test_the_guard_hands_over_only_common_words_that_differ():
+def test_the_guard_hands_over_a_rewording_that_changes_the_structure():
     u = guard.unaligned(*REWORDED)
-    assert u is not None and (u.cached, u.asked) == (("another",), ("my", "different"))
-    assert guard.unaligned(*ANTONYM) is not None  # common words: the contextual check decides
+    assert u is not None and (u.cached, u.asked, u.added) == (("happens", "if"), ("consequences",), frozenset())
+    u = guard.unaligned("Does car insurance cover theft?", "Is theft covered by car insurance?")
+    assert u is not None and u.added == frozenset({"by"})  # only added: a looser cosine (context.ADDED_COSINE)
 
 
 @pytest.mark.parametrize("cached, asked", [
@@ -50,20 +53,39 @@ def test_the_guard_hands_over_only_common_words_that_differ():
     ("Does drip coffee have more caffeine than espresso?", "Is there more caffeine in espresso than in drip coffee?"),
     ("Does the dog bite the man?", "Does the man bite the dog?"),  # nothing differs but the order
     ("How do I make pancakes?", "What is the fastest and cheapest way to make good pancakes for many people?"),  # too many
+    ("Does the clinic accept all insurance plans?", "Does the clinic accept some insurance plans?"),  # a quantifier
+    ("What grade passes an undergraduate course?", "What is the passing grade for graduate courses?"),  # a prefix
+    ("Why is the Paris metro so crowded?", "What makes the London metro so crowded?"),  # a name
 ])
 def test_what_is_never_handed_over(cached, asked):
     assert guard.mismatch(cached, asked) is not None
     assert guard.unaligned(cached, asked) is None
 
 
+@pytest.mark.parametrize("cached, asked", [
+    ANTONYM,  # an antonym reads like a synonym in context (~0.8): the structure, not the cosine, keeps it out
+    ("How often should adults get a tetanus shot?", "How often should adults get a flu shot?"),  # a sibling
+    ("Is it safe to drive in freezing rain?", "Is it dangerous to drive in freezing rain?"),
+    # The price: a rewording that only puts a synonym in a word's place looks the same, and misses.
+    ("Can I transfer credits to another university?", "Is it possible to transfer my credits to a different university?"),
+])
+def test_one_word_in_another_words_place_is_never_handed_over(cached, asked):
+    assert guard.unaligned(cached, asked) is None
+
+
+def test_a_word_added_between_shared_words_or_after_them_is_never_handed_over():
+    assert guard.unaligned("How do I amend a tax return filed last year?", "How do I amend a tax return filed this year?") is None
+    assert guard.unaligned("Is it safe to swim in the lake?", "Is it safe to swim in the lake today?") is None  # a scope
+
+
 def test_a_word_that_means_the_same_in_its_sentence_aligns(encoder):
     assert in_context(encoder, *REWORDED)
-    assert in_context(encoder, "How many times a day should I walk my dog?", "How often should my dog be walked each day?")
+    assert in_context(encoder, "Is dental care covered by my health plan?", "Does my health plan include dental care?")
 
 
-def test_opposites_that_read_differently_in_context_do_not_align(encoder):
-    assert not in_context(encoder, *ANTONYM)
-    assert not in_context(encoder, "Does the clinic accept all insurance plans?", "Does the clinic accept some insurance plans?")
+def test_words_that_read_differently_in_context_do_not_align(encoder):
+    # Lower case, so no name rule: the structure hands the pair over and the cosine says no.
+    assert not in_context(encoder, "Why is the paris metro so crowded?", "What makes the london metro so crowded?")
 
 
 def test_a_word_missing_from_the_other_side_never_aligns():
@@ -73,23 +95,23 @@ def test_a_word_missing_from_the_other_side_never_aligns():
     assert not context.aligned(u, [("transfer", v)], [("transfer", v)])  # the differing word has no vector
 
 
-def test_served_from_the_cache_only_when_the_option_is_on(run):
+def test_served_from_the_cache_at_the_defaults_and_not_with_the_option_off(run):
     async def scenario(h: Harness):
-        first = await h.ask(chat(("user", REWORDED[0])), "about credits")
+        first = await h.ask(chat(("user", REWORDED[0])), "about policies")
         again = await h.ask(chat(("user", REWORDED[1])), "answered anew")
         other = await h.ask(chat(("user", ANTONYM[0])), "large dogs")
         trap = await h.ask(chat(("user", ANTONYM[1])), "small dogs")
         return first, again, other, trap, h.cache.stats
 
     first, again, other, trap, stats = run(scenario, CONTEXT)
-    assert (first, again, other, trap) == ("about credits", "about credits", "large dogs", "small dogs")
+    assert (first, again, other, trap) == ("about policies", "about policies", "large dogs", "small dogs")
     assert stats.semantic_hits == 1
-    assert run(scenario)[:4] == ("about credits", "answered anew", "large dogs", "small dogs")  # shipped default: off
+    assert run(scenario, OFF)[:4] == ("about policies", "answered anew", "large dogs", "small dogs")
 
 
 def test_a_hit_says_the_contextual_check_confirmed_it(run):
     async def scenario(h: Harness):
-        await h.ask(chat(("user", REWORDED[0])), "about credits")
+        await h.ask(chat(("user", REWORDED[0])), "about policies")
         plan = h.cache.plan("tenant", CHAT.parse(orjson.dumps(chat(("user", REWORDED[1])))), h.policy, {})
         return await h.cache.lookup(plan)
 
@@ -98,16 +120,16 @@ def test_a_hit_says_the_contextual_check_confirmed_it(run):
 
 
 def test_an_earlier_turn_reworded_in_common_words_matches_by_the_same_rule(run):
-    follow_up = ("assistant", "Usually, if the courses match."), ("user", "How many can I bring?")
+    follow_up = ("assistant", "You may pay a fee."), ("user", "How large is it?")
 
     async def scenario(h: Harness):
         first = await h.ask(chat(("user", REWORDED[0]), *follow_up), "up to 60")
         again = await h.ask(chat(("user", REWORDED[1]), *follow_up), "answered anew")
-        trap = await h.ask(chat(("user", ANTONYM[0]), *follow_up), "not about credits")
+        trap = await h.ask(chat(("user", ANTONYM[0]), *follow_up), "not about policies")
         return first, again, trap
 
-    assert run(scenario, CONTEXT) == ("up to 60", "up to 60", "not about credits")
-    assert run(scenario)[1] == "answered anew"  # off: the reworded history is a miss
+    assert run(scenario, CONTEXT) == ("up to 60", "up to 60", "not about policies")
+    assert run(scenario, OFF)[1] == "answered anew"  # off: the reworded history is a miss
 
 
 def test_no_time_left_is_a_no_not_a_wait():

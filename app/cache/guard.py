@@ -106,8 +106,8 @@ def tokens(text: str) -> tuple[Token, ...]:
     for pattern, repl in lx.CONTRACTIONS:
         t = pattern.sub(repl, t)
     t = t.strip(" \t\n?!.")
-    for pattern, repl in lx.FRAMES:
-        t = pattern.sub(repl, t).strip(" \t\n?!.,:")
+    for frame, rewrite in lx.FRAMES:
+        t = frame.sub(rewrite, t).strip(" \t\n?!.,:")
     words = _numbers(_TOKEN.findall(t))
     out = []
     for w in words:
@@ -255,8 +255,8 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
     xb = [pairs.get(t.canon, t.canon) for t in tb if t.canon not in lx.LIGHT]
     kind: dict[tuple[int, str], str] = {}
     for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
-        if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1:
-            return None  # one word in another's place, the same words around it
+        if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing:
+            return None  # one word in another's place, the same words around it (not a shared word moved)
         if op == "replace":
             kind.update({(0, w): "replaced" for w in xa[i1:i2]} | {(1, w): "replaced" for w in xb[j1:j2]})
         elif op != "equal":

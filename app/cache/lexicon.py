@@ -8,9 +8,11 @@ need no list: the guard rejects any changed content word that is not shown equal
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # Question frames and politeness that carry no content; applied in order to lower-cased text.
-FRAMES: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
+Replacement = str | Callable[[re.Match], str]
+_FRAMES: list[tuple[str, Replacement]] = [
     (r"^(?:hi|hey|hello|dear \w+)\b[,!.:]*\s*", ""),
     (r"^(?:quick question|question|one question|a question)\s*[:,-]\s*", ""),
     (r"^(?:i was wondering|i wonder|i(?:'d| would) like to know|i want to know|i need to know)\b[:,]?\s*(?:if|whether)?\s*", ""),
@@ -34,7 +36,23 @@ FRAMES: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
     (r"\b(?:turn|switch) off\b", "disable"),
     (r"\bper cent\b", "percent"),
     (r"\bhow many times\b", "how often"),
-]]
+    # Idioms for one verb or preposition ("close" alone is "shut": a synonym group below).
+    (r"\bclose to\b", "near"),
+    (r"\bget rid of\b", "remove"),
+    (r"\bcut down(?: on)?\b", "reduce"),
+    (r"\bhow to say\b", "what is"),
+    # Cause, count and manner frames that ask the same thing ("what makes Mars red" / "why is Mars red",
+    # "what is the number of moons of Jupiter" / "how many moons does Jupiter have").
+    (r"\bwhat (?:makes|causes) ((?:\w+ ){1,3})to (\w+)", r"why \1\2"),  # "what causes cats to purr"
+    (r"\bwhat (?:makes|causes|made|caused)\b", "why"),
+    (r"\bwhat(?: is| are)? the number of\b", "how many"),
+    (r"\bwhat number of\b", "how many"),
+    (r"\bhow many ((?:\w+ ){1,3})(?:does|do) (.+?) have$", r"how many \1of \2"),
+    (r"\bcan (?:i|you|we|one) (safely|legally) (\w+)", lambda m: f"is it {m.group(1)[:-2]} to {m.group(2)}"),
+    (r"^can (?:i|you|we|one) (.+?) (safely|legally)$", lambda m: f"is it {m.group(2)[:-2]} to {m.group(1)}"),
+    (r"\bcan (?:i|you|we|one) (\w+) (safely|legally)\b", lambda m: f"is it {m.group(2)[:-2]} to {m.group(1)}"),
+]
+FRAMES: list[tuple[re.Pattern, Replacement]] = [(re.compile(p), r) for p, r in _FRAMES]
 
 CONTRACTIONS: list[tuple[re.Pattern, str]] = [(re.compile(p), r) for p, r in [
     (r"\bcan't\b|\bcannot\b", "can not"), (r"\bwon't\b", "will not"), (r"\bshan't\b", "shall not"),

@@ -78,3 +78,34 @@ def test_a_typo_is_one_edit_from_a_known_word():
     assert not is_typo("steal", "steel")  # both real words
     assert not is_typo("typical", "atypical")  # a negating prefix is never a typo
     assert not is_typo("pixel8", "pixel9")  # codes and numbers are never typos
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Why is the sky blue?", "What makes the sky blue?"),  # cause
+    ("Why do leaves fall?", "What causes leaves to fall?"),
+    ("How many legs does a spider have?", "What is the number of legs on a spider?"),  # count
+    ("How many bones are in the human body?", "What number of bones are in the human body?"),
+    ("Is it safe to eat raw eggs?", "Can I safely eat raw eggs?"),  # manner
+    ("Is it legal to record a phone call?", "Can I record a phone call legally?"),
+    ("How do I get rid of fruit flies?", "How can I remove fruit flies?"),  # idioms
+    ("Is the hotel close to the beach?", "Is the hotel near the beach?"),
+    ("How do you say thank you in German?", "What is thank you in German?"),
+])
+def test_question_frames_that_ask_the_same_thing_align(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("What makes Mars red?", "Why is Venus red?"),  # the frame aligns, the thing asked about does not
+    ("What makes the sky blue?", "Why is the sky red?"),
+    ("What is the number of moons of Jupiter?", "How many moons does Saturn have?"),
+    ("How many rings does Saturn have?", "What is the number of moons of Saturn?"),
+    ("Is it safe to swim here?", "Can I swim here?"),  # "safe" is the question
+    ("Can I safely park here?", "Is it legal to park here?"),
+    ("Can I safely take two Tylenol together?", "Is it safe to take 3 Tylenol at once?"),
+    ("How do I get rid of ants?", "How do I attract ants?"),
+    ("Is the hotel close to the beach?", "Is the hotel far from the beach?"),
+    ("How do you say hello in French?", "What is hello in Spanish?"),
+])
+def test_a_frame_never_hides_what_changed(a, b):
+    assert mismatch(a, b) is not None

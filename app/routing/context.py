@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.config import PrefixPolicy
+    from app.record import Estimate
     from app.routing.output_length import Shape
     from app.routing.prefix_index import PromptBlocks
     from app.routing.prefix_routing import PrefixMatch
@@ -49,9 +50,14 @@ class RouteContext:
     # router expects of that shape on the alias being routed (None: the backend's own average).
     shape: Shape | None = None
     expected_output: float | None = None
+    # Set by the strategies that predict: each candidate's estimate at this decision (with what it is
+    # believed to hold of the prompt, in `cached`), so the chosen one's lease books what was ranked
+    # rather than predicting it again. Never copied: a derived context is another decision.
+    estimates: dict[str, Estimate] | None = None
 
     def copy(self) -> RouteContext:
-        """A fresh value to derive from (an explicit constructor call: ~1 us, a third of dataclasses.replace)."""
+        """A fresh value to derive from (an explicit constructor call: ~1 us, a third of dataclasses.replace);
+        the ranking's estimates stay with the decision that made them."""
         return RouteContext(self.stream, self.prompt_tokens, self.max_tokens, self.now, self.stream_objective,
                             self.exact_output, self.ttft_tolerance_s, self.ttft_tolerance_ratio, self.explore, self.prefix,
                             self.prefix_policy, self.cached, self.requested_target, self.target, self.shape,

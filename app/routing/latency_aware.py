@@ -52,7 +52,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
-from app.routing.predict import estimate, failure_penalty, objective
+from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, match, rendezvous
 from app.routing.reuse import ReuseTracker
@@ -89,12 +89,11 @@ class LatencyAware:
             ctx.cached = {c.name: match(c, ctx) for c in candidates}
         elif ctx.cached is None:
             ctx.cached = {}
-        estimates = [estimate(c, ctx) for c in candidates]
-        raw = [objective(e, ctx) * failure_penalty(c, ctx.now) for c, e in zip(candidates, estimates)]
+        estimates, raw = ranked(candidates, ctx)
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         order = [(turn + k) % n for k in range(n)]
         first = min(order, key=scores.__getitem__)
-        matched = max((m.tokens for m in ctx.cached.values()), default=0.0)
+        matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         if ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration:

@@ -51,12 +51,20 @@ class Lease:
         self._uncached = 0.0
         self._prefilled: asyncio.Event | None = None
         self._prefilling = False
+        # What the ranking predicted for this backend, with every request in flight there ahead of this
+        # one: nothing has changed since (the decision and the lease are one synchronous step).
+        ranked = ctx.estimates.get(state.name) if ctx.estimates is not None and ahead == state.inflight else None
         if ctx.prefix is not None and ctx.prefix.keys:
-            self.prefix = prefix_match(state, ctx)
-            if ctx.cached is not None:
-                ctx.cached[state.name] = self.prefix
+            # The ranking's match for this backend, when it made one (the index has not changed since).
+            held = ctx.cached.get(state.name) if ctx.cached is not None else None
+            if held is None:
+                held = prefix_match(state, ctx)
+                if ctx.cached is not None:
+                    ctx.cached[state.name] = held
+                    ranked = None  # predicted without this match: predict again with it
+            self.prefix = held
         # What the model predicted for this request on this backend, with the requests ahead of it.
-        self.estimate: Estimate = estimate(state, ctx, ahead)
+        self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead)
         self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens,
                                       max(0.0, self.estimate.ttft_s - self.estimate.queue_s), ctx.stream)
         if self.prefix is not None:

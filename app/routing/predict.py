@@ -8,6 +8,7 @@ the work actually ahead of it, not from an average wait per request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.record import Estimate
@@ -35,13 +36,13 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
         # The backend's own waiting count (its /metrics) beyond what this gateway queued there.
         queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
     prompt = ctx.prompt_tokens
-    cached = ctx.cached.get(c.name) if ctx.cached else None
+    # The prefill line, read once: the backlog below and this prompt's own prefill both price with it.
+    fixed, per_token = m.prefill.coefficients(now)
     if ctx.cached is not None:
         # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
         # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
         # prefilling the same prefix has finished it. A request that waits for a slot finds most of
         # that backlog done when it gets one: the longer of the two waits counts, not their sum.
-        fixed, per_token = m.prefill.coefficients(now)
         backlog = c.prefilling * fixed + c.uncached_inflight * per_token
         if backlog:
             # The prefill under way has been running since the backend went busy or the one before it
@@ -49,10 +50,12 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Es
             done = min(now - c.prefill_busy_since, backlog / max(1, c.prefilling))
             backlog = max(0.0, backlog - done)
         queue = residual + max(queue - residual, backlog)
+        cached = ctx.cached.get(c.name) if ctx.cached else None
         if cached is not None and cached.tokens > 0:
             prompt = max(1, round(prompt - cached.tokens))
             queue = max(queue, cached.ready_at - now)
-    ttft = m.ttft(prompt, now, queue)
+    # LatencyModel.ttft (network + queue + prefill) with the line read above.
+    ttft = m.net.get(now) + queue + (fixed + per_token * prompt)
     n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
     if ctx.max_tokens:
         n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
@@ -74,6 +77,21 @@ def objective(est: Estimate, ctx: RouteContext) -> float:
 def failure_penalty(c: BackendState, now: float) -> float:
     """A backend answering fast errors costs a retry elsewhere and must not look fast (Linkerd)."""
     return 1.0 + 4.0 * c.model.failure_rate.get(now)
+
+
+def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[Estimate], list[float]]:
+    """Every candidate's estimate and predicted figure (`predict`'s), in one pass; the estimates stay on
+    the decision's context, so the chosen one's lease books them rather than predicting again."""
+    estimates: list[Estimate] = []
+    figures: list[float] = []
+    kept: dict[str, Estimate] = {}
+    now = ctx.now
+    for c in candidates:
+        e = kept[c.name] = estimate(c, ctx)
+        estimates.append(e)
+        figures.append(objective(e, ctx) * failure_penalty(c, now))
+    ctx.estimates = kept
+    return estimates, figures
 
 
 def predict(c: BackendState, ctx: RouteContext) -> float:

@@ -14,12 +14,13 @@ backend without sharing state, and the latency margin bounds the load that can p
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.config import PrefixPolicy
-from app.routing.predict import estimate, failure_penalty, objective
+from app.routing.predict import ranked
 from app.routing.prefix_index import BLOCK_CHARS
 from app.routing.strategies import PredictedLatency
 
@@ -47,19 +48,22 @@ class PrefixMatch:
 
 def match(c: BackendState, ctx: RouteContext) -> PrefixMatch:
     """The prefix index's match for this request on backend `c` now."""
-    blocks_, ready_at, leader, turnover = c.prefixes.match(ctx.prefix.keys, ctx.now) if ctx.prefix else (0, 0.0, None, 0.0)
-    matched = ctx.prefix.tokens_in(blocks_) if ctx.prefix else 0.0
+    prompt = ctx.prefix
+    blocks_, ready_at, leader, turnover = c.prefixes.match(prompt.keys, ctx.now) if prompt else (0, 0.0, None, 0.0)
+    matched = prompt.tokens_in(blocks_) if prompt else 0.0
     # Scaled to the request's own token estimate, so the uncached part is never negative.
-    if ctx.prefix and ctx.prefix.tokens:
-        matched = matched * ctx.prompt_tokens / ctx.prefix.tokens
+    if prompt and prompt.tokens:
+        matched = matched * ctx.prompt_tokens / prompt.tokens
     pending = leader if leader is not None and not leader.is_set() else None
     # A sibling past its predicted end is still expected a little later, never in the past.
     ready = max(ready_at, ctx.now + _OVERDUE_S) if pending else 0.0
     return PrefixMatch(blocks_, matched, matched * c.prefixes.accuracy, ready, pending, turnover)
 
 
+@functools.lru_cache(maxsize=4096)
 def rendezvous(group: bytes, name: str) -> int:
-    """The highest-random-weight hash of a prefix group on a backend: the same on every replica."""
+    """The highest-random-weight hash of a prefix group on a backend: the same on every replica (kept for
+    the groups seen lately: a shared prefix is placed again at every request that carries it)."""
     return int.from_bytes(hashlib.blake2b(group + name.encode(), digest_size=8).digest(), "big")
 
 
@@ -77,8 +81,7 @@ class PrefixAware:
         policy = ctx.prefix_policy or _DEFAULT_POLICY
         ctx.cached = {}
         prepare_prefix(candidates, ctx)
-        estimates = [estimate(c, ctx) for c in candidates]
-        raw = [objective(e, ctx) * failure_penalty(c, ctx.now) for c, e in zip(candidates, estimates)]
+        _, raw = ranked(candidates, ctx)
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         best = min(scores)
         band = best * (1.0 + policy.sticky_ratio) + policy.sticky_ms / 1000

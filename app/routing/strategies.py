@@ -84,6 +84,7 @@ class PredictedLatency:
 
     def choose(self, candidates, ctx, turn):
         estimates = [estimate(c, ctx) for c in candidates]
+        ctx.estimates = {c.name: e for c, e in zip(candidates, estimates)}
         # Load penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
         weights = [failure_penalty(c, ctx.now) * _load_penalty(c) for c in candidates]
         scores = self._unmeasured_as_best(candidates, [objective(e, ctx) * w for e, w in zip(estimates, weights)])

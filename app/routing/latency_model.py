@@ -112,6 +112,9 @@ class DecayingLine:
     samples: int = field(init=False, default=0)
     updated: float = field(init=False, default=0.0)
     _sums: tuple[float, float, float, float, float] = field(init=False, default=(0.0, 0.0, 0.0, 0.0, 0.0))
+    # The fitted (intercept, slope) before relaxing toward the prior: fitted at the first read after a
+    # sample, not at every prediction (each routing decision reads two lines per candidate).
+    _fit: tuple[float, float] | None = field(init=False, default=None, repr=False, compare=False)
 
     def add(self, x: float, y: float, now: float) -> None:
         d = math.exp(-(now - self.updated) / self.tau_s) * (1.0 - 1.0 / self.window) if self.samples else 0.0
@@ -119,11 +122,17 @@ class DecayingLine:
         self._sums = (w + 1.0, sx + x, sy + y, sxx + x * x, sxy + x * y)
         self.updated = now
         self.samples += 1
+        self._fit = None
 
     def coefficients(self, now: float) -> tuple[float, float]:
         """(intercept, slope) now."""
         if not self.samples:
             return self.prior_intercept, self.prior_slope
+        intercept, slope = self._fit or self._fitted()
+        drift = 1.0 - math.exp(-(now - self.updated) / self.stale_tau_s)
+        return (intercept + (self.prior_intercept - intercept) * drift, slope + (self.prior_slope - slope) * drift)
+
+    def _fitted(self) -> tuple[float, float]:
         w, sx, sy, sxx, sxy = self._sums
         w += self.anchor  # points at (0, 0) add weight and nothing else to the sums
         mx, my = sx / w, sy / w
@@ -132,8 +141,8 @@ class DecayingLine:
         if intercept < 0:
             # No fixed part fits better than a negative one: the line through the origin.
             slope, intercept = max(0.0, (sxy + self.ridge * self.prior_slope) / (sxx + self.ridge)), 0.0
-        drift = 1.0 - math.exp(-(now - self.updated) / self.stale_tau_s)
-        return (intercept + (self.prior_intercept - intercept) * drift, slope + (self.prior_slope - slope) * drift)
+        self._fit = (intercept, slope)
+        return self._fit
 
     def at(self, x: float, now: float) -> float:
         a, b = self.coefficients(now)
@@ -254,14 +263,17 @@ class LatencyModel:
 
     def tpot(self, load: float, now: float | None = None) -> float:
         """Time per output token with `load` requests in flight here (at most `slots` decode together)."""
-        return max(MIN_TPOT_S, self.decode.at(max(0.0, self.batch(load) - 1.0), _now(now)))
+        # batch() and DecayingLine.at, inline: every routing decision reads this once per candidate.
+        a, b = self.decode.coefficients(time.monotonic() if now is None else now)
+        batch = load if self.slots is None else min(load, self.slots)
+        return max(MIN_TPOT_S, a + b * max(0.0, batch - 1.0))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return self.prefill.at(prompt_tokens, _now(now))
 
     def residual_queue(self, now: float | None = None) -> float:
         """Queueing the in-flight book does not explain (other clients of the backend), never negative."""
-        return max(0.0, self.queue.get(_now(now)))
+        return max(0.0, self.queue.get(time.monotonic() if now is None else now))
 
     def ttft(self, prompt_tokens: int, now: float | None = None, queue_s: float | None = None) -> float:
         """Time to the first token: network, `queue_s` (the residual queue when not given), prefill."""

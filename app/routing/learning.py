@@ -35,8 +35,6 @@ class Learner:
         # (vLLM's counters), and the counters it was computed from.
         self.server_prefix_hits: dict[str, float] = {}
         self._prefix_counters: dict[str, tuple[float, float]] = {}
-        # Each backend's waiting count beyond this gateway's queued requests at its last scrape.
-        self._others_waiting: dict[str, float] = {}
         # Per alias whose strategy weighs expected reuse (latency_aware): fed the backends' reported reuse.
         self.reuse: dict[str, ReuseTracker] = {}
         # Predicted against measured, per backend (for /admin/backends).
@@ -54,8 +52,7 @@ class Learner:
             return
         s.scraped_waiting = load.waiting if load is not None else None
         if load is None or not load.waiting:
-            s.others_waiting = 0.0
-            self._others_waiting[name] = 0.0
+            s.others_waiting = s.waiting_beyond_ours = 0.0
             if load is None:
                 return
         else:
@@ -67,8 +64,8 @@ class Learner:
             slots = load.slots or s.model.slots
             ours = max(0, s.inflight - slots) if slots else 0
             beyond = max(0.0, load.waiting - ours)
-            s.others_waiting = min(beyond, self._others_waiting.get(name, 0.0))
-            self._others_waiting[name] = beyond
+            s.others_waiting = min(beyond, s.waiting_beyond_ours)
+            s.waiting_beyond_ours = beyond
         if load.slots:
             s.model.set_reported_slots(load.slots)
         if load.rtt_s is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -30,6 +31,9 @@ class _Booked:
     stream: bool  # its first token will be reported: without one yet, it has not begun to decode
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`
+
+
+_SENT = operator.attrgetter("sent")
 
 
 class InflightBook:
@@ -94,18 +98,19 @@ class InflightBook:
         if slots is None:
             # No known limit: every request has its own slot from when it was sent.
             return decoding + [max(now, e.sent + e.ttft_s) + e.tokens * tpot_s for e in waiting]
-        free = list(decoding) + [-math.inf] * max(0, slots - len(decoding))
+        free = decoding + [-math.inf] * max(0, slots - len(decoding))
         heapq.heapify(free)
         out = list(decoding)
-        for e in sorted(waiting, key=lambda e: e.sent):
-            slot_at = max(heapq.heappop(free), e.sent)
+        # Booked in the order they were sent, as a rule: the sort then only checks it.
+        for e in sorted(waiting, key=_SENT):
+            slot_at = max(free[0], e.sent)
             # A stream past its predicted first token still has all its decode ahead; an answer that
             # reports no first token may be decoding already: past its predicted end, it ends now.
             if e.stream:
                 end = max(now, slot_at + e.prefill_s) + e.tokens * tpot_s
             else:
                 end = max(now, slot_at + e.prefill_s + e.tokens * tpot_s)
-            heapq.heappush(free, end)
+            heapq.heapreplace(free, end)  # the earliest free slot is taken until `end`
             out.append(end)
         return out
 
@@ -164,6 +169,7 @@ class BackendState:
     # Of those, the requests that are not this gateway's (another client's queue), as two scrapes in a
     # row saw them: what the in-flight book cannot explain.
     others_waiting: float = 0.0
+    waiting_beyond_ours: float = 0.0  # the last scrape's waiting count beyond ours (the first of the two)
     wrr_current: float = 0.0
     # When each request in flight here is predicted to finish: the queue a new one would wait in.
     book: InflightBook = field(default_factory=InflightBook)
@@ -177,10 +183,11 @@ class BackendState:
     prefill_busy_since: float = 0.0
     # Recent prefills' intervals, to learn the prefill rate from the tokens processed alongside.
     prefills: PrefillLog = field(default_factory=PrefillLog)
+    # The backend's name, read once: every decision keys its candidates' scores, matches and estimates by it.
+    name: str = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.backend.name
+    def __post_init__(self) -> None:
+        self.name = self.backend.name
 
     @property
     def has_slot(self) -> bool:

@@ -126,7 +126,11 @@ class Learner:
             self.outputs.observe(shape[0], shape[1], output, time.monotonic())
         if a.predicted is not None:
             ttft = a.first_event - a.start if a.stream and a.first_event else None
-            self.accuracy.setdefault(a.backend, PredictionErrors()).add(a.predicted.ttft_s, ttft, a.predicted.e2e_s, a.end - a.start)
+            # Not setdefault: its default, two bounded deques, would be built at every answer.
+            errors = self.accuracy.get(a.backend)
+            if errors is None:
+                errors = self.accuracy[a.backend] = PredictionErrors()
+            errors.add(a.predicted.ttft_s, ttft, a.predicted.e2e_s, a.end - a.start)
         cached = verify_prefix(a, s, blocks)
         reuse = self.reuse.get(a.alias)
         if reuse is not None and cached is not None and a.report.prompt_tokens:

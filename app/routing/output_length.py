@@ -87,7 +87,9 @@ class OutputLengths:
         else:
             self._shapes.move_to_end(key)
         fine.add(float(tokens), now)
-        wide = self._apis.setdefault((alias, shape.api), _Mean())
+        wide = self._apis.get((alias, shape.api))
+        if wide is None:
+            wide = self._apis[(alias, shape.api)] = _Mean()
         wide.add(float(tokens), now)
 
     def snapshot(self, now: float) -> list[dict]:

@@ -14,13 +14,17 @@ requests apart, then the aims (with --repeats, per repeat and their median) and,
 ceiling: what any placement could reach if each prefix were prefilled cold only once. With --replicas 3,
 --replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
 with and without consistent hashing, against one replica. With --slow F the last backend is F times
-slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers.
+slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With
+--clients N, N closed-loop clients instead of open-loop arrivals: they start together (a burst) and
+each sends its next request after its answer and a think time. --dump FILE writes every request
+(when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens) per run.
 
     python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
     python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --repeats 3 --cache-ram 0
     python bench/prefix_routing.py --backend sim --backends 3 --seconds 40 --repeats 2
     python bench/prefix_routing.py --backend sim --backends 8 --workloads shared --replicas 3
     python bench/prefix_routing.py --backend llama --backends 2 --workloads multiturn --slow 3
+    python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --clients 6
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ class Shared:
         system = self.rng.choice(self.systems)
         return None, [{"role": "system", "content": system}, {"role": "user", "content": text(self.rng, 8)}]
 
+    def key(self, messages: list[dict]) -> str:
+        """Which shared prompt a request carries (for --dump)."""
+        return f"p{self.systems.index(messages[0]['content'])}"
+
     def done(self, conv, answer: str) -> None:
         pass
 
@@ -88,6 +96,9 @@ class Unique(Shared):
     def next(self):
         return None, [{"role": "system", "content": f"[{self.salt} {self.rng.random()}] " + text(self.rng, 300)},
                       {"role": "user", "content": text(self.rng, 8)}]
+
+    def key(self, messages: list[dict]) -> str:
+        return "u"
 
 
 class MultiTurn:
@@ -114,6 +125,9 @@ class MultiTurn:
         if len(conv) < 1 + 2 * self.turns:
             self.idle.append(conv)
 
+    def key(self, messages: list[dict]) -> str:
+        return messages[0]["content"].split("]")[0].rsplit(" ", 1)[-1] + f"/t{len(messages) // 2}"
+
 
 @dataclass
 class Run:
@@ -128,6 +142,8 @@ class Run:
     # (prompt, cached) tokens of conversation turns after the first: what affinity alone decides (a
     # first turn is a new system prompt, and how many conversations start depends on how fast answers come).
     later: list[tuple[int, int]] = field(default_factory=list)
+    # Per request, for --dump: sent (s into the run), prompt key, backend, TTFT, E2E, prompt and cached tokens.
+    log: list[dict] = field(default_factory=list)
 
     @property
     def later_ratio(self) -> float:
@@ -139,8 +155,12 @@ class Run:
         return self.cached / self.prompt if self.prompt else float("nan")
 
 
-async def drive(urls: list[str], workload, rate: float, seconds: float, seed: int) -> Run:
-    """Open-loop Poisson arrivals for `seconds`; each request goes to a random replica in `urls`."""
+async def drive(urls: list[str], workload, rate: float, seconds: float, seed: int, clients: int = 0,
+                think_s: float | None = None) -> Run:
+    """Open-loop Poisson arrivals for `seconds`; each request goes to a random replica in `urls`. With
+    `clients`, closed loop instead: that many clients start together (a burst) and each sends its next
+    request when its last answer is in, after an exponential think time (mean `think_s`, by default
+    clients / rate: the open loop's offered load while answers are quick, less once they queue)."""
     rng = random.Random(seed)
     # The replica each request reaches is drawn from its own stream: drawn from the arrivals' stream, it
     # moved the schedule, and three replicas got 135 arrivals where one got 113 at seed 11 (19 % more
@@ -154,6 +174,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             body = {"model": "fleet", "messages": messages, "max_tokens": OUT_TOKENS, "temperature": 0,
                     "stream": True, "stream_options": {"include_usage": True}}
             t0 = time.perf_counter()
+            sent = t0 - start
             first, answer, usage = 0.0, [], None
             try:
                 async with s.post(f"{pick.choice(urls)}/v1/chat/completions", json=body) as r:
@@ -180,6 +201,10 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             run.ttft.append(first)
             run.e2e.append(time.perf_counter() - t0)
             run.backends[backend] = run.backends.get(backend, 0) + 1
+            run.log.append({"sent": round(sent, 3), "key": workload.key(messages), "backend": backend,
+                            "ttft": round(first, 3), "e2e": round(run.e2e[-1], 3),
+                            "prompt": (usage or {}).get("prompt_tokens"),
+                            "cached": ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")})
             if usage:
                 prompt = usage.get("prompt_tokens") or 0
                 cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
@@ -191,6 +216,18 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             workload.done(conv, "".join(answer))
 
         start = time.perf_counter()
+        if clients:
+            think = clients / rate if think_s is None else think_s
+
+            async def client(k: int) -> None:
+                own = random.Random(seed * 1000 + k)
+                while time.perf_counter() - start < seconds:
+                    await one(*workload.next())
+                    if think:
+                        await asyncio.sleep(own.expovariate(1 / think))
+
+            await asyncio.gather(*(client(k) for k in range(clients)))
+            return run
         t = 0.0
         while t < seconds:
             t += rng.expovariate(rate)
@@ -393,7 +430,15 @@ def main() -> None:
                          "stopped 1 - 1/slow of every 100 ms)")
     ap.add_argument("--sim-cache-tokens", type=int, default=32768,
                     help="each simulated backend's prompt cache; below K x ~540 tokens, caches are under pressure")
+    ap.add_argument("--clients", type=int, default=0,
+                    help="closed loop: this many clients start at once and each sends its next request after its "
+                         "answer and a think time (0: open-loop Poisson arrivals)")
+    ap.add_argument("--think", type=float, default=None,
+                    help="closed loop: each client's mean think time in seconds (default: clients / the open-loop rate)")
+    ap.add_argument("--dump", default=None,
+                    help="write every request (sent, prompt key, backend, TTFT, E2E, cached tokens) per run to this JSON file")
     args = ap.parse_args()
+    dumped: dict[str, list] = {}
     strategies = args.strategies.split(",")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -406,6 +451,8 @@ def main() -> None:
               f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
               + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else "")
               + (f"; last backend {args.slow:g}x slower" if args.slow > 1 else "")
+              + (f"; closed loop: {args.clients} clients, think {args.think if args.think is not None else args.clients / rate:.2f} s"
+                 if args.clients else "")
               + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
             for wl in args.workloads.split(","):
@@ -426,11 +473,15 @@ def main() -> None:
                         try:
                             salt = f"{wl}-{label}-{rep}-{time.time()}"
                             workload = make_workload(wl, random.Random(args.seed + rep), salt, args)
-                            run = asyncio.run(drive([g.url for g in gws], workload, rate, args.seconds, args.seed + rep))
+                            run = asyncio.run(drive([g.url for g in gws], workload, rate, args.seconds, args.seed + rep,
+                                                    args.clients, args.think))
                         finally:
                             for g in gws:
                                 g.stop()
                         results[label].append(run)
+                        if args.dump:
+                            dumped.setdefault(wl, []).append({"label": label, "repeat": rep, "requests": run.log})
+                            Path(args.dump).write_bytes(orjson.dumps(dumped, option=orjson.OPT_INDENT_2))
                         print(row(f"{wl} r{rep} {label}", run) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
                 report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy,
                        args.prompts, args.repeats)

@@ -92,7 +92,14 @@ class LatencyAware:
         estimates, raw = ranked(candidates, ctx)
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         order = [(turn + k) % n for k in range(n)]
-        first = min(order, key=scores.__getitem__)
+        if all(c.model.prefill.samples for c in candidates):
+            first = min(order, key=scores.__getitem__)
+        else:
+            # A candidate whose prefill was never timed prices the prompts in flight at its prior (a GPU's
+            # rate): on a CPU llama.cpp server a cold ~370-token prompt read as 0.12 s for 2-3 s, so the
+            # first three requests of a run, sent before any answered, all went to one server while the
+            # other stood idle. Until each candidate has been timed, fewer requests in flight go first.
+            first = min(order, key=lambda i: (candidates[i].inflight, scores[i]))
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
@@ -132,8 +139,20 @@ class LatencyAware:
             return None
         n, group = len(candidates), ctx.prefix.group
         home = max(range(n), key=lambda i: rendezvous(group, candidates[i].name))
-        held = ctx.cached[candidates[home].name].blocks
+        at_home = ctx.cached[candidates[home].name]
+        held = at_home.blocks
         if any(ctx.cached[c.name].blocks > held for c in candidates):
+            return None
+        if held and any(ctx.cached[c.name].blocks >= held for i, c in enumerate(candidates) if i != home):
+            # Another candidate holds as much of it: the prefix stays held wherever this request goes, so
+            # affinity keeps nothing and the predictions decide. (Three shared prompts on two llama.cpp
+            # servers all hashed to one home: once the other server held them too, bounded load still
+            # sent it 44 of 52 requests, which queued behind each other's cold prefills there: 366 ms
+            # mean warm TTFT against least_inflight's 145.)
+            return None
+        if held and at_home.leader is not None:
+            # The home's copy of the prefix is busy (being prefilled, or in a running request's slot on
+            # llama.cpp): whether to wait for it or compute it elsewhere is the predictions' question.
             return None
         if self._clearly_worse(candidates, home, ctx.now):
             return None

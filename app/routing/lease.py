@@ -75,8 +75,14 @@ class Lease:
             self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
-            ready = self.estimate.e2e_s if slot_scoped_cache(state) else self.estimate.ttft_s
+            slotted = slot_scoped_cache(state)
+            ready = self.estimate.e2e_s if slotted else self.estimate.ttft_s
             state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
+            if slotted:
+                # Its slot holds a copy of the prefix until it ends (set at the end there: prefilled);
+                # one that waits for a busy copy takes that copy over rather than computing another.
+                state.prefixes.occupy(self._keys, ctx.now + self.burst_wait_s + self.estimate.e2e_s, self._prefilled,
+                                      computes=not self.burst_wait_s)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.uncached_inflight += self._uncached
             if not state.prefilling:

@@ -68,6 +68,11 @@ class _Entry:
     written: int  # the backend's token counter when it was: how much has entered its cache since
     ready_at: float  # when its prefill is predicted to be done (a burst sibling waits for it)
     leader: Any = None  # the asyncio.Event set when the request prefilling it got its first token
+    # A prompt's first block, on a backend whose cache belongs to a slot (llama.cpp): how many copies
+    # of the prefix it is believed to hold, and the requests in flight there using one (predicted
+    # release, the event set at it). See BackendPrefixes.occupy.
+    copies: int = 0
+    users: list[tuple[float, Any]] | None = None
 
 
 @dataclass
@@ -106,7 +111,35 @@ class BackendPrefixes:
             if e.written < oldest:  # noqa: PLR1730 (see above)
                 oldest = e.written
             n += 1
+        if n:
+            first = self._blocks[keys[0]]
+            busy = _busy_until(first)
+            if busy is not None and (leader is None or busy[0] > ready):
+                ready, leader = busy
         return n, ready, leader, float(self._written - oldest)
+
+    def occupy(self, keys: list[bytes], release_at: float, event: Any, computes: bool) -> None:
+        """On a backend whose prompt cache belongs to the slot that computed it (llama.cpp), a request
+        sent here holds one copy of its prefix in its slot until it ends (`event` set, predicted at
+        `release_at`): a sibling that comes meanwhile finds that copy busy and, when every copy is,
+        computes the prefix again in another slot or waits for one to free. `computes`: this request
+        computes its own copy (it is not waiting for a busy one), so the backend holds one more after it.
+
+        Seen on llama.cpp with its host-memory prompt cache (issue 24, two servers, three shared system
+        prompts, every request dumped): a prompt is loaded from the host cache into a slot, not copied,
+        so a sibling sent while the only copy was in a running request's slot was prefilled cold in the
+        other slot (cached share 0.09, 1.8-5 s) where the router had counted it warm; that backend's
+        index accuracy then fell and the router sent nearly every later request to the other server."""
+        if not keys:
+            return
+        e = self._blocks.get(keys[0])
+        if e is None:
+            return
+        users = [u for u in (e.users or ()) if not u[1].is_set()]
+        if computes and len(users) >= e.copies:
+            e.copies += 1
+        users.append((release_at, event))
+        e.users = users
 
     def record(self, keys: list[bytes], now: float, ready_at: float, leader: Any = None) -> None:
         """The request was sent here: its blocks are (or, by `ready_at`, will be) in the backend's cache."""
@@ -157,6 +190,13 @@ class BackendPrefixes:
             # Kept through all that: the cache holds at least as much.
             self.capacity_tokens = max(self.capacity_tokens, turnover)
 
+    def copies(self, keys: list[bytes]) -> tuple[int, int]:
+        """(copies believed held, of them in use) of the prefix starting with `keys`' first block."""
+        e = self._blocks.get(keys[0]) if keys else None
+        if e is None:
+            return 0, 0
+        return e.copies, sum(1 for u in (e.users or ()) if not u[1].is_set())
+
     def _evict(self, now: float) -> None:
         limit = max(1, math.floor(self.capacity_tokens * CHARS_PER_TOKEN / BLOCK_CHARS))
         while len(self._blocks) > limit:
@@ -172,3 +212,14 @@ class BackendPrefixes:
         return {"blocks": len(self._blocks), "capacity_tokens": round(self.capacity_tokens),
                 "capacity": "configured" if self.fixed_capacity else "learned", "ttl_s": self.ttl_s,
                 "accuracy": round(self.accuracy, 4), "verified_requests": self.verified}
+
+
+def _busy_until(e: _Entry) -> tuple[float, Any] | None:
+    """When a copy of the prefix whose first block is `e` frees, if every copy is in use now: the
+    (users - copies + 1)-th earliest predicted release, and the event set at it."""
+    if not e.users or not e.copies:
+        return None
+    users = sorted((u for u in e.users if not u[1].is_set()), key=lambda u: u[0])
+    if len(users) < e.copies:
+        return None
+    return users[len(users) - e.copies]

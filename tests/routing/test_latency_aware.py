@@ -1,6 +1,7 @@
 """The default policy, latency_aware: lowest predicted latency over uncached prompt tokens and the prompt
 tokens in flight, with consistent placement of new prefixes worth at most what reuse is expected to save."""
 
+import asyncio
 from collections import Counter
 
 from app.routing.latency_aware import LatencyAware
@@ -256,3 +257,75 @@ def test_a_failing_home_is_overruled_by_the_failure_penalty():
         for _ in range(20):
             fleet[home].model.observe_outcome(False, now=1.0)
         assert policy.choose(fleet, ctx_for({"messages": conversation(k, 1)}), k)[0] != home
+
+
+def test_a_home_keeps_no_prefix_that_another_backend_holds_as_well():
+    # Scripted state (no server): three shared prompts on two llama.cpp servers hashed to one home, and
+    # once the other server held them too, bounded load still sent the home every request while it
+    # ran one (1 of ceil(1.25 x 2 / 2) = 2), queued behind its cold prefills.
+    policy = seen_shared(LatencyAware(exploration=0))
+    body = ask("q")
+    home = policy.choose([State("a"), State("b")], ctx_for(body), 0)[0]
+    fleet = [State("a"), State("b")]
+    busy = fleet[home]
+    busy.inflight, busy.prefilling, busy.uncached_inflight, busy.prefill_busy_since = 1, 1, 300, 1.0
+    warm(busy, body)
+    # Held at the home alone, affinity holds: a cold prefill elsewhere costs about what the wait does.
+    assert policy.choose(fleet, ctx_for(body), 0)[0] == home
+    # Held on both: the predictions decide, and the idle one is 2 s sooner.
+    warm(fleet[1 - home], body)
+    i, scores = policy.choose(fleet, ctx_for(body), 0)
+    assert i == 1 - home and scores[home] - scores[i] > 1.5
+
+
+def timed(*states: State) -> list[State]:
+    """`states` with their prefill timed (at its prior's rate), as after their first answers."""
+    for state in states:
+        for tokens in (200, 400):
+            state.model.observe_prefill(tokens, tokens / RATE, now=0.0)
+    return list(states)
+
+
+def test_until_every_backend_has_been_timed_fewer_requests_in_flight_go_first():
+    # Scripted state: the first requests of a run, before any answered. The prior prices a prompt in
+    # flight at a GPU's rate, so a backend already prefilling one read as free: on two CPU llama.cpp
+    # servers, three cold prompts in a row went to one of them.
+    policy = LatencyAware(exploration=0)
+    for k in range(4):
+        fleet = [State("a"), State("b")]
+        for s in fleet:
+            s.model = LatencyModel(Prior(tpot_s=0.01, slots=4, output_tokens=20))  # untimed: the prior's rate
+        busy = fleet[k % 2]
+        busy.inflight, busy.prefilling, busy.uncached_inflight, busy.prefill_busy_since = 1, 1, 400, 0.0
+        assert policy.choose(fleet, ctx_for(ask(f"cold {k}", f"prompt {k} " * 200)), k)[0] == 1 - k % 2
+
+
+def copy_in_use(state: State, body: dict, release_at: float) -> asyncio.Event:
+    """`state` holds `body`'s prefix in one slot, used by a request in flight until `release_at`."""
+    keys = ctx_for(body).prefix.keys
+    state.prefixes.record(keys, now=0.0, ready_at=0.0)
+    holder = asyncio.Event()
+    state.prefixes.occupy(keys, release_at=release_at, event=holder, computes=True)
+    state.inflight += 1
+    return holder
+
+
+def test_a_sibling_waits_for_a_busy_slot_copy_only_while_that_beats_a_cold_prefill_elsewhere():
+    # Scripted state: backend a (llama.cpp, per-slot cache) holds the system prompt only in the slot of
+    # a request still running; b has never seen it (~2.8 s cold at 150 tokens/s). Counted warm, a
+    # sibling sent to a gets the other slot and prefills cold there (measured: cached share 0.09,
+    # 1.8-5 s TTFT); it should wait for the copy when it frees soon, else go where it starts now.
+    body = ask("another question")
+    for policy in (LatencyAware(exploration=0), seen_shared(LatencyAware(exploration=0))):
+        a, b = timed(State("a"), State("b"))
+        copy_in_use(a, body, release_at=1.3)  # frees in 0.3 s
+        assert policy.choose([a, b], ctx_for(body), 0)[0] == 0
+        a, b = timed(State("a"), State("b"))
+        copy_in_use(a, body, release_at=6.0)  # a long answer: 5 s more
+        i, scores = policy.choose([a, b], ctx_for(body), 0)
+        assert i == 1 and scores[0] > 4.9
+        # Once it ends, the copy is free: warm again.
+        a, b = timed(State("a"), State("b"))
+        holder = copy_in_use(a, body, release_at=6.0)
+        holder.set()
+        assert policy.choose([a, b], ctx_for(body), 0)[0] == 0

@@ -292,7 +292,8 @@ def test_the_script_makes_real_choices():
     waits = [r for r in want["latency_aware"] if r[1] == "acquire" and r[7] > 0]
     queued = [r for r in want["latency_aware"] if r[1] == "acquire" and r[5][0] > 0]
     assert picks == set(BACKENDS) and kinds >= {"acquire", "first", "progress", "done", "failed", "load", "ask"}
-    assert len(warm) > 50 and waits and len(queued) > 20
+    # (48 warm placements since busy llama.cpp slot copies stopped counting as warm; 50+ before.)
+    assert len(warm) > 40 and waits and len(queued) > 20
 
 
 def _record() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from app.protocols import CHAT, COMPLETIONS
 from app.routing.prefix_index import BLOCK_CHARS, BackendPrefixes, prompt_blocks
 
@@ -134,3 +136,40 @@ def test_a_pending_prefix_names_its_leader_until_settled():
     idx.settle(keys, now=1.5, leader=leader)
     _, ready_at, who, _ = idx.match(keys, now=2)
     assert who is None
+
+
+def test_a_slot_scoped_copy_in_use_is_busy_until_its_holder_ends():
+    # llama.cpp keeps a prompt in the slot that ran it (or in its host cache, not both): while the only
+    # copy is in a running request's slot, a sibling finds none free.
+    idx = BackendPrefixes()
+    keys = blocks_of(chat(("system", SYSTEM), ("user", "first"))).keys
+    idx.record(keys, now=0, ready_at=0.0)
+    holder = asyncio.Event()
+    idx.occupy(keys, release_at=4.0, event=holder, computes=True)
+    blocks, ready_at, who, _ = idx.match(keys, now=1)
+    assert blocks == len(keys) and ready_at == 4.0 and who is holder
+    holder.set()
+    _, _, who, _ = idx.match(keys, now=2)
+    assert who is None and idx.copies(keys) == (1, 0)
+
+
+def test_a_sibling_that_computed_its_own_copy_leaves_one_free_for_the_next():
+    idx = BackendPrefixes()
+    keys = blocks_of(chat(("system", SYSTEM), ("user", "first"))).keys
+    idx.record(keys, now=0, ready_at=0.0)
+    first, second, third = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    idx.occupy(keys, release_at=4.0, event=first, computes=True)
+    idx.occupy(keys, release_at=3.0, event=second, computes=True)  # sent at once: prefilled it again
+    assert idx.copies(keys) == (2, 2)
+    assert idx.match(keys, now=1)[2] is second  # both busy: the copy that frees first
+    second.set()
+    assert idx.match(keys, now=3.5)[2] is None  # one of two free
+    idx.occupy(keys, release_at=5.0, event=third, computes=False)  # reused the free one
+    assert idx.copies(keys) == (2, 2) and idx.match(keys, now=3.6)[2] is first
+
+
+def test_a_backend_whose_cache_is_shared_by_every_request_never_has_a_busy_copy():
+    idx = BackendPrefixes()
+    keys = blocks_of(chat(("system", SYSTEM), ("user", "first"))).keys
+    idx.record(keys, now=0, ready_at=0.0)  # nothing occupies it (vLLM's block cache: no occupy)
+    assert idx.match(keys, now=1)[2] is None

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
 from app.config import BackendConfig, ModelAlias
 from app.errors import Overloaded
+from app.routing.context import RouteContext
+from app.routing.prefix_index import prompt_blocks
 from app.routing.router import Router
+from app.upstream.adapters.llamacpp import LlamaCppAdapter
 
 
 @dataclass
@@ -126,5 +129,38 @@ def test_one_decision_for_dispatch_deadline_check_and_explain():
         r._aliases["m"].strategy.exploration = 0.0
         lease = await r.acquire("m", ctx=RouteContext(max_tokens=50))
         assert lease.state.name == asked[0].state.name
+
+    asyncio.run(main())
+
+
+@dataclass
+class LlamaBackend(FakeBackend):
+    # llama.cpp's adapter: its prompt cache belongs to the slot that computed a prompt.
+    adapter: object = field(default_factory=LlamaCppAdapter)
+
+
+def test_a_llama_cpp_lease_holds_its_prompts_copy_until_released():
+    # Scripted, no server: the prefix is computed once (the first lease), then each later request on the
+    # same backend finds that one copy in use while a lease holds it, and waits for it rather than
+    # being counted warm and prefilled cold in another slot.
+    blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
+    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
+
+    def ctx() -> RouteContext:
+        return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks, cached={})
+
+    async def main():
+        r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
+        (await r.acquire("m", ctx=ctx())).release()  # computed it; its slot holds it, free now
+        first = await r.acquire("m", ctx=ctx())
+        assert first.prefix.blocks > 2 and first.prefix.leader is None and not first.burst_wait_s
+        second = await r.acquire("m", ctx=ctx())
+        assert second.prefix.leader is not None and second.burst_wait_s > 0
+        first.release()
+        third = await r.acquire("m", ctx=ctx())  # the second took the copy over: in use again
+        assert third.prefix.leader is not None
+        second.release()
+        third.release()
+        assert (await r.acquire("m", ctx=ctx())).prefix.leader is None
 
     asyncio.run(main())

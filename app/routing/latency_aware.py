@@ -9,6 +9,12 @@ is worth exactly the prefill it saves now, so a warm backend keeps a prefix whil
 less than computing it again elsewhere, and a busy warm backend sheds the prefix to a cold one, which
 then holds it too.
 
+Each candidate is also charged the delay it passes on: the lowest prediction a like request arriving
+one mean gap later would get with this one placed there (app/routing/lookahead.py). A request that
+takes the quick server's last slot for itself, when a slower server has room, leaves the next arrival
+to wait or to go slow. Unpriced, half the quick server's requests waited for a slot there and the
+default lost to least_inflight at the median on unequal real servers (issue 24); priced, about a fifth.
+
 A prefix no candidate holds has nothing to save now, but a shared one will come again: placing it where
 it hashes to (rendezvous hashing over the candidates) makes every gateway replica send it to the same
 backend without a shared index, so all of them reuse one copy. That placement may cost at most what
@@ -52,6 +58,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
+from app.routing.lookahead import ArrivalRate, passed_on
 from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, match, rendezvous
@@ -82,6 +89,8 @@ class LatencyAware:
         # How often this alias's prompts find a prefix cached, and how much of them: the expected worth
         # of placing a new prefix consistently (one tracker per alias: each alias has its own strategy).
         self.reuse = ReuseTracker()
+        # How often this alias's requests arrive: when the next one is expected.
+        self.arrivals = ArrivalRate()
 
     def choose(self, candidates, ctx: RouteContext, turn: int):
         n = len(candidates)
@@ -90,6 +99,13 @@ class LatencyAware:
         elif ctx.cached is None:
             ctx.cached = {}
         estimates, raw = ranked(candidates, ctx)
+        gap = self.arrivals.gap(ctx.now) if n > 1 else None
+        if ctx.explore:
+            self.arrivals.observe(ctx.now)
+        if gap is not None:
+            # Each placement is also charged what the next arrival would be offered after it
+            # (app/routing/lookahead.py): the delay it passes on, not only its own.
+            raw = [r + nxt for r, nxt in zip(raw, passed_on(candidates, ctx, estimates, gap))]
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         order = [(turn + k) % n for k in range(n)]
         if all(c.model.prefill.samples for c in candidates):

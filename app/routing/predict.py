@@ -18,15 +18,18 @@ if TYPE_CHECKING:
     from app.routing.state import BackendState
 
 
-def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None) -> Estimate:
-    """Queue wait, time to first token and end-to-end time for this request on backend `c` now, with
-    `ahead` requests in flight there before it (by default, all that are)."""
+def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known_at: float | None = None) -> Estimate:
+    """Queue wait, time to first token and end-to-end time for this request on backend `c` at `ctx.now`,
+    with `ahead` requests in flight there before it (by default, all that are). `known_at` (default
+    `ctx.now`) is when the in-flight book is simulated from: for an arrival expected later, the requests
+    ahead finish when they are predicted to, not all at once at that later instant (a request overdue
+    now is about to finish, but one due before the arrival has finished by then)."""
     m, now = c.model, ctx.now
     ahead = c.inflight if ahead is None else ahead
     queue = residual = m.residual_queue(now)
     slots = m.slots
     if slots is not None and ahead >= slots:
-        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), now, slots)
+        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), now if known_at is None else known_at, slots)
         if at is not None:
             queue += max(0.0, at - now)
         else:

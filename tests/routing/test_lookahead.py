@@ -1,0 +1,80 @@
+"""The delay a placement passes on: each candidate priced with what the next arrival would be offered."""
+
+from app.routing.latency_aware import LatencyAware
+from app.routing.latency_model import LatencyModel, Prior
+from app.routing.lookahead import ArrivalRate, booked, passed_on
+from app.routing.predict import estimate
+from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for
+
+BODY = ask("What is the fee?", "Short prompt. " * 4)  # ~22 tokens
+
+
+def slower(name: str, factor: float, **kw) -> State:
+    """A backend `factor` times slower at prefill and decode (a throttled or smaller server)."""
+    s = State(name, **kw)
+    s.model = LatencyModel(Prior(prefill_tokens_per_s=RATE / factor, tpot_s=0.01 * factor, slots=2, output_tokens=20))
+    for _ in range(3):
+        s.model.observe_decode(20, 19 * 0.01 * factor, load=1, now=0)
+    return s
+
+
+def unequal_pair() -> tuple[State, State]:
+    """A quick server with both slots busy (one frees 0.2 s from now, the other in 1.5 s) and an idle
+    server 2.5 times slower: the quick one is this request's lowest TTFT, by 20 ms."""
+    return State("quick", inflight=2, slots=2, finishing=(1.2, 2.5)), slower("throttled", 2.5)
+
+
+def arriving_every(gap: float, now: float = 1.0) -> LatencyAware:
+    policy = LatencyAware(exploration=0)
+    for k in range(16):
+        policy.arrivals.observe(now - (16 - k) * gap)
+    return policy
+
+
+def test_the_next_arrival_is_expected_a_mean_gap_later_and_a_pause_stretches_it():
+    rate = ArrivalRate()
+    assert rate.gap(1.0) is None
+    for k in range(10):
+        rate.observe(k * 0.5)
+    assert abs(rate.gap(5.0) - 0.5) < 1e-9  # the tenth gap ends now
+    assert rate.gap(20.0) > 1.9  # nothing for 15 s: arrivals are no longer half a second apart
+
+
+def test_a_request_leaves_the_quick_servers_queue_to_the_next_arrival_when_arrivals_are_close():
+    quick, throttled = unequal_pair()
+    ctx = ctx_for(BODY)
+    own = [estimate(s, ctx).ttft_s for s in (quick, throttled)]
+    assert own[0] < own[1]  # for itself, the quick server's queue is best
+    # Arrivals 0.3 s apart: taking the quick server's next slot makes the next arrival wait there or go
+    # to the slow one; leaving it lets the next one have it 0.2 s from now, and costs this one 20 ms.
+    assert arriving_every(0.3).choose([quick, throttled], ctx, 0)[0] == 1
+
+
+def test_with_arrivals_far_apart_the_lowest_prediction_wins():
+    quick, throttled = unequal_pair()
+    # A second apart: by then the quick server has a free slot whichever way this one goes.
+    assert arriving_every(1.0).choose([quick, throttled], ctx_for(BODY), 0)[0] == 0
+    # And with no arrival rate known yet, the plain lowest prediction.
+    assert LatencyAware(exploration=0).choose([quick, throttled], ctx_for(BODY), 0)[0] == 0
+
+
+def test_a_later_arrival_finds_the_requests_due_before_it_finished():
+    quick, _ = unequal_pair()
+    later = ctx_for(BODY, now=2.0)
+    # Known at 1.0, the request due at 1.2 has finished by 2.0: a slot is free, no wait. Simulated from
+    # 2.0 itself, it would be overdue, still holding its slot.
+    assert estimate(quick, later, ahead=2, known_at=1.0).queue_s == 0.0
+    with booked(quick, ctx_for(BODY), estimate(quick, ctx_for(BODY))):
+        # This request then holds the slot freed at 1.2 from 1.2 to about 1.54: free again by 2.0.
+        assert estimate(quick, later, known_at=1.0).queue_s == 0.0
+        assert estimate(quick, ctx_for(BODY, now=1.3), known_at=1.0).queue_s > 0.2
+
+
+def test_pricing_the_next_arrival_leaves_every_candidate_as_it_was():
+    quick, throttled = unequal_pair()
+    quick.prefilling, quick.uncached_inflight, quick.prefill_busy_since = 1, 33.3, 0.7
+    before = [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in (quick, throttled)]
+    ctx = ctx_for(BODY)
+    passed_on([quick, throttled], ctx, [estimate(s, ctx) for s in (quick, throttled)], 0.3)
+    assert [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book))
+            for s in (quick, throttled)] == before

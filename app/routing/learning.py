@@ -16,6 +16,8 @@ from app.record import AttemptRecord
 from app.routing.accuracy import PredictionErrors
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
 from app.routing.output_length import OutputLengths, Shape
+from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
+from app.routing.prefix_routing import MIN_BURST_BLOCKS
 from app.routing.prefix_routing import verify as verify_prefix
 from app.routing.reuse import ReuseTracker
 from app.upstream.adapters import BackendReport, ServerLoad
@@ -23,6 +25,11 @@ from app.upstream.adapters import BackendReport, ServerLoad
 if TYPE_CHECKING:
     from app.routing.prefix_index import PromptBlocks
     from app.routing.state import BackendState
+
+# A server's reuse of a prompt beyond the prefix index's match, shorter than this, is one the index cannot
+# see (it matches whole blocks; the token estimate blurs one block's edge): the shortest prefix a burst
+# waits for, two blocks.
+UNSEEN_REUSE_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
 
 
 class Learner:
@@ -139,7 +146,7 @@ class Learner:
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of
         # that, only the share the server processed (the rest came from its KV cache).
-        prompt = processed_prompt(prompt_hint, r)
+        prompt = processed_prompt(prompt_hint, r, a.prefix.tokens if a.prefix is not None else 0.0)
         model.observe_latency(a.end - a.start)
         if a.stream and a.first_event:
             if s.backend.adapter.headers_at_slot and a.headers:
@@ -179,10 +186,21 @@ def _ours_could_explain(s: BackendState, ahead: int, wait: float) -> bool:
     return ahead == 0 and wait > QUEUE_NOISE_S and s.inflight > (s.model.slots or 1)
 
 
-def processed_prompt(hint: int, report: BackendReport) -> int:
-    """The prompt tokens the server processed, in the units routing predicts with (the body's estimate)."""
+def processed_prompt(hint: int, report: BackendReport, matched: float = 0.0) -> int:
+    """The prompt tokens the server processed, in the units routing predicts with (the body's estimate),
+    where routing predicted it would reuse `matched` of them (the prefix index's match).
+
+    A reuse beyond the match shorter than the index can ever see (a chat template every prompt starts
+    with, which llama.cpp keeps in each slot) counts as routing counts it: processed. Scaled away, it
+    taught a rate that routing then applied to the whole prompt (issue 24, real llama.cpp servers and
+    unique prompts: ~30 template tokens of 60-120 reused each time, every TTFT predicted +25-30 %)."""
     share = report.processed_share()
-    return hint if share is None else max(1, round(hint * share))
+    if share is None:
+        return hint
+    processed, routed = hint * share, max(0.0, hint - matched)
+    if 0.0 <= routed - processed < UNSEEN_REUSE_TOKENS:
+        return max(1, round(routed))
+    return max(1, round(processed))
 
 
 def _learn_wait(model: LatencyModel, wait: float, reported_prefill: float | None, prompt: int, ahead: int,

@@ -246,7 +246,7 @@ def attempt_stages(record: RequestRecord, a: AttemptRecord, model: LatencyModel,
     """The stage breakdown of a finished, successful attempt (or, with `end`, of one still running until then)."""
     end = a.end if end is None else end
     # Estimates use the model's units: the body's token estimate, of which the share the server processed.
-    prompt = processed_prompt(record.prompt_tokens_hint, a.report)
+    prompt = processed_prompt(record.prompt_tokens_hint, a.report, a.prefix.tokens if a.prefix is not None else 0.0)
     output = record.usage.completion_tokens if record.usage else 0
     if a.stream and a.first_event:
         return stream_stages(a.start, a.headers or a.start, a.first_event, end, a.report, prompt, model,

@@ -167,3 +167,18 @@ def test_prefill_is_learned_from_every_prompt_the_server_processed_alongside():
         for a in pair:
             t.learn(a, prompt_hint=50, output=10)
     assert model.prefill_s(50) == pytest.approx(0.5, rel=0.15)
+
+
+def test_a_chat_template_the_server_reuses_of_every_prompt_is_learned_as_routing_counts_it():
+    # Unique 90-token prompts (the body's estimate) of which llama.cpp reuses the ~30-token chat template
+    # it keeps in the slot, at 0.3 s each: routing predicts from the whole 90, which no index block
+    # covers, so the line must give 0.3 s at 90, not 0.3 s at 60 (a rate applied later to all 90).
+    t, model = telemetry("llamacpp")
+    for k in range(16):
+        hint = 60 + 4 * k  # lengths vary, as a workload's do
+        a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
+        a.end = a.first_event + 0.1
+        a.report = BackendReport(prefill_s=hint / 300, prompt_tokens=hint, prompt_processed=hint - 30,
+                                 prompt_cached=30)
+        t.learn(a, prompt_hint=hint, output=10)
+    assert model.prefill_s(90) == pytest.approx(0.3, rel=0.1)

@@ -40,5 +40,5 @@ SCORE_MEANING = {
     "lowest_latency": "observed latency (s)", "predicted_latency": "predicted latency (s)",
     "prefix_aware": "predicted latency with the cached prefix (s), warmest within the sticky margin",
     "latency_aware": "predicted latency counting only uncached prompt tokens and the prompt tokens in flight, plus the "
-                     "next arrival's predicted latency with this request placed there (s)",
+                     "delay the placement passes on to the next arrival (s)",
 }

@@ -105,7 +105,7 @@ class LatencyAware:
         if gap is not None:
             # Each placement is also charged what the next arrival would be offered after it
             # (app/routing/lookahead.py): the delay it passes on, not only its own.
-            raw = [r + nxt for r, nxt in zip(raw, passed_on(candidates, ctx, estimates, gap))]
+            raw = [r + delay for r, delay in zip(raw, passed_on(candidates, ctx, estimates, gap))]
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         order = [(turn + k) % n for k in range(n)]
         if all(c.model.prefill.samples for c in candidates):

@@ -18,10 +18,18 @@ def slower(name: str, factor: float, **kw) -> State:
     return s
 
 
+def timed(s: State, rate: float) -> State:
+    """Its prefill timed (as after a few answers), at `rate` prompt tokens a second."""
+    for tokens in (50, 100, 150):
+        s.model.observe_prefill(tokens, tokens / rate, now=0)
+    return s
+
+
 def unequal_pair() -> tuple[State, State]:
     """A quick server with both slots busy (one frees 0.2 s from now, the other in 1.5 s) and an idle
     server 2.5 times slower: the quick one is this request's lowest TTFT, by 20 ms."""
-    return State("quick", inflight=2, slots=2, finishing=(1.2, 2.5)), slower("throttled", 2.5)
+    return (timed(State("quick", inflight=2, slots=2, finishing=(1.2, 2.5)), RATE),
+            timed(slower("throttled", 2.5), RATE / 2.5))
 
 
 def arriving_every(gap: float, now: float = 1.0) -> LatencyAware:

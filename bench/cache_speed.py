@@ -5,17 +5,23 @@ Starts its own Redis Stack server, a zero-latency simulator and a gateway pinned
 caches on (shipped defaults: int8 embeddings, threshold, guard). The semantic index holds the seeded
 questions plus `--entries` random vectors in the same scope, so KNN searches a full index.
 Requests alternate at c=1: an exact hit (a seeded question again), a semantic hit (a reworded
-seeded question that the guard confirms: case, politeness, frames, typos), and a miss. Each is timed
-end to end by the client; then the parts are timed in process on one thread: embedding, KNN, guard.
+seeded question that the guard confirms: case, politeness, frames, typos), a judged hit and a miss.
+A judged hit goes to a second alias whose judge (an alias answered "yes" at once by a stub server in
+this process) is asked because the guard cannot align one added word ("... quickly?"): each such
+question is new, so no verdict is cached, and its cost over a semantic hit is the judge call's
+round trip through the gateway, the floor under any real model's own time. Each request is timed end
+to end by the client, `--repeats` times over (medians of the repeats are the figures); then the parts
+are timed in process on one thread: embedding, KNN, guard.
 
     python bench/cache_speed.py                          # 100k entries, 300 requests of each kind
-    python bench/cache_speed.py --entries 20000 --requests 200
+    python bench/cache_speed.py --entries 5000 --requests 200 --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +39,7 @@ from app.cache.embedder import OnnxEncoder, model_id
 from app.cache.guard import mismatch
 from app.cache.redis_store import RedisStore, connect
 from app.config import EmbeddingConfig, SemanticCachePolicy
-from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway
+from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway, wait_listening
 
 PREFIX = "slipstream:"
 TOPICS = ["reset my router", "bake sourdough bread", "renew a passport", "train a puppy", "fix a flat tire",
@@ -46,6 +52,11 @@ VARIANTS = [lambda q: q.lower(), lambda q: "Please tell me: " + q, lambda q: q +
             lambda q: q.replace("How do I", "What's the way to"), lambda q: q.upper(),
             lambda q: "Quick question: " + q.lower(), lambda q: q.replace("How do I", "How can I"),
             lambda q: "Hi! " + q.replace("How do I", "What are the steps to")]
+# One added word the guard cannot align (after the last shared word), so the judge is asked; each
+# question asked once, so every judged lookup calls the judge.
+JUDGED_WORDS = ["quickly", "safely", "easily", "properly", "correctly", "cheaply", "fast", "today", "alone", "now",
+                "better", "myself", "yourself", "carefully", "efficiently", "again", "well", "right", "smoothly", "manually"]
+KINDS = {"exact hit": "hit", "semantic hit": "semantic-hit", "judged hit": "semantic-hit", "miss (zero-latency backend)": "miss"}
 
 
 def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
@@ -61,15 +72,41 @@ def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
     raise RuntimeError("redis did not start")
 
 
-def body(content: str) -> dict:
-    return {"model": "cached", "messages": [{"role": "user", "content": content}], "temperature": 0, "max_tokens": 16}
+def body(content: str, model: str = "cached") -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": content}], "temperature": 0, "max_tokens": 16}
 
 
-async def post(s: aiohttp.ClientSession, url: str, content: str) -> tuple[float, str | None]:
+async def post(s: aiohttp.ClientSession, url: str, content: str, model: str = "cached") -> tuple[float, str | None]:
     t0 = time.perf_counter()
-    async with s.post(f"{url}/v1/chat/completions", json=body(content)) as r:
+    async with s.post(f"{url}/v1/chat/completions", json=body(content, model)) as r:
         await r.read()
-        return time.perf_counter() - t0, r.headers.get("x-slipstream-cache")
+        status = r.headers.get("x-slipstream-cache")
+        if status == "semantic-hit" and r.headers.get("x-slipstream-cache-verifier") == "judge":
+            status = "judged"
+        return time.perf_counter() - t0, status
+
+
+YES_SERVER = """
+import json, sys
+from aiohttp import web
+async def yes(request):
+    await request.read()
+    return web.json_response({"id": "j", "object": "chat.completion", "created": 0, "model": "yes",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "yes"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+app = web.Application()
+app.router.add_post("/v1/chat/completions", yes)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+def start_yes_judge(cpus: str | None) -> tuple[subprocess.Popen, int]:
+    """A stub model that answers every judge question "yes" at once (on the simulator's core)."""
+    port = free_port()
+    cmd = [sys.executable, "-c", YES_SERVER, str(port)]
+    proc = subprocess.Popen(["taskset", "-c", cpus, *cmd] if cpus else cmd)
+    wait_listening(port, proc)
+    return proc, port
 
 
 def fill(port: int, scope: str, entries: int) -> float:
@@ -90,37 +127,49 @@ def fill(port: int, scope: str, entries: int) -> float:
     return time.perf_counter() - t0
 
 
-async def through_gateway(url: str, port: int, entries: int, requests: int) -> dict[str, list[float]]:
+async def through_gateway(url: str, port: int, entries: int, requests: int, repeats: int) -> list[dict[str, list[float]]]:
+    """One dict of end-to-end times per repeat, by kind of request; the index is filled once."""
     questions = [f"How do I {t}?" for t in TOPICS]
-    out: dict[str, list[float]] = {"exact hit": [], "semantic hit": [], "miss (zero-latency backend)": []}
+    runs: list[dict[str, list[float]]] = []
     async with aiohttp.ClientSession(headers={"authorization": "Bearer bench"}) as s:
         for q in questions:
             await post(s, url, q)
+            await post(s, url, q, "judged")
         await asyncio.sleep(1.0)  # background writes
         client = redis.Redis(port=port)
-        key = next(client.scan_iter(f"{PREFIX}sem:*", count=1000))
-        scope = client.hget(key, "scope").decode()
-        fill_s = fill(port, scope, entries)
-        print(f"filled {entries} extra entries in the gateway's scope in {fill_s:.1f} s; "
+        scopes = {client.hget(k, "scope").decode() for k in client.scan_iter(f"{PREFIX}sem:*", count=1000)}
+        fill_s = 0.0
+        for scope in sorted(scopes):
+            fill_s += fill(port, scope, entries)
+        print(f"filled {entries} extra entries in each of the {len(scopes)} aliases' scopes in {fill_s:.1f} s; "
               f"Redis used_memory {client.info('memory')['used_memory'] / 2**20:.0f} MiB")
-        unexpected = 0
-        for i in range(requests):
-            q = questions[i % len(questions)]
-            variant = VARIANTS[(i // len(questions)) % len(VARIANTS)](q)
-            fresh = f"Tell me something new: {uuid.uuid4().hex}"
-            for name, content, want in (("exact hit", q, "hit"), ("semantic hit", variant, "semantic-hit"),
-                                        ("miss (zero-latency backend)", fresh, "miss")):
-                try:
-                    dt, status = await post(s, url, content)
-                except aiohttp.ServerDisconnectedError:  # a keep-alive connection closed under us: not timed
-                    dt, status = 0.0, "disconnected"
-                if status == want:
-                    out[name].append(dt)
-                else:
-                    unexpected += 1
-        if unexpected:
-            print(f"{unexpected} requests did not get the expected cache status (left out of the figures)")
-    return out
+        asked = 0
+        for _ in range(repeats):
+            out: dict[str, list[float]] = {name: [] for name in KINDS}
+            unexpected = 0
+            for i in range(requests):
+                q = questions[i % len(questions)]
+                variant = VARIANTS[(i // len(questions)) % len(VARIANTS)](q)
+                judged = q[:-1] + f" {JUDGED_WORDS[(asked // len(questions)) % len(JUDGED_WORDS)]}" \
+                    + (f" {JUDGED_WORDS[(asked // len(questions) // len(JUDGED_WORDS)) % len(JUDGED_WORDS)]}?"
+                       if asked >= len(questions) * len(JUDGED_WORDS) else "?")
+                asked += 1
+                fresh = f"Tell me something new: {uuid.uuid4().hex}"
+                for name, content, model, want in (
+                        ("exact hit", q, "cached", "hit"), ("semantic hit", variant, "cached", "semantic-hit"),
+                        ("judged hit", judged, "judged", "judged"), ("miss (zero-latency backend)", fresh, "cached", "miss")):
+                    try:
+                        dt, status = await post(s, url, content, model)
+                    except aiohttp.ServerDisconnectedError:  # a keep-alive connection closed under us: not timed
+                        dt, status = 0.0, "disconnected"
+                    if status == want:
+                        out[name].append(dt)
+                    else:
+                        unexpected += 1
+            if unexpected:
+                print(f"{unexpected} requests did not get the expected cache status (left out of the figures)")
+            runs.append(out)
+    return runs
 
 
 async def parts(port: int, requests: int) -> dict[str, list[float]]:
@@ -156,44 +205,64 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3, help="timed rounds through the same gateway; figures are their medians")
     ap.add_argument("--cpus", default="0", help="cores for the gateway (taskset); the simulator gets the rest")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-bench-"))
     redis_proc, port = start_redis(tmp)
-    fleet = Fleet.zero_latency(tmp, cpus="1" if args.cpus == "0" else None)
+    other = "1" if args.cpus == "0" else None
+    fleet = Fleet.zero_latency(tmp, cpus=other)
+    judge_proc, judge_port = start_yes_judge(other)
     # finish_reason "length" allowed: the zero-latency backend cuts answers at max_tokens.
-    models = {"cached": {"backends": ["zero"], "cache": {"exact": {"enabled": True}, "semantic": {"enabled": True},
-                                                        "finish_reasons": ["stop", "length"]}}}
+    cache = {"exact": {"enabled": True}, "semantic": {"enabled": True}, "finish_reasons": ["stop", "length"]}
+    judged = {**cache, "semantic": {"enabled": True, "judge": {"alias": "yes-judge", "min_similarity": 0.75}}}
+    models = {"cached": {"backends": ["zero"], "cache": cache}, "judged": {"backends": ["zero"], "cache": judged},
+              "yes-judge": {"backends": ["yes"]}}
     extra = {"cache": {"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0", "embedding": {"threads": 1}}}
+    extra["backends"] = {"zero": {"base_url": f"http://127.0.0.1:{fleet.backends['zero']['port']}/v1", "model": fleet.model},
+                         "yes": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "yes"}}
     gw = start_gateway(tmp, fleet, cpus=args.cpus, models=models, extra=extra)
+    load = [os.getloadavg()[0]]
     try:
-        rows = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests))
-        rows.update(asyncio.run(parts(port, args.requests)))
+        runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats))
+        load.append(os.getloadavg()[0])
+        rows = asyncio.run(parts(port, args.requests))
     finally:
         gw.stop()
         fleet.stop()
+        judge_proc.terminate()
         redis_proc.terminate()
     print(f"\nshipped defaults: {EmbeddingConfig().quantization} embeddings, threshold "
-          f"{SemanticCachePolicy().threshold}, guard; gateway on core(s) {args.cpus}\n")
-    print("| what | p50 ms | p99 ms | n |\n|---|---|---|---|")
+          f"{SemanticCachePolicy().threshold}, guard; gateway on core(s) {args.cpus}; "
+          f"load average {load[0]:.2f} -> {load[1]:.2f} over the timed rounds\n")
+    med = lambda xs: statistics.median(xs)
+    print(f"End to end, medians of {len(runs)} rounds ({' / '.join(str(len(r['exact hit'])) for r in runs)} exact hits timed)\n")
+    print("| what | p50 ms | p90 ms | p99 ms | p50 per round |\n|---|---|---|---|---|")
+    for name in KINDS:
+        p50s = [percentile(r[name], 50) for r in runs]
+        print(f"| {name} | {med(p50s):.2f} | {med([percentile(r[name], 90) for r in runs]):.2f} | "
+              f"{med([percentile(r[name], 99) for r in runs]):.2f} | {' / '.join(f'{x:.2f}' for x in p50s)} |")
+    for name, target in (("semantic hit", " (target <= 3 ms)"), ("judged hit", "")):
+        added = {p: [percentile(r[name], p) - percentile(r["exact hit"], p) for r in runs] for p in (50, 90)}
+        ratio = [percentile(r[name], 50) / percentile(r["exact hit"], 50) for r in runs]
+        print(f"\na {name} adds {med(added[50]):.2f} ms p50 over an exact hit{target}, {med(added[90]):.2f} ms p90 "
+              f"(per round: p50 {' / '.join(f'{x:+.2f}' for x in added[50])}; ratio {' / '.join(f'{x:.2f}x' for x in ratio)})")
+    # A drift check: the same difference in each half of every round.
+    halves = [percentile(r[k][h], 50) for r in runs for h in (slice(None, len(r["exact hit"]) // 2), slice(len(r["exact hit"]) // 2, None))
+              for k in ("semantic hit",)]
+    exact_halves = [percentile(r["exact hit"][h], 50) for r in runs
+                    for h in (slice(None, len(r["exact hit"]) // 2), slice(len(r["exact hit"]) // 2, None))]
+    print("semantic minus exact, p50 by half round: " + " / ".join(f"{a - b:+.2f}" for a, b in zip(halves, exact_halves)))
+    print("\nParts, in this process on one thread\n\n| what | p50 ms | p90 ms | n |\n|---|---|---|---|")
     for name, values in rows.items():
-        print(f"| {name} | {percentile(values, 50):.2f} | {percentile(values, 99):.2f} | {len(values)} |")
-    exact, semantic = rows["exact hit"], rows["semantic hit"]
-    if exact and semantic:
-        added = percentile(semantic, 50) - percentile(exact, 50)
-        print(f"\na semantic hit adds {added:.2f} ms p50 over an exact hit "
-              f"({percentile(semantic, 50) / percentile(exact, 50):.2f}x), same run; target <= 3 ms")
-        # A drift check: the same difference in each half of the run.
-        diffs = [percentile(semantic[: len(semantic) // 2], 50) - percentile(exact[: len(exact) // 2], 50),
-                 percentile(semantic[len(semantic) // 2:], 50) - percentile(exact[len(exact) // 2:], 50)]
-        print(f"first half / second half: {diffs[0]:.2f} / {diffs[1]:.2f} ms (median {statistics.median(diffs):.2f})")
+        print(f"| {name} | {percentile(values, 50):.2f} | {percentile(values, 90):.2f} | {len(values)} |")
     cpu = {name: percentile(v, 50) for name, v in rows.items() if name.startswith("cpu:")}
     if cpu:
         # On a shared machine wall time includes waiting for a core; CPU time is what the lookup costs.
-        total = cpu["cpu: embedding int8"] + cpu["cpu: guard (per candidate)"] * 4 + percentile(rows["KNN (Redis, scoped, k=4)"], 50)
-        print(f"CPU cost of a semantic lookup on one core: embedding int8 {cpu['cpu: embedding int8']:.2f} ms + "
-              f"guard {cpu['cpu: guard (per candidate)']:.2f} ms x 4 candidates + KNN {percentile(rows['KNN (Redis, scoped, k=4)'], 50):.2f} ms "
-              f"(wall, Redis) = {total:.2f} ms p50; target <= 3 ms")
+        total = cpu["cpu: embedding int8"] + cpu["cpu: guard (per candidate)"] + percentile(rows["KNN (Redis, scoped, k=4)"], 50)
+        print(f"CPU cost of a semantic hit's parts on one core: embedding int8 {cpu['cpu: embedding int8']:.2f} ms + "
+              f"guard {cpu['cpu: guard (per candidate)']:.2f} ms (the first candidate) + KNN "
+              f"{percentile(rows['KNN (Redis, scoped, k=4)'], 50):.2f} ms (wall, Redis) = {total:.2f} ms p50")
     return 0
 
 

@@ -64,13 +64,19 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
         return objective(estimate(c, later, known_at=ctx.now), later) * failure_penalty(c, later.now)
 
     alone = [predict_later(c) for c in candidates]
-    out = []
-    for i, c in enumerate(candidates):
-        with booked(c, ctx, estimates[i]):
-            here = predict_later(c)
-        out.append(min([here, *(a for j, a in enumerate(alone) if j != i)]))
     unhindered = min(alone)
-    return [max(0.0, o - unhindered) for o in out]
+    out = [0.0] * len(candidates)
+    best = [i for i, a in enumerate(alone) if a == unhindered]
+    if len(best) == 1:
+        # Only the one backend that alone offers the next arrival its best can pass a delay on: placed
+        # anywhere else, this request leaves that best untouched (min(here, unhindered) - unhindered <= 0).
+        # So one booking is simulated, not one per candidate.
+        i = best[0]
+        with booked(candidates[i], ctx, estimates[i]):
+            here = predict_later(candidates[i])
+        runner_up = min((a for j, a in enumerate(alone) if j != i), default=here)
+        out[i] = max(0.0, min(here, runner_up) - unhindered)
+    return out
 
 
 @contextmanager

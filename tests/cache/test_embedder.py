@@ -121,3 +121,33 @@ def test_a_spent_deadline_skips_the_semantic_lookup():
 
     hit, timeouts = asyncio.run(main())
     assert hit is None and timeouts == 1
+
+
+def test_lookups_that_queue_together_share_a_batch_and_each_get_their_own_vector():
+    texts = [f"How do I bake bread number {i}?" for i in range(12)]
+
+    async def main():
+        e = Embedder(EmbeddingConfig(timeout_ms=10_000))
+        await e.start()
+        try:
+            got = await asyncio.gather(*(e.embed(t) for t in texts))
+            return got, e.batches, e._encoder.encode(texts)
+        finally:
+            await e.aclose()
+
+    got, batches, alone = asyncio.run(main())
+    assert np.abs(np.stack(got) - alone).max() < 1e-5
+    assert batches < len(texts)  # what queued while the model was busy went in one batch
+
+
+def test_close_stops_the_model_thread():
+    async def main():
+        e = Embedder(EmbeddingConfig())
+        await e.start()
+        assert (await e.embed("hello", 5.0)) is not None
+        await e.aclose()
+        return e._thread
+
+    thread = asyncio.run(main())
+    thread.join(5.0)
+    assert not thread.is_alive()

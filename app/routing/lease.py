@@ -65,8 +65,7 @@ class Lease:
             self.prefix = held
         # What the model predicted for this request on this backend, with the requests ahead of it.
         self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead)
-        self._ticket = state.book.add(ctx.now, self.estimate.ttft_s, self.estimate.decode_tokens,
-                                      max(0.0, self.estimate.ttft_s - self.estimate.queue_s), ctx.stream)
+        self._ticket = state.book_request(ctx.now, self.estimate, ctx.stream)
         if self.prefix is not None:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
@@ -84,10 +83,7 @@ class Lease:
                 state.prefixes.occupy(self._keys, ctx.now + self.burst_wait_s + self.estimate.e2e_s, self._prefilled,
                                       computes=not self.burst_wait_s)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
-            state.uncached_inflight += self._uncached
-            if not state.prefilling:
-                state.prefill_busy_since = ctx.now
-            state.prefilling += 1
+            state.start_prefill(self._uncached, ctx.now)
             self._prefilling = True
 
     @property

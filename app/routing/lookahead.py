@@ -83,15 +83,12 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
 def booked(c: BackendState, ctx: RouteContext, est: Estimate) -> Iterator[None]:
     """The request booked on `c` as its lease would book it (in flight, in the book, its uncached prompt
     tokens as prefill load), and taken off again on exit."""
-    ticket = c.book.add(ctx.now, est.ttft_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s), ctx.stream)
+    ticket = c.book_request(ctx.now, est, ctx.stream)
     saved = (c.inflight, c.prefilling, c.uncached_inflight, c.prefill_busy_since)
     c.inflight += 1
     if ctx.prefix is not None and ctx.prefix.keys and ctx.cached is not None:
         held = ctx.cached.get(c.name)
-        if not c.prefilling:
-            c.prefill_busy_since = ctx.now
-        c.prefilling += 1
-        c.uncached_inflight += max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0))
+        c.start_prefill(max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0)), ctx.now)
     try:
         yield
     finally:

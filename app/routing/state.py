@@ -12,12 +12,16 @@ import math
 import operator
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.config import BackendConfig
 from app.routing.health import Breaker
 from app.routing.latency_model import LatencyModel
 from app.routing.prefix_index import BackendPrefixes
 from app.upstream.client import Backend
+
+if TYPE_CHECKING:
+    from app.record import Estimate
 
 
 @dataclass(slots=True)
@@ -192,6 +196,20 @@ class BackendState:
     @property
     def has_slot(self) -> bool:
         return self.inflight < self.capacity
+
+    def book_request(self, now: float, est: Estimate, stream: bool) -> int:
+        """Book a request sent at `now` as `est` predicts it (its prefill: the time to first token less
+        the queue); returns the book's ticket. The lease books its request so, and the look-ahead a
+        request it only supposes, so both simulate the same queue."""
+        return self.book.add(now, est.ttft_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s), stream)
+
+    def start_prefill(self, uncached_tokens: float, now: float) -> None:
+        """One more request here with `uncached_tokens` of its prompt to prefill, from `now` if the
+        backend was not prefilling already."""
+        self.uncached_inflight += uncached_tokens
+        if not self.prefilling:
+            self.prefill_busy_since = now
+        self.prefilling += 1
 
 
 def slot_scoped_cache(state: BackendState) -> bool:

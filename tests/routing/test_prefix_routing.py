@@ -11,7 +11,7 @@ from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
 from app.routing.prefix_index import BackendPrefixes, prompt_blocks
 from app.routing.prefix_routing import PrefixAware, match
-from app.routing.state import InflightBook
+from app.routing.state import BackendState, InflightBook
 
 
 def blocks_of(body: dict):
@@ -25,7 +25,10 @@ RATE = 150.0  # prompt tokens per second: a CPU llama.cpp server's order of magn
 
 
 class State:
-    """The fields of the router's BackendState that prefix-aware routing reads."""
+    """The fields of the router's BackendState that prefix-aware routing reads, and its bookings."""
+
+    book_request = BackendState.book_request
+    start_prefill = BackendState.start_prefill
 
     def __init__(self, name, inflight=0, slots=4, finishing=(), accuracy=1.0):
         self.name, self.inflight = name, inflight

@@ -16,6 +16,22 @@ def seen_shared(policy: LatencyAware, share: float = 0.9, n: int = 40) -> Latenc
     return policy
 
 
+def reported_reuse(share: float, tokens: float) -> LatencyAware:
+    """A policy whose backends have reported reusing `share` (`tokens`) of each of 30 prompts."""
+    policy = LatencyAware(exploration=0)
+    for _ in range(30):
+        policy.reuse.observe_reported(share, now=1.0, tokens=tokens)
+    return policy
+
+
+def two_of_three_prefilling(uncached: float) -> list[State]:
+    """Backends a and b each prefilling `uncached` prompt tokens since 1.0; c idle."""
+    fleet = [State("a"), State("b"), State("c")]
+    for s in fleet[:2]:
+        s.prefilling, s.uncached_inflight, s.prefill_busy_since = 1, uncached, 1.0
+    return fleet
+
+
 def test_a_unique_prompt_goes_to_the_lowest_prediction_not_to_its_hash():
     # One backend a little busier: the hash may point at any of them, the pick must be the idle one
     # each time, since nothing on this alias has ever been reused (affinity worth nothing).
@@ -194,13 +210,8 @@ def test_prompts_that_repeat_no_prefix_worth_a_detour_are_not_sent_home():
     # The backends report reusing a sliver of every prompt (a shared chat template's first tokens): no
     # home placement, the lowest prediction takes each prompt (as for unique prompts).
     for k in range(20):
-        a, b, c = State("a"), State("b"), State("c")
-        a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 40, 1.0
-        b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 40, 1.0
-        policy = LatencyAware(exploration=0)
-        for _ in range(30):
-            policy.reuse.observe_reported(0.03, now=1.0, tokens=5)
-        assert policy.choose([a, b, c], ctx_for(ask(f"unique {k}", f"prompt {k} " * 40)), k)[0] == 2
+        policy = reported_reuse(0.03, tokens=5)
+        assert policy.choose(two_of_three_prefilling(40), ctx_for(ask(f"unique {k}", f"prompt {k} " * 40)), k)[0] == 2
 
 
 def test_a_chat_templates_first_tokens_are_no_prefix_worth_a_detour_on_long_unique_prompts():
@@ -209,15 +220,10 @@ def test_a_chat_templates_first_tokens_are_no_prefix_worth_a_detour_on_long_uniq
     # times its length read as 200 tokens worth keeping): the lowest prediction takes it. (Two backends
     # have a backlog over the expected saving, within the home's load bound.)
     for k in range(20):
-        a, b, c = State("a"), State("b"), State("c")
-        a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 300, 1.0
-        b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 300, 1.0
-        policy = LatencyAware(exploration=0)
-        for _ in range(30):
-            policy.reuse.observe_reported(0.2, now=1.0, tokens=20)
+        policy = reported_reuse(0.2, tokens=20)
         body = ask(f"unique {k}", f"prompt {k} is long and says nothing twice " * 90)
         assert ctx_for(body).prompt_tokens > 900
-        assert policy.choose([a, b, c], ctx_for(body), k)[0] == 2
+        assert policy.choose(two_of_three_prefilling(300), ctx_for(body), k)[0] == 2
 
 
 def slow(state: State, factor: float) -> State:

@@ -1,12 +1,15 @@
 """Semantic cache quality on labelled pairs: true repeats served against traps answered wrongly.
 
-Two data sets, both only reported here, never tuned on except the tune split:
+Data sets, all only reported here, never tuned on except the tune split:
 - bench/data/semantic_set.jsonl (bench/data/build_set.py): tune and test splits by topic; the guard's
   rules and thresholds were chosen on `--split tune`;
 - bench/data/independent_set.jsonl (bench/data/independent_set.py, `--data independent`): a
   paraphrase-heavy set and a conversation-heavy set on other topics, written by hand for issue 25;
 - bench/data/dev_set.jsonl (bench/data/dev_set.py, `--data dev`): free rewordings and hard traps on
   topics of their own, split by topic into `dev-tune` (rules are chosen on it) and `dev-check`.
+- bench/data/near_repeat_set.jsonl (bench/data/near_repeats.py, `--data near`): near-repeats (typos,
+  shorthand, filler, markup, ...) and traps one letter or one small change away, on topics of their
+  own; split by topic into `dev-tune` (rules are chosen on it) and `dev-check`.
 
 Each pair is scored as the cache decides it (app/cache/service.py): `a` was cached, `b` is asked;
 served when the last turns' similarity reaches the threshold, the verifiers confirm, and (in a
@@ -19,6 +22,7 @@ share of the hits served that were wrong.
     python bench/semantic_cache.py --split tune            # what the guard was tuned on
     python bench/semantic_cache.py --data independent      # the independent sets (both splits)
     python bench/semantic_cache.py --data dev --split dev-tune   # the development set (or dev-check)
+    python bench/semantic_cache.py --data near --split dev-check   # near-repeats (dev-tune | dev-check | all)
     python bench/semantic_cache.py --judge-llama           # + an LLM judge: SmolLM2 on a local llama-server
     python bench/semantic_cache.py --judge-url http://127.0.0.1:8080/v1 --judge-model NAME --judge-key KEY
 """
@@ -47,7 +51,8 @@ from bench.harness import ROOT, free_port
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
         "independent": Path(__file__).resolve().parent / "data" / "independent_set.jsonl",
-        "dev": Path(__file__).resolve().parent / "data" / "dev_set.jsonl"}
+        "dev": Path(__file__).resolve().parent / "data" / "dev_set.jsonl",
+        "near": Path(__file__).resolve().parent / "data" / "near_repeat_set.jsonl"}
 MAX_WRONG = 0.01
 SHIPPED = "guard + context (shipped default)"
 THRESHOLDS = np.round(np.arange(0.50, 1.0, 0.02), 2)
@@ -181,7 +186,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", choices=list(DATA), default="labelled")
     ap.add_argument("--split", default=None, help="labelled: tune | test | all (default test); "
-                    "independent: paraphrase-set | conversation-set | all (default all); dev: dev-tune | dev-check | all")
+                    "independent: paraphrase-set | conversation-set | all (default all); dev: dev-tune | dev-check | all; "
+                    "near: dev-tune | dev-check | all (default all)")
     ap.add_argument("--quantization", choices=["int8", "fp32"], default=EmbeddingConfig().quantization)
     ap.add_argument("--judge-url")
     ap.add_argument("--judge-model", default="judge")

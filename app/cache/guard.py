@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
+from itertools import pairwise
 
 from app.cache import lexicon as lx
 
@@ -42,6 +43,18 @@ class Token:
     surface: str  # as written (lower case), for the typo check
 
 
+@lru_cache(maxsize=1)
+def known_words() -> frozenset[str]:
+    """Whole English words of the embedding model's vocabulary; empty (no typo tolerance) without it."""
+    try:
+        from app.cache.onnx_export import source_dir
+
+        lines = (source_dir() / "vocab.txt").read_text(encoding="utf-8").split()
+    except Exception:  # noqa: BLE001 - the model package is not installed: typos simply do not match
+        return frozenset()
+    return frozenset(w for w in lines if w.isalpha() and w.isascii())
+
+
 @lru_cache(maxsize=65536)
 def _stem(w: str) -> str:
     """Inflections to one form ("bake", "baked", "baking", "bakes" -> "bak"); never strips a prefix."""
@@ -52,6 +65,10 @@ def _stem(w: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if w.endswith(suffix) and not w.endswith(("ss", "us", "is")) and len(w) - len(suffix) >= 3:
             w = w[: -len(suffix)]
+            # A consonant doubled before -ing/-ed ("popping", "stopped") when the doubled form is no
+            # word of its own ("purring" keeps "purr").
+            if suffix in ("ing", "ed") and len(w) >= 4 and w[-1] == w[-2] and w[-1] in "bdgmnprt" and w not in known_words() and known_words():
+                w = w[:-1]
             break
     if w.endswith("e") and len(w) > 3:
         w = w[:-1]
@@ -143,11 +160,20 @@ def mismatch(a: str, b: str) -> str | None:
             ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
             cb = [c for c in cb if c not in lx.LIGHT or c not in only_b]
         cb = [pairs.get(c, c) for c in cb]
-    if _roles(ca) != _roles(cb):
+    if _roles(ca) != _roles(cb) or _person_swapped(ca, cb):
         return "role"
-    if ca != cb and not _one_block_moved(ca, cb):
+    if ca != cb and not _one_block_moved(ca, cb) and not _one_block_moved(_heavy(ca), _heavy(cb)):
         return "order"
     return None
+
+
+def _heavy(words: list[str]) -> list[str]:
+    """The words that carry the question, for order: light words ("at", "what") may move; role words and
+    persons may not ("who unfollowed me" / "who I unfollowed", "people hear me" / "I hear people")."""
+    return [w for w in words if w not in lx.LIGHT or w in lx.ROLE_WORDS or w in _PERSONS]
+
+
+_PERSONS = frozenset("i you we they he she".split())
 
 
 def _filler(ta, tb, heavy_a: Counter, heavy_b: Counter) -> Counter | None:
@@ -237,7 +263,7 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
         return None
     kept_a = [c for c in ca if c not in rest_a and (c not in lx.LIGHT or c not in only_a)]
     kept_b = [pairs.get(c, c) for c in cb if c not in rest_b and (c not in lx.LIGHT or c not in only_b)]
-    if _roles(kept_a) != _roles(kept_b):
+    if _roles(kept_a) != _roles(kept_b) or _person_swapped(ca, [pairs.get(c, c) for c in cb]):
         return None
     added = _added(ta, tb, pairs, set(rest_a) | set(rest_b))
     if added is None:
@@ -319,7 +345,7 @@ def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | No
     left = list(only_a.elements())
     pairs = {}
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
+        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb]) or derived(ca, cb)), None)
         if match is None:
             return None
         left.remove(match)
@@ -335,13 +361,24 @@ def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str
     pairs: dict[str, str] = {}
     rest_b: Counter = Counter()
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
+        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb]) or derived(ca, cb)), None)
         if match is None:
             rest_b[cb] += 1
             continue
         left.remove(match)
         pairs[cb] = match
     return pairs, Counter(left), rest_b
+
+
+def derived(x: str, y: str) -> bool:
+    """One canonical word is the other with a derivational suffix ("exfoliat" / "exfoliation", "accident" /
+    "accidentally", "attach" / "attachment"): the same concept said as another part of speech."""
+    short, long_ = (x, y) if len(x) < len(y) else (y, x)
+    return (len(short) >= 4 and long_.startswith(short) and short.isalpha()
+            and long_[len(short):] in _DERIVATIONAL)
+
+
+_DERIVATIONAL = frozenset("ion ation ment abl ibl ly ally ness ity al".split())
 
 
 def is_typo(x: str, y: str) -> bool:
@@ -387,18 +424,6 @@ def vocab_rank() -> dict[str, int]:
     return {w: i for i, w in enumerate(lines) if w.isalpha() and w.isascii()}
 
 
-@lru_cache(maxsize=1)
-def known_words() -> frozenset[str]:
-    """Whole English words of the embedding model's vocabulary; empty (no typo tolerance) without it."""
-    try:
-        from app.cache.onnx_export import source_dir
-
-        lines = (source_dir() / "vocab.txt").read_text(encoding="utf-8").split()
-    except Exception:  # noqa: BLE001 - the model package is not installed: typos simply do not match
-        return frozenset()
-    return frozenset(w for w in lines if w.isalpha() and w.isascii())
-
-
 def _roles(words: list[str]) -> Counter:
     """(role word, the content word after it): direction, comparison and scope."""
     out: Counter = Counter()
@@ -409,8 +434,19 @@ def _roles(words: list[str]) -> Counter:
     return out
 
 
+def _person_swapped(a: list[str], b: list[str]) -> bool:
+    """A person and the word next to it stand the other way round ("who unfollowed me" / "who I
+    unfollowed", "people hear me" / "I hear people"): subject and object swapped, the words the same."""
+    def pairs(words: list[str]) -> set[tuple[str, str]]:
+        return {(x, y) for x, y in pairwise(words) if (x in _PERSONS) != (y in _PERSONS)}
+
+    pa = pairs(a)
+    return any((y, x) in pa for x, y in pairs(b))
+
+
 def _one_block_moved(a: list[str], b: list[str]) -> bool:
-    """b is a with one contiguous run of words moved ("in Python, how to X" / "how to X in Python")."""
+    """b is a with one contiguous run of words moved ("in Python, how to X" / "how to X in Python"), not
+    a person ("who unfollowed me" / "who I unfollowed": the words are the same, the roles are not)."""
     n = len(a)
     if n != len(b) or n > 40:
         return False
@@ -418,6 +454,6 @@ def _one_block_moved(a: list[str], b: list[str]) -> bool:
         for j in range(i + 1, n + 1):
             block, rest = a[i:j], a[:i] + a[j:]
             for k in range(len(rest) + 1):
-                if k != i and rest[:k] + block + rest[k:] == b:
+                if k != i and rest[:k] + block + rest[k:] == b and not _PERSONS & set(block):
                     return True
     return False

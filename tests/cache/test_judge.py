@@ -86,8 +86,8 @@ def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
         topic = uuid.uuid4().hex[:6]
         ask(gw, f"How do I reset my router model {topic}?", model="judged")
         settle(gw)
-        # A rewording the guard cannot align (similarity ~0.95): put to the judge, which says no.
-        h, _ = ask(gw, f"What is the procedure for resetting the router model {topic}?", model="judged")
+        # A rewording the guard cannot align (similarity ~0.91): put to the judge, which says no.
+        h, _ = ask(gw, f"Whats the procedure for factory resetting the router model {topic}?", model="judged")
         assert h["x-slipstream-cache"] == "miss"
         metrics = httpx.get(f"{gw.url}/metrics").text
         # Not a yes/no answer: no verdict, which is a failure of the judge, not a refusal.

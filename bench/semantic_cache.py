@@ -10,11 +10,14 @@ Data sets, all only reported here, never tuned on except the tune split:
 - bench/data/near_repeat_set.jsonl (bench/data/near_repeats.py, `--data near`): near-repeats (typos,
   shorthand, filler, markup, ...) and traps one letter or one small change away, on topics of their
   own; split by topic into `dev-tune` (rules are chosen on it) and `dev-check`.
+- bench/data/conversation_dev.jsonl (bench/data/conversation_dev.py, `--data conversation-dev`): the
+  conversations the history rules (app/cache/history.py) were chosen on, with the tune split.
 
 Each pair is scored as the cache decides it (app/cache/service.py): `a` was cached, `b` is asked;
 served when the last turns' similarity reaches the threshold, the verifiers confirm, and (in a
-conversation) every earlier turn is the same text or matches by the same rules (similarity at the
-threshold and, with the guard on, aligned words). "served" is the share of true repeats answered
+conversation) every earlier turn is the same text or matches by the rules of its kind
+(app/cache/history.py: similarity at the threshold and, with the guard on, the word rules; earlier
+turns alternate user, assistant). "served" is the share of true repeats answered
 from the cache, "wrong" the share of traps answered with the cached (wrong) answer, and "unsafe" the
 share of the hits served that were wrong.
 
@@ -23,6 +26,7 @@ share of the hits served that were wrong.
     python bench/semantic_cache.py --data independent      # the independent sets (both splits)
     python bench/semantic_cache.py --data dev --split dev-tune   # the development set (or dev-check)
     python bench/semantic_cache.py --data near --split dev-check   # near-repeats (dev-tune | dev-check | all)
+    python bench/semantic_cache.py --data conversation-dev # the history rules' development set
     python bench/semantic_cache.py --judge-llama           # + an LLM judge: SmolLM2 on a local llama-server
     python bench/semantic_cache.py --judge-url http://127.0.0.1:8080/v1 --judge-model NAME --judge-key KEY
 """
@@ -42,7 +46,7 @@ import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.cache import context
+from app.cache import context, history
 from app.cache.embedder import OnnxEncoder
 from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_messages, parse_verdict
@@ -52,7 +56,8 @@ from bench.harness import ROOT, free_port
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
         "independent": Path(__file__).resolve().parent / "data" / "independent_set.jsonl",
         "dev": Path(__file__).resolve().parent / "data" / "dev_set.jsonl",
-        "near": Path(__file__).resolve().parent / "data" / "near_repeat_set.jsonl"}
+        "near": Path(__file__).resolve().parent / "data" / "near_repeat_set.jsonl",
+        "conversation-dev": Path(__file__).resolve().parent / "data" / "conversation_dev.jsonl"}
 MAX_WRONG = 0.01
 SHIPPED = "guard + context (shipped default)"
 THRESHOLDS = np.round(np.arange(0.50, 1.0, 0.02), 2)
@@ -129,8 +134,10 @@ class Scored:
             return context.aligned(u, states[cached], states[asked])
 
         self.context = np.array([in_context(p["a"], p["b"], w) for p, w in zip(pairs, self.why)])
-        # Earlier turns: the lowest similarity over the turns that differ (1.0 when none does), and
-        # whether the guard aligns every differing pair. Different lengths never match.
+        # Earlier turns (alternating user, assistant, as a chat sends them): the lowest similarity over
+        # the turns that differ (1.0 when none does), and whether each differing pair passes the word
+        # rules of app/cache/history.py without (hist_guard) or with (hist_context) the contextual
+        # check. Different lengths never match.
         self.hist_sim = np.ones(len(pairs))
         self.hist_guard = np.ones(len(pairs), bool)
         self.hist_context = np.ones(len(pairs), bool)
@@ -140,16 +147,17 @@ class Scored:
             if len(ca) != len(cb):
                 self.hist_sim[i], self.hist_guard[i], self.hist_context[i] = -1.0, False, False
                 continue
-            for x, y in zip(ca, cb):
+            for k, (x, y) in enumerate(zip(ca, cb)):
                 if x == y:
                     continue
                 for t in (x, y):
                     if t not in texts:
                         texts[t] = encoder.encode([t])[0]
                 self.hist_sim[i] = min(self.hist_sim[i], float(texts[x] @ texts[y]))
-                why = mismatch(x, y)
-                self.hist_guard[i] &= why is None
-                self.hist_context[i] &= in_context(x, y, why)
+                need = history.check("user" if k % 2 == 0 else "assistant", x, y)
+                self.hist_guard[i] &= need is history.Need.SIMILARITY
+                self.hist_context[i] &= need is history.Need.SIMILARITY or (
+                    need is history.Need.CONTEXT and in_context(x, y, mismatch(x, y)))
 
     def served(self, threshold: float, verified: np.ndarray, guard_history: bool | str = True) -> np.ndarray:
         """guard_history: True (the guard aligns every differing earlier turn), "context" (the guard or

@@ -63,6 +63,8 @@ class SemanticQuery:
     scope: str  # digest of tenant, alias, endpoint, system prompts, the turns' roles and parameters
     text: str  # the last user turn, embedded and compared
     history: tuple[str, ...] = ()  # the earlier user and assistant turns' texts, in order
+    # Their roles ("user" | "assistant"), not stored: the scope makes a cached conversation's the same.
+    roles: tuple[str, ...] = ()
 
     def stored(self) -> str:
         """The question as the store keeps it beside its vector: with its history, if it has one."""
@@ -86,27 +88,41 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
     if turns is None or not turns[0].strip():
         return None
     text, messages = turns
-    earlier, history = _conversation(messages)
+    earlier, roles, history = _conversation(messages)
     params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _TURNS}
     params["model"] = req.alias
     scope = _digest(tenant.encode(), req.protocol.value.encode(), _canonical(earlier), _canonical(params))
-    return SemanticQuery(scope, text, history)
+    return SemanticQuery(scope, text, history, roles)
 
 
-def _conversation(earlier: list) -> tuple[list, tuple[str, ...]]:
-    """(what of the earlier turns stays exact in the scope, the turn texts compared by meaning).
+# Message fields that say nothing when empty: SDKs send a reply back as they got it, with
+# "refusal": null, "tool_calls": [], "annotations": [] and the like.
+def _empty(value: object) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not value)
 
-    Plain user and assistant turns are compared by meaning: the scope keeps only their role, so the
-    order of turns must be the same. System prompts, and any turn with more than a role and plain
-    text (a name, tool calls, a tool result), stay in the scope word for word.
+
+def _conversation(earlier: list) -> tuple[list, tuple[str, ...], tuple[str, ...]]:
+    """(what of the earlier turns stays exact in the scope, the roles and texts of the turns compared
+    by meaning).
+
+    Plain user and assistant turns are compared by meaning (app/cache/history.py): the scope keeps
+    only their role, so the order of turns must be the same. System prompts, and any turn with more
+    than a role and plain text (a name, tool calls, a tool result), stay in the scope word for word.
+    Empty fields are dropped first, and text given as a list of text parts is the same text as a string.
     """
     exact: list = []
+    roles: list[str] = []
     texts: list[str] = []
     for m in earlier:
-        text = plain_text(m.get("content")) if isinstance(m, dict) else None
+        if not isinstance(m, dict):
+            exact.append(m)
+            continue
+        m = {k: v for k, v in m.items() if k in ("role", "content") or not _empty(v)}
+        text = plain_text(m.get("content"))
         if text is not None and m.get("role") in ("user", "assistant") and set(m) <= {"role", "content"}:
             exact.append(m["role"])
+            roles.append(m["role"])
             texts.append(text)
         else:
-            exact.append(m)
-    return exact, tuple(texts)
+            exact.append({**m, "content": text} if text is not None else m)
+    return exact, tuple(roles), tuple(texts)

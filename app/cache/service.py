@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache import guard
+from app.cache import history
 from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
@@ -193,7 +193,7 @@ class Cache:
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
-            cached, history = parse_stored(n.query)
+            cached, earlier = parse_stored(n.query)
             ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left, context)
             if not ok:
                 if by.startswith("guard:"):
@@ -203,7 +203,7 @@ class Cache:
                 else:  # the judge gave no verdict: a miss, but not a refusal
                     self.stats.judge_failures += 1
                 continue
-            if not await self._same_history(q.history, history, plan.threshold, policy.guard, left, context):
+            if not await self._same_history(q, earlier, plan.threshold, policy.guard, left, context):
                 self.stats.history_rejections += 1
                 continue
             answer = CachedAnswer.from_bytes(n.answer)
@@ -214,28 +214,29 @@ class Cache:
             return Hit(answer, "semantic-hit", n.similarity, by)
         return None
 
-    async def _same_history(self, asked: tuple[str, ...], cached: tuple[str, ...], threshold: float, use_guard: bool,
+    async def _same_history(self, q: SemanticQuery, cached: tuple[str, ...], threshold: float, use_guard: bool,
                             left, context: ContextAligner | None = None) -> bool:
-        """Earlier turns match pairwise by the last turn's rules: the same text, or similarity at the
-        threshold and (with the guard on) every content word aligned, by the guard or, with
-        `cache.semantic.context`, in context. The scope already made the roles and their order, the
-        system prompts and the parameters equal."""
+        """Earlier turns match pairwise (app/cache/history.py): the same text, or words that pass the
+        turn's rules (a statement keeps its facts; a question is compared as the last turn is) and
+        similarity at the threshold. The scope already made the roles and their order, the system
+        prompts and the parameters equal."""
+        asked = q.history
         if len(asked) != len(cached):
             return False
-        differ = [(a, c) for a, c in zip(asked, cached) if a != c]
+        roles = q.roles if len(q.roles) == len(asked) else ("user", "assistant") * len(asked)
+        differ = [(r, a, c) for r, a, c in zip(roles, asked, cached) if a != c]
         if not differ:
             return True
-        if any(len(t) > WINDOW_CHARS for pair in differ for t in pair):
+        if any(len(t) > WINDOW_CHARS for _, a, c in differ for t in (a, c)):
             return False  # beyond the model's window: such turns must be equal (and the guard never reads a huge text)
-        if use_guard:
-            for a, c in differ:
-                why = guard.mismatch(c, a)
-                if why is None:
-                    continue
-                # Microseconds: before any embedding, unless contextual alignment may still pair the words.
-                if context is None or why in guard.HARD_REASONS or not (await context.verify(a, c, left())).ok:
-                    return False
-        vectors = await self._vectors([t for pair in differ for t in pair], left)
+        # Microseconds: the word rules of every pair before any embedding.
+        needs = [history.check(r, c, a, use_guard) for r, a, c in differ]
+        if any(n is history.Need.NO for n in needs):
+            return False
+        for need, (_, a, c) in zip(needs, differ):
+            if need is history.Need.CONTEXT and (context is None or not (await context.verify(a, c, left())).ok):
+                return False
+        vectors = await self._vectors([t for _, a, c in differ for t in (a, c)], left)
         if vectors is None:
             return False  # late: a miss
         for i in range(len(differ)):

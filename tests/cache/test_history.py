@@ -1,0 +1,63 @@
+"""The word rules for the earlier turns of a conversation (app/cache/history.py), without a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cache.history import Need, check, same_facts
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I'm flying to Tokyo next week.", "Next week I'm flying to Tokyo."),
+    ("I have a 3 year old daughter.", "My daughter is three years old."),
+    ("I use the Android app.", "I'm on the Android app."),
+    ("I have oily skin.", "My skin is oily."),
+    ("I keep two hives in my backyard.", "I've got two hives in the backyard."),
+])
+def test_a_statement_in_other_words_keeps_its_facts(cached, asked):
+    assert check("user", cached, asked) is Need.SIMILARITY  # then the embedding decides
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I use the Android app.", "I use the iPhone app."),  # a name
+    ("I have a 3 year old daughter.", "I have a 5 year old daughter."),  # a number
+    ("I have a 3 year old daughter.", "I have a 3 year old son."),  # a sibling
+    ("I have oily skin.", "I have dry skin."),
+    ("I have oily skin.", "I don't have oily skin."),  # a negation
+    ("I'm flying to Tokyo next week.", "I'm flying from Tokyo next week."),  # a direction
+    ("I fish for trout in small mountain streams.", "I fly fish for trout in small mountain streams."),  # a qualifier
+    ("My episodes are about 90 minutes long.", "My episodes are about 90 seconds long."),  # a unit
+])
+def test_a_statement_with_another_fact_never_matches(cached, asked):
+    assert check("user", cached, asked) is Need.NO
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Great, Tokyo in spring is lovely.", "Great, Osaka in spring is lovely."),
+    ("Yes, you can.", "No, you can't."),
+    ("Got it, oily skin.", "Got it, dry skin."),
+    ("Sure, happy to help.", "No."),
+])
+def test_a_reply_that_says_something_else_never_matches(cached, asked):
+    assert check("assistant", cached, asked) is Need.NO
+
+
+def test_a_reply_in_other_words_may_match():
+    assert check("assistant", "A 10-inch blade is the most common size.",
+                 "Ten-inch blades are the most common size.") is Need.SIMILARITY
+
+
+def test_an_earlier_question_is_compared_as_a_question():
+    # Words the guard cannot pair go to the contextual check, as for the last turn; in a statement they are a miss.
+    assert check("user", "What happens if I cancel my policy early?",
+                 "What are the consequences of canceling my policy early?") is Need.CONTEXT
+
+
+def test_without_the_guard_only_similarity_decides():
+    assert check("user", "I have oily skin.", "I have dry skin.", use_guard=False) is Need.SIMILARITY
+
+
+def test_facts_are_numbers_negations_names_and_rare_words():
+    assert same_facts("I caught a 5 pound catfish.", "I caught a five-pound catfish.")
+    assert not same_facts("I caught a 5 pound catfish.", "I caught a 5 pound carp.")
+    assert not same_facts("I record with a USB microphone.", "I record with an XLR microphone.")

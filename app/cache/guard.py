@@ -237,12 +237,15 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
       every sibling, antonym and entity trap does: "large dog" / "small dog", "flu shot" / "tetanus
       shot"; a rewording that only swaps one word for a synonym is lost with them);
     - no word is added or dropped between two words both questions have in the same order (a
-      qualifier: "filed last year" / "filed this year"), determiners excepted;
+      qualifier: "filed last year" / "filed this year"), determiners excepted, and a predicate a
+      rewording moves there where the other question has words of its own (`_predicate`: "will it
+      rain in Seattle" / "is rain expected in Seattle");
     - no word is added or dropped after the last word both questions share (a scope: "... at night").
     What the contextual check then asks of each word is in app/cache/context.py. Identical words in
     another order are never returned: nothing differs, and the order is the point.
     """
     ta, tb = tokens(cached), tokens(asked)
+    ta, tb = _without_lone_to(ta, tb)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
     heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
@@ -274,11 +277,28 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
                                + [t.surface for t in words_b if (1, t.canon) in added]))
 
 
+def _without_lone_to(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> tuple[tuple[Token, ...], tuple[Token, ...]]:
+    """Both questions without "to" when one has a "to" more and no other role word differs: that "to"
+    marks an infinitive ("how to recall it" / "can I recall it", "is it bad to pop" / "is popping bad"),
+    not a direction, which a rewording never drops without putting another role word in its place
+    ("flights to Rome" / "flights from Rome")."""
+    ca, cb = Counter(t.canon for t in ta), Counter(t.canon for t in tb)
+    if ca["to"] == cb["to"]:
+        return ta, tb
+    if any(w in lx.ROLE_WORDS and w != "to" for w in (ca - cb) + (cb - ca)):
+        return ta, tb
+    return tuple(t for t in ta if t.canon != "to"), tuple(t for t in tb if t.canon != "to")
+
+
 def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int, str]] | None:
     """(side, word) of the differing words that are added or dropped rather than put in another's place;
     None when the questions differ in one slot (see `unaligned`)."""
-    xa = [t.canon for t in ta if t.canon not in lx.LIGHT]
-    xb = [pairs.get(t.canon, t.canon) for t in tb if t.canon not in lx.LIGHT]
+    full_a = [t.canon for t in ta]
+    full_b = [pairs.get(t.canon, t.canon) for t in tb]
+    at_a = [i for i, w in enumerate(full_a) if w not in lx.LIGHT]  # where each heavy word stands in full
+    at_b = [i for i, w in enumerate(full_b) if w not in lx.LIGHT]
+    xa = [full_a[i] for i in at_a]
+    xb = [full_b[i] for i in at_b]
     kind: dict[tuple[int, str], str] = {}
     for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
         if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing:
@@ -291,7 +311,10 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
                     kind.setdefault((side, w), "added")
             inside = 0 < i1 and i2 < len(xa) and 0 < j1 and j2 < len(xb) and xa[i1 - 1] == xb[j1 - 1] and xa[i2] == xb[j2]
             if inside and any(w in differing and w not in lx.DETERMINERS for w in xa[i1:i2] + xb[j1:j2]):
-                return None  # a qualifier between two shared words
+                predicate = (_predicate(full_b, at_b, j1, j2) and bool(differing & (set(xa) - set(xb))) if i1 == i2
+                             else _predicate(full_a, at_a, i1, i2) and bool(differing & (set(xb) - set(xa))))
+                if not predicate:
+                    return None  # a qualifier between two shared words
     added = {k for k, v in kind.items() if v == "added" and k[1] in differing}
     shared = set(xa) & set(xb)
     for side, w in added:
@@ -300,6 +323,25 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
         if not any(x in shared for x in seq[last + 1:]):
             return None  # after the last shared word: a scope
     return added
+
+
+def _predicate(full: list[str], at: list[int], j1: int, j2: int) -> bool:
+    """The one word added between two shared words says something of the words before it rather than
+    qualifying the word after it: a preposition follows it, and none comes before it ("is rain
+    expected in Seattle", "is oil better for a table"; not "my senior dog", "in hot water"). Only where
+    the other question also has words of its own (`_added`): a rewording, not a word slipped in."""
+    if j2 - j1 != 1:
+        return False
+    i = at[j1]
+    after = full[i + 1] if i + 1 < len(full) else None
+    before = full[i - 1] if i > 0 else None
+    return after in _PREPOSITIONS and before not in _PREPOSITIONS
+
+
+_PREPOSITIONS = frozenset(
+    "in on at for about by into onto from to with without over under above below between during after "
+    "before near through across inside outside".split()
+)
 
 
 def _names(text: str) -> set[str]:

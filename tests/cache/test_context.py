@@ -78,6 +78,46 @@ def test_a_word_added_between_shared_words_or_after_them_is_never_handed_over():
     assert guard.unaligned("Is it safe to swim in the lake?", "Is it safe to swim in the lake today?") is None  # a scope
 
 
+@pytest.mark.parametrize("cached, asked", [
+    ("Can I leave my dog in the car?", "Can I leave my dog alone in the car?"),  # only a word slipped in
+    ("Is it safe to walk at night?", "Is it safe to walk alone at night?"),
+    ("Should I use oil on a kitchen table?", "Is oil better for an outdoor kitchen table?"),  # in front of a noun
+    ("Can I wash wool sweaters in the washing machine?", "Can I wash wool sweaters in hot water in the washing machine?"),
+])
+def test_a_qualifier_stays_a_qualifier_in_a_rewording(cached, asked):
+    assert guard.unaligned(cached, asked) is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # A word said of what comes before it (a preposition follows it), where the other question has words
+    # of its own: a rewording's predicate, not a qualifier ("will it rain" / "is rain expected").
+    ("Will it rain in Seattle tomorrow?", "Is rain expected in Seattle tomorrow?"),
+    ("Should I use oil or polyurethane on a kitchen table?", "Is oil or polyurethane better for a kitchen table?"),
+    ("How long should I steep green tea?", "What's the right steeping time for green tea?"),
+])
+def test_a_predicate_in_a_rewording_aligns(encoder, cached, asked):
+    assert in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # One question has a "to" more and no other role word differs: an infinitive's "to", not a direction.
+    ("How do I clear my browser cache in Chrome?", "I need to clear my Chrome browser cache, how do I do it?"),
+    ("How do I speed up a slow SQL query?", "What can I do about a slow SQL query?"),
+])
+def test_an_infinitives_to_is_no_direction(encoder, cached, asked):
+    assert in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("How do I send money to my family?", "How do I get money from my family?"),  # "to" gave way to "from"
+    ("How do I move files to my laptop?", "How do I move files off my laptop?"),
+    ("Can I fly to Rome from Paris?", "Can I fly from Rome?"),
+])
+def test_a_direction_dropped_for_another_is_never_handed_over(cached, asked):
+    assert guard.mismatch(cached, asked) is not None
+    assert guard.unaligned(cached, asked) is None
+
+
 def test_a_word_that_means_the_same_in_its_sentence_aligns(encoder):
     assert in_context(encoder, *REWORDED)
     assert in_context(encoder, "Is dental care covered by my health plan?", "Does my health plan include dental care?")

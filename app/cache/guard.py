@@ -245,7 +245,8 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     another order are never returned: nothing differs, and the order is the point.
     """
     ta, tb = tokens(cached), tokens(asked)
-    ta, tb = _without_lone_to(ta, tb)
+    if _question(cached) and _question(asked):
+        ta, tb = _without_lone_to(ta, tb)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
     heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
@@ -275,6 +276,18 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
                      tuple(t.surface for t in ta), tuple(t.surface for t in tb),
                      frozenset([t.surface for t in words_a if (0, t.canon) in added]
                                + [t.surface for t in words_b if (1, t.canon) in added]))
+
+
+def _question(text: str) -> bool:
+    """A question (a "?" at the end, or a question word first), not a statement: in a statement a "to"
+    more or less is part of what is stated ("a nice catch" / "too small to keep")."""
+    t = text.strip()
+    first = _WORD.search(t)
+    return t.endswith("?") or (first is not None and first.group(0).lower() in _OPENERS)
+
+
+_OPENERS = frozenset("how what why when where who which whose can could should would will is are am do does did may "
+                     "might must any".split())
 
 
 def _without_lone_to(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> tuple[tuple[Token, ...], tuple[Token, ...]]:

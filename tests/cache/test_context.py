@@ -118,6 +118,13 @@ def test_a_direction_dropped_for_another_is_never_handed_over(cached, asked):
     assert guard.unaligned(cached, asked) is None
 
 
+def test_in_a_statement_a_to_more_is_part_of_what_is_stated():
+    # Earlier turns are statements (app/cache/history.py): "too small to keep" is another fact.
+    assert guard.unaligned("A 5-pound catfish is a nice catch.", "A 5-pound catfish is too small to keep.") is None
+    assert guard.unaligned("How do I clear my browser cache in Chrome?",
+                           "I need to clear my Chrome browser cache, how do I do it?") is not None
+
+
 def test_a_word_that_means_the_same_in_its_sentence_aligns(encoder):
     assert in_context(encoder, *REWORDED)
     assert in_context(encoder, "Is dental care covered by my health plan?", "Does my health plan include dental care?")

@@ -42,6 +42,12 @@ def test_a_reply_that_says_something_else_never_matches(cached, asked):
     assert check("assistant", cached, asked) is Need.NO
 
 
+def test_a_reply_that_judges_otherwise_needs_its_words_paired_in_context():
+    # The same facts, another verdict: never served on similarity alone.
+    assert check("assistant", "A 5-pound catfish is a nice catch.",
+                 "A 5-pound catfish is too small to keep.") in (Need.NO, Need.CONTEXT)
+
+
 def test_a_reply_in_other_words_may_match():
     assert check("assistant", "A 10-inch blade is the most common size.",
                  "Ten-inch blades are the most common size.") is Need.SIMILARITY

@@ -119,9 +119,13 @@ def _asks(text: str) -> bool:
 # "I'm building / making a bookshelf"; not "I make" / "I use furniture"). Any other word must be in
 # both turns.
 _POSSESSION = "have has having got get getting own owning keep keeping there will"
-_FRAME_WORDS = ("i me my mine we us our ours you your he she it they his her its their the a an this that these those "
-                "is are am be been being in on at for of about and")
+_FRAME_WORDS = "the a an this that these those is are am be been being in on at for of about and"
 _GROUPS = {"use": "use using on", "make": "make making build building"}
+# Pronouns may change form with the frame ("I have" / "my skin is") but never person: "she has oily
+# skin" is not "I have oily skin". The set of persons must be the same.
+_PERSONS = {"i": "i me my mine myself", "we": "we us our ours ourselves", "you": "you your yours yourself",
+            "he": "he him his himself", "she": "she her hers herself", "it": "it its itself",
+            "they": "they them their theirs themselves"}
 
 
 def _canon(words: str) -> frozenset[str]:
@@ -129,17 +133,19 @@ def _canon(words: str) -> frozenset[str]:
 
 
 _GROUP_OF = {c: name for name, words in _GROUPS.items() for c in _canon(words)}
-_FRAME = (_canon(_POSSESSION) | _canon(_FRAME_WORDS)) - frozenset(_GROUP_OF)
+_PERSON_OF = {c: name for name, words in _PERSONS.items() for c in _canon(words)}
+_FRAME = (_canon(_POSSESSION) | _canon(_FRAME_WORDS)) - frozenset(_GROUP_OF) - frozenset(_PERSON_OF)
 
 
-def _subject(text: str) -> tuple[list[str], Counter]:
-    words = [_GROUP_OF.get(t.canon, t.canon) for t in guard.tokens(text) if t.canon not in _FRAME]
+def _subject(text: str) -> tuple[list[str], Counter, frozenset[str]]:
+    toks = guard.tokens(text)
+    words = [_GROUP_OF.get(t.canon, t.canon) for t in toks if t.canon not in _FRAME and t.canon not in _PERSON_OF]
     roles = Counter((w, words[i + 1]) for i, w in enumerate(words[:-1]) if w in lx.ROLE_WORDS)
-    return words, roles
+    return words, roles, frozenset(_PERSON_OF[t.canon] for t in toks if t.canon in _PERSON_OF)
 
 
 def same_subject(cached: str, asked: str) -> bool:
     """The same words about the same things once the statement's frame is set aside, in any order,
-    each role word ("from", "to", "with", "without") keeping the word after it."""
-    (wc, rc), (wa, ra) = _subject(cached), _subject(asked)
-    return Counter(wc) == Counter(wa) and rc == ra
+    each role word ("from", "to", "with", "without") keeping the word after it, and the same persons."""
+    (wc, rc, pc), (wa, ra, pa) = _subject(cached), _subject(asked)
+    return Counter(wc) == Counter(wa) and rc == ra and pc == pa

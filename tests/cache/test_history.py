@@ -24,6 +24,7 @@ def test_a_statement_in_other_words_keeps_its_facts(cached, asked):
     ("I have a 3 year old daughter.", "I have a 3 year old son."),  # a sibling
     ("I have oily skin.", "I have dry skin."),
     ("I have oily skin.", "I don't have oily skin."),  # a negation
+    ("I have oily skin.", "She has oily skin."),  # another person
     ("I'm flying to Tokyo next week.", "I'm flying from Tokyo next week."),  # a direction
     ("I fish for trout in small mountain streams.", "I fly fish for trout in small mountain streams."),  # a qualifier
     ("My episodes are about 90 minutes long.", "My episodes are about 90 seconds long."),  # a unit

@@ -50,6 +50,7 @@ from app.cache import context, history
 from app.cache.embedder import OnnxEncoder
 from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_messages, parse_verdict
+from app.cache.normalise import normalise
 from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
 from bench.harness import ROOT, free_port
 
@@ -109,7 +110,11 @@ def start_llama(tmp_log: Path) -> tuple[subprocess.Popen, str, str]:
 class Scored:
     """Per pair: last-turn similarity, guard verdict, and how the earlier turns compare."""
 
-    def __init__(self, pairs: list[dict], encoder: OnnxEncoder) -> None:
+    def __init__(self, pairs: list[dict], encoder: OnnxEncoder, normalised: bool = True) -> None:
+        # The last turns as the cache compares them (app/cache/keys.py normalises the asked question,
+        # and the cached one was normalised when it was stored).
+        if normalised:
+            pairs = [{**p, "a": normalise(p["a"]), "b": normalise(p["b"])} for p in pairs]
         self.pairs = pairs
         self.same = np.array([p["label"] == "same" for p in pairs])
         a = encoder.encode([p["a"] for p in pairs])
@@ -206,6 +211,8 @@ def main() -> int:
                     help="judge only the pairs the shipped rule would ask about (the guard unsure, similarity in band)")
     ap.add_argument("--judge-from", type=float, default=JudgeConfig.model_fields["min_similarity"].default,
                     help="judge only pairs at least this similar (the shipped judge.min_similarity)")
+    ap.add_argument("--no-normalise", action="store_true",
+                    help="compare the questions as typed (before app/cache/normalise.py)")
     ap.add_argument("--show", type=int, default=15, help="wrong answers to list at the default")
     args = ap.parse_args()
     split = args.split or ("test" if args.data == "labelled" else "all")
@@ -213,7 +220,7 @@ def main() -> int:
     pairs = load(args.data, split)
     default = SemanticCachePolicy()
     print(f"{args.data} set, {split}: {len(pairs)} pairs, topics: {', '.join(sorted({p['topic'] for p in pairs}))}")
-    s = Scored(pairs, OnnxEncoder(args.quantization, threads=2))
+    s = Scored(pairs, OnnxEncoder(args.quantization, threads=2), normalised=not args.no_normalise)
     print(f"embeddings: all-MiniLM-L6-v2 {args.quantization}; similarity of repeats median "
           f"{np.median(s.sims[s.same]):.3f}, of traps median {np.median(s.sims[~s.same]):.3f}; guard {s.guard_us:.0f} us per pair")
 

@@ -21,6 +21,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from app.cache import lexicon as lx
+from app.cache import normalise
 
 _TIME = re.compile(r"\b(\d{1,2})(?:[:.](\d{2}))?\s*(a\.?m\b\.?|p\.?m\b\.?)")
 _WORD_TIME = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)(?=\s*(?:o'clock\s*)?[ap]\.?m\b)")
@@ -34,7 +35,9 @@ _DOUBLE_L = frozenset(
 _NEGATIONS = frozenset(["not", "no", "never", "without", "none", "nothing", "nobody", "neither", "nor"])
 # Reasons no second opinion may overrule: a number, a negation or a role (direction) that differs is
 # a different question whatever a judge says. "words" and "order" are where the guard is unsure.
-HARD_REASONS = frozenset({"number", "negation", "role"})
+# "case": a unit or an acronym that differs in letter case or by one letter ("Mbps"/"MBps",
+# "HLOOKUP"/"VLOOKUP"; app/cache/normalise.py).
+HARD_REASONS = frozenset({"number", "negation", "role", "case"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,8 @@ def tokens(text: str) -> tuple[Token, ...]:
 
 def mismatch(a: str, b: str) -> str | None:
     """Why two questions must not share an answer, or None when every content word lines up."""
+    if normalise.case_conflict(a, b):
+        return "case"
     ta, tb = tokens(a), tokens(b)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     if Counter(ca) != Counter(cb):

@@ -5,6 +5,13 @@ body except fields that only change how it is delivered. A semantic scope is the
 texts of the conversation's user and assistant turns: the last user turn is embedded and compared,
 and the earlier ones must match turn by turn by the same rules (app/cache/service.py). System
 prompts, the roles and order of the turns, and every parameter stay in the scope, exactly.
+
+The last user turn is embedded and compared as app/cache/normalise.py writes it (typos repaired,
+shorthand spelt out, greetings, filler and sign-offs dropped), and stored that way, so a cached
+question and a new one always go through the same rewriting. The exact key is not normalised: it is
+the request as sent, byte for byte, and a hit on it is served with no verifier, so nothing that
+rewrites text may decide it; every near-repeat reaches the semantic lookup, where the guard checks
+the rewritten texts. Neither the key nor the scope ever loses the tenant.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from app.cache.normalise import normalise
 from app.protocols import ParsedRequest
 from app.protocols.chat import plain_text
 
@@ -92,7 +100,7 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
     params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _TURNS}
     params["model"] = req.alias
     scope = _digest(tenant.encode(), req.protocol.value.encode(), _canonical(earlier), _canonical(params))
-    return SemanticQuery(scope, text, history, roles)
+    return SemanticQuery(scope, normalise(text), history, roles)
 
 
 # Message fields that say nothing when empty: SDKs send a reply back as they got it, with

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache import history
+from app.cache import history, normalise
 from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
@@ -352,6 +352,7 @@ class Cache:
     async def start(self) -> None:
         if self.embedder is not None:
             await self.embedder.start()
+            await asyncio.to_thread(normalise.warm)  # the spelling dictionary, read before the first request
 
     async def aclose(self) -> None:
         await asyncio.gather(*self._pending, return_exceptions=True)

@@ -64,22 +64,23 @@ _QUOTES = ("\"\"", "''", "``", "**", "__", "“”", "‘’", "**")
 # Greetings and filler in front of a question; the second group only with punctuation after it
 # ("Help! How do I ..." but not "Help me choose ...").
 _GREETING = re.compile(
-    r"^(?:(?:(?:hey|hi|hello|hiya|yo|greetings|good (?:morning|afternoon|evening)|dear \w+)(?: there| all| everyone| guys| folks| team| friends)?"
+    r"^(?:(?:(?:hey|hi|hello|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening)|dear \w+)(?: there| all| everyone| guys| folks| team| friends)?"
     r"|ok(?:ay)? so|so|um+|uh+|hmm+|sorry if this is a (?:dumb|stupid|silly|basic|noob) question,? but)\s*[,!.:;\-–—]*\s+"
     r"|(?:(?:quick|random|simple|small|silly|stupid|dumb|noob|newbie|beginner) question|(?:i have|i've got|got) a (?:quick |random |simple )?question(?: for you)?"
     r"|sorry if this is a (?:dumb|stupid|silly|basic|noob) question(?:,? but)?|sorry(?: to bother you)?|(?:can|could) (?:anyone|somebody|someone|you) help(?: me)?(?: out)?"
-    r"|help(?: me)?(?: please| pls)?|question for you|one more question|another question|asking for a friend|ok(?:ay)?)\s*[,!.:;?\-–—]+\s*)",
+    r"|help(?: me)?(?: please| pls)?|(?:i )?need(?: some)? help|help needed|urgent|question for you|one more question|another question|asking for a friend|ok(?:ay)?)\s*[,!.:;?\-–—]+\s*)",
     re.IGNORECASE,
 )
 # Sign-offs after the question: after its punctuation (so "how do I say thanks" keeps its word), or,
 # for chat shorthand, after a space; with a name after them ("Thanks, Maria", "- Tom").
-_THANKS = (r"(?:thanks|thank you|thx|thnx|thanx|ty|tia|cheers|many thanks|much appreciated|appreciate it|"
+_THANKS = (r"(?:thanks|thank you|thank u|thanku|thankyou|thnks|tysm|th+x+|thnx|thanx|ty|tia|cheers|many thanks|much appreciated|appreciate it|"
            r"any help (?:is |would be )?(?:much |greatly |really )?appreciated|(?:all )?help (?:is )?appreciated|"
            r"regards|best regards|kind regards|best wishes|please help|pls help|plz help|help please|help pls|asap|please|pls|plz)"
            r"(?:\s+(?:a lot|so much|very much|again|in advance|guys|all|everyone|folks))*")
 _SIGNOFF = re.compile(
     rf"(?:(?<=[?!.,;:)])\s*|\s+[-–—]\s*)(?:{_THANKS}[\s,!.:)]*)+(?:[-–—]?\s*[A-Z][a-z]{{1,15}})?[\s!.]*$"
-    rf"|\s+(?:thx|tia|ty|pls|plz|please|(?:pls|plz|please) help|(?:thx|thanks) in advance|asap(?: pls| plz| please)?)[\s!.]*$",
+    rf"|\s+(?:th+x+|tia|ty|tysm|thank u|pl+[sz]+|plea+se+|(?:pls|plz|please) help|(?:thx|thanks) in advance|asap(?: pls| plz| please)?"
+    rf"|lol|lmao|haha+)[\s!.]*$",
     re.IGNORECASE,
 )
 _NAME_TAIL = re.compile(r"(?<=[?!.])\s*[-–—]\s*[A-Z][a-z]{1,15}\s*$")
@@ -92,7 +93,8 @@ _SHORTHAND = {
     "some1": "someone", "any1": "anyone", "ne1": "anyone", "wat": "what", "wut": "what", "ya": "you", "thru": "through",
     "w/": "with", "w/o": "without", "wanna": "want to", "gonna": "going to", "gotta": "have to", "kinda": "kind of",
     "lemme": "let me", "gimme": "give me", "dunno": "don't know", "probs": "probably", "prob": "probably",
-    "tho": "though", "becuase": "because", "pic": "picture", "pics": "pictures", "info": "information",
+    "tho": "though", "becuase": "because", "2day": "today", "2morrow": "tomorrow", "2moro": "tomorrow",
+    "2nite": "tonight", "gr8": "great", "l8r": "later", "pic": "picture", "pics": "pictures", "info": "information",
 }
 _SHORTHAND_RE = re.compile(r"(?<![\w/])(" + "|".join(re.escape(k) for k in sorted(_SHORTHAND, key=len, reverse=True)) + r")(?![\w/])")
 # "r" is "are" only between a question word or pronoun and what follows ("how r u", "r there"); alone it may be the language R.
@@ -100,14 +102,15 @@ _SHORTHAND_RE = re.compile(r"(?<![\w/])(" + "|".join(re.escape(k) for k in sorte
 # would make it the language R ("in r", "learn r"); never at the end.
 _ARE = re.compile(r"\b([a-z]+) r (?=[a-z])")
 _NOT_ARE = frozenset("in with using use learn of for to and or like than vs about know".split())
-# Contractions typed without the apostrophe, where the bare form is not itself a common word ("wont"
-# and "its" are; "cant" is taken as "can't", which keeps the negation).
+# Contractions typed without the apostrophe ("its" is left alone; "cant" and "wont" are taken as "can't"
+# and "won't", which keeps the negation: as words of their own they are rare in questions).
 _APOSTROPHE = {
     "dont": "don't", "doesnt": "doesn't", "didnt": "didn't", "isnt": "isn't", "arent": "aren't", "wasnt": "wasn't",
     "werent": "weren't", "havent": "haven't", "hasnt": "hasn't", "hadnt": "hadn't", "shouldnt": "shouldn't",
     "wouldnt": "wouldn't", "couldnt": "couldn't", "mustnt": "mustn't", "neednt": "needn't", "im": "I'm", "ive": "I've",
     "youre": "you're", "youve": "you've", "theyre": "they're", "theyve": "they've", "whats": "what's", "hows": "how's",
     "wheres": "where's", "whos": "who's", "thats": "that's", "theres": "there's", "doesn": "doesn't", "cant": "can't",
+    "wont": "won't",
 }
 _APOSTROPHE_RE = re.compile(r"\b(" + "|".join(_APOSTROPHE) + r")\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
@@ -159,6 +162,8 @@ _NEIGHBOURS = {
 # neighbours swapped keeps every letter, a letter dropped or doubled is common, a neighbouring key next.
 SWAP, DROP, EXTRA, NEAR_KEY, OTHER_KEY = 10.0, 3.0, 3.0, 2.0, 1.0
 _VOWEL = re.compile(r"[aeiouy]")
+_GLUED = frozenset("how do does did can could you i is it what why where when who which should would will are there "
+                   "this that a the to my in on of for not and or with me we your".split())
 
 
 def _candidates(w: str, short: bool) -> dict[str, float]:
@@ -206,12 +211,17 @@ def correct(word: str) -> str | None:
     known = freq.get(word, 0)
     if known > _FLOOR or (known and len(word) > 4):
         return None
-    scored = sorted(((freq[c] * weight, c) for c, weight in _candidates(word, len(word) < 4).items()
-                     if c in freq and len(c) >= 3), reverse=True)
-    if not scored or freq[scored[0][1]] < (MIN_FREQUENCY if len(word) > 3 else SHORT_MIN_FREQUENCY):
+    scored = [(freq[c] * weight, c, freq[c]) for c, weight in _candidates(word, len(word) < 4).items()
+              if c in freq and len(c) >= 3]
+    # A space left out between two function words ("howdo", "isthere"); never inside other words,
+    # where a brand typed in lower case would split ("dropbox", "linkedin").
+    scored += [(min(freq[a], freq[b]) * DROP, f"{a} {b}", min(freq[a], freq[b]))
+               for a, b in ((word[:i], word[i:]) for i in range(1, len(word))) if a in _GLUED and b in _GLUED]
+    scored.sort(reverse=True)
+    if not scored or scored[0][2] < (MIN_FREQUENCY if len(word) > 3 else SHORT_MIN_FREQUENCY):
         return None
-    best_score, best = scored[0]
-    rival = next((score for score, c in scored[1:] if not _same_word(best, c)), 0.0)
+    best_score, best, _ = scored[0]
+    rival = next((score for score, c, _ in scored[1:] if not _same_word(best, c)), 0.0)
     return best if best_score >= DOMINANCE * rival else None
 
 
@@ -259,6 +269,8 @@ def normalise(text: str) -> str:
     if len(text) > _MAX_TEXT or "```" in text or "\n " in text or "\t" in text:
         return text  # long texts and anything that looks like code keep every character
     t = unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'")
+    if not t.isascii():
+        t = _fold_accents(t)
     t = _EMOJI.sub(" ", t)
     t = _EMOTICON.sub(" ", t)
     t = _SPACE.sub(" ", t).strip()
@@ -287,6 +299,17 @@ def normalise(text: str) -> str:
     t = _join(t)
     t = _SPACE.sub(" ", t).strip()
     return t if len(t.split()) >= 2 else text
+
+
+def _fold_accents(t: str) -> str:
+    """Accents off Latin letters ("café" -> "cafe", "jalapeño" -> "jalapeno"); other scripts as they are
+    (a Japanese voicing mark is a different word)."""
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFD", t):
+        if unicodedata.combining(ch) and out and out[-1].isascii() and out[-1].isalpha():
+            continue
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
 
 
 def _join(t: str) -> str:

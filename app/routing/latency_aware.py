@@ -75,6 +75,9 @@ BALANCE_FACTOR = 1.25
 # A home whose time per output token (times its failure penalty) is over this many times the quickest
 # candidate's is clearly the worse server: the predictions decide. Replicas' noise stays well under it.
 SLOWER_HOME = 2.0
+# A stream this much past its predicted first token, and SLOWER_HOME times its predicted wait, says its
+# backend is slower than its model (below it, a late first token is scheduling noise).
+OVERDUE_SLACK_S = 0.25
 # Below this many reused tokens a prompt's prefix is worth no detour from the best prediction (the
 # shortest prefix a burst waits for: two blocks, ~64 tokens).
 MIN_HOME_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
@@ -107,6 +110,16 @@ class LatencyAware:
             # (app/routing/lookahead.py): the delay it passes on, not only its own.
             raw = [r + delay for r, delay in zip(raw, passed_on(candidates, ctx, estimates, gap))]
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
+        # A backend never timed holds a GPU's prior and is ranked as good as the best measured one. If a
+        # stream there has waited over SLOWER_HOME times its predicted wait for a first token, it is at
+        # least that much slower than that: censored evidence, known before any answer teaches the
+        # model. Its score is scaled by it.
+        lagging = [False] * n
+        for i, c in enumerate(candidates):
+            lag = _untimed_lag(c, ctx.now)
+            if lag >= SLOWER_HOME:
+                scores[i] *= lag
+                lagging[i] = True
         order = [(turn + k) % n for k in range(n)]
         if all(c.model.prefill.samples for c in candidates):
             first = min(order, key=scores.__getitem__)
@@ -115,7 +128,9 @@ class LatencyAware:
             # rate): on a CPU llama.cpp server a cold ~370-token prompt read as 0.12 s for 2-3 s, so the
             # first three requests of a run, sent before any answered, all went to one server while the
             # other stood idle. Until each candidate has been timed, fewer requests in flight go first.
-            first = min(order, key=lambda i: (candidates[i].inflight, scores[i]))
+            # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
+            # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
+            first = min(order, key=lambda i: (lagging[i], 0 if lagging[i] else candidates[i].inflight, scores[i]))
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
@@ -188,13 +203,25 @@ class LatencyAware:
     @staticmethod
     def _clearly_worse(candidates, home: int, now: float) -> bool:
         """Whether the home's time per output token at batch 1, times its failure penalty, is over
-        SLOWER_HOME times the quickest measured candidate's (unmeasured ones say nothing yet)."""
+        SLOWER_HOME times the quickest measured candidate's (unmeasured ones say nothing yet), or, never
+        timed, a stream there has waited over SLOWER_HOME times its predicted first token."""
 
         def cost(c) -> float:
             return c.model.tpot(1, now) * failure_penalty(c, now)
 
         measured = [c for c in candidates if c.model.decode.samples]
         c = candidates[home]
+        if _untimed_lag(c, now) >= SLOWER_HOME:
+            # Never timed, and a stream there has waited over SLOWER_HOME times its predicted first token:
+            # whatever its prior says, it is the worse server for now.
+            return True
         if c not in measured:
             return failure_penalty(c, now) > SLOWER_HOME
         return cost(c) > SLOWER_HOME * min(cost(x) for x in measured)
+
+
+def _untimed_lag(c, now: float) -> float:
+    """On a backend whose prefill was never timed, how many times longer than predicted its latest-running
+    stream has waited for its first token (1.0: timed, or nothing late; see InflightBook.overdue). Once
+    timed, the model itself has the evidence, and a first token a little late is left to it."""
+    return 1.0 if c.model.prefill.samples else c.book.overdue(now, OVERDUE_SLACK_S)

@@ -35,6 +35,7 @@ class _Booked:
     stream: bool  # its first token will be reported: without one yet, it has not begun to decode
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`
+    first_at: float = 0.0  # when its first token came; 0: not yet
 
 
 _SENT = operator.attrgetter("sent")
@@ -76,7 +77,7 @@ class InflightBook:
         """The request's first token came at `at`: it holds a slot and decodes from there."""
         e = self._entries.get(ticket)
         if e is not None and not e.news_at:
-            e.news_at, e.decoded = at, 0.0
+            e.news_at, e.decoded, e.first_at = at, 0.0, at
 
     def progress(self, ticket: int, tokens: float, at: float) -> None:
         """`tokens` of the request's answer were out at `at` (counted from its first token)."""
@@ -117,6 +118,21 @@ class InflightBook:
             heapq.heapreplace(free, end)  # the earliest free slot is taken until `end`
             out.append(end)
         return out
+
+    def overdue(self, now: float, slack_s: float) -> float:
+        """How many times longer than predicted the streams in flight here waited for their first token:
+        the largest ratio among those that waited more than `slack_s` past their prediction (1.0: none).
+        A first token not yet come bounds its wait from below (censored evidence, known before any
+        answer is); one that came is the wait itself, known before the answer's end teaches the model
+        (a llama.cpp server says how much of the prompt it processed only in its last chunk). On a
+        server never timed, whose model still holds a GPU's prior, this is the only evidence there is."""
+        worst = 1.0
+        for e in self._entries.values():
+            if e.stream and e.ttft_s > 0:
+                waited = (e.first_at or now) - e.sent
+                if waited - e.ttft_s > slack_s and waited > worst * e.ttft_s:
+                    worst = waited / e.ttft_s
+        return worst
 
     def nth_finish(self, n: int, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> float | None:
         """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""

@@ -335,3 +335,57 @@ def test_a_sibling_waits_for_a_busy_slot_copy_only_while_that_beats_a_cold_prefi
         holder = copy_in_use(a, body, release_at=6.0)
         holder.set()
         assert policy.choose([a, b], ctx_for(body), 0)[0] == 0
+
+
+def untimed_with_a_late_stream(k: int, waited: float) -> list[State]:
+    """Two untimed backends (the prior's GPU rate), each running one cold stream; backend `k % 2`'s has
+    waited `waited` s for a first token predicted after 0.12 s, the other's 0.1 s of its 2.5 s."""
+    fleet = [State("a"), State("b")]
+    for i, s in enumerate(fleet):
+        s.model = LatencyModel(Prior(tpot_s=0.01, slots=4, output_tokens=20))
+        s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since = 1, 1, 370, 0.0
+        late = i == k % 2
+        s.book.add(10.0 - (waited if late else 0.1), 0.12 if late else 2.5, 15, reports_first_token=True)
+    return fleet
+
+
+def test_a_stream_long_past_its_predicted_first_token_is_evidence_of_a_slow_backend():
+    # Scripted state of a lost repeat (real llama.cpp, one server 3x slower, three shared prompts): the
+    # slow server, never timed, is priced at the prior's GPU rate; its first cold stream had waited
+    # 2.5 s for a first token predicted after 0.12 s when the next prompt came, whose home it was, and
+    # the home rule (it passed the load bound) sent it and two more there: 12-15 s each.
+    policy = seen_shared(LatencyAware(exploration=0))
+    homes = {}
+    for k in range(8):
+        body = ask(f"q {k}", f"Policy {k}. " * 150)
+        ctx = ctx_for(body, now=10.0)
+        homes[k] = policy.choose(untimed_with_a_late_stream(k, 0.1), ctx, k)[0]
+        late = untimed_with_a_late_stream(homes[k], 2.5)
+        i, scores = policy.choose(late, ctx_for(body, now=10.0), k)
+        assert i != homes[k] and scores[homes[k]] > 10 * scores[i], (k, homes[k], scores)
+    assert set(homes.values()) == {0, 1}  # each backend was the home of some of them
+    # A first token that came that late says the same until the answer's end times the backend (a
+    # llama.cpp server reports the prompt tokens it processed only then; the slow one's first answer
+    # streamed 8 s more, and a cold prompt priced at the prior went there: 7.2 s).
+    for k in range(8):
+        late = untimed_with_a_late_stream(homes[k], 2.5)
+        for s in late:
+            for ticket in list(s.book._entries):
+                s.book.first_token(ticket, 10.0)
+        assert policy.choose(late, ctx_for(ask(f"q {k}", f"Policy {k}. " * 150), now=12.0), k)[0] != homes[k]
+    # Both seen slower than the prior (a real start: two cold prompts at once, neither server timed when
+    # the next came): the scaled predictions decide, not which has fewer in flight. Here a's first
+    # token took 3 s (predicted 0.12 s) and it holds the prompt; b has waited 3.6 s so far.
+    body = ask("q", "Policy held by a. " * 120)
+    a, b = untimed_with_a_late_stream(0, 0.1)
+    a.book, b.book = type(a.book)(), type(b.book)()
+    a.book.first_token(a.book.add(6.0, 0.12, 15, reports_first_token=True), 9.0)
+    a.book.add(10.0, 0.12, 15, reports_first_token=True)  # 0.28 s past its prediction at 10.4
+    b.book.add(6.8, 0.12, 15, reports_first_token=True)
+    a.inflight = 2
+    warm(a, body)
+    assert policy.choose([a, b], ctx_for(body, now=10.4), 0)[0] == 0
+    # A first token a little late (under 2x its prediction, or under 0.25 s past it) says nothing.
+    for k in range(8):
+        fleet = untimed_with_a_late_stream(homes[k], 0.3)
+        assert policy.choose(fleet, ctx_for(ask(f"q {k}", f"Policy {k}. " * 150), now=10.0), k)[0] == homes[k]

@@ -74,13 +74,19 @@ class Lease:
             self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
+            # The estimate already waits for a sibling's copy (its queue is at least the match's
+            # ready_at): the burst wait, a limit on that wait of at least a cold prefill, is not added
+            # again. Added, each sibling waiting for a busy copy on a real llama.cpp server read as
+            # releasing it a cold prefill plus its own wait later than predicted, and a chain of two
+            # put the copy 5.9 s away where it freed in about 1 s (issue 24, one server 3x slower: the
+            # next sibling went cold to the slow one, 6.4 s).
             slotted = slot_scoped_cache(state)
             ready = self.estimate.e2e_s if slotted else self.estimate.ttft_s
-            state.prefixes.record(self._keys, ctx.now, ctx.now + self.burst_wait_s + ready, self._prefilled)
+            state.prefixes.record(self._keys, ctx.now, ctx.now + ready, self._prefilled)
             if slotted:
                 # Its slot holds a copy of the prefix until it ends (set at the end there: prefilled);
                 # one that waits for a busy copy takes that copy over rather than computing another.
-                state.prefixes.occupy(self._keys, ctx.now + self.burst_wait_s + self.estimate.e2e_s, self._prefilled,
+                state.prefixes.occupy(self._keys, ctx.now + self.estimate.e2e_s, self._prefilled,
                                       computes=not self.burst_wait_s)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.start_prefill(self._uncached, ctx.now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -162,5 +163,35 @@ def test_a_llama_cpp_lease_holds_its_prompts_copy_until_released():
         second.release()
         third.release()
         assert (await r.acquire("m", ctx=ctx())).prefix.leader is None
+
+    asyncio.run(main())
+
+
+def test_a_sibling_waiting_for_a_busy_copy_releases_it_when_predicted_not_a_cold_prefill_later():
+    # Scripted, no server: on a llama.cpp backend the prefix's one copy is in a running request's slot;
+    # a second request waits for it (its estimate counts that wait). The copy frees when the second
+    # ends as predicted, not after its burst-wait limit (at least a cold prefill) and then its whole
+    # predicted time again.
+    blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
+    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
+
+    def ctx() -> RouteContext:
+        return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks, cached={})
+
+    async def main():
+        r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
+        m = r.states["a"].model
+        for tokens in (300, 600):  # timed: a CPU server's ~5 ms a token
+            m.observe_prefill(tokens, tokens * 0.005)
+        (await r.acquire("m", ctx=ctx())).release()  # computed it; its slot holds it, free now
+        first = await r.acquire("m", ctx=ctx())
+        sent = time.monotonic()
+        second = await r.acquire("m", ctx=ctx())
+        assert second.prefix.leader is not None and second.burst_wait_s > second.estimate.queue_s > 0
+        # A third finds the copy free when the second is predicted to end (its estimate waits for the first).
+        ready = r.states["a"].prefixes.match(blocks.keys, time.monotonic())[1]
+        assert abs(ready - (sent + second.estimate.e2e_s)) < 0.05, (ready - sent, second.estimate, second.burst_wait_s)
+        for lease in (first, second):
+            lease.release()
 
     asyncio.run(main())

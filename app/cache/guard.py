@@ -68,9 +68,12 @@ def _stem(w: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if w.endswith(suffix) and not w.endswith(("ss", "us", "is")) and len(w) - len(suffix) >= 3:
             w = w[: -len(suffix)]
-            # A consonant doubled before -ing/-ed ("popping", "stopped") when the doubled form is no
-            # word of its own ("purring" keeps "purr").
-            if suffix in ("ing", "ed") and len(w) >= 4 and w[-1] == w[-2] and w[-1] in "bdgmnprt" and w not in known_words() and known_words():
+            # A consonant doubled before -ing/-ed ("stopping", "lagged") when the doubled form is no word
+            # of its own ("purring" keeps "purr") and the single one with an "e" is none either, since
+            # stems drop a final "e" ("hopping" is not "hoping", "scrapping" not "scraping").
+            known = known_words()
+            if (suffix in ("ing", "ed") and len(w) >= 4 and w[-1] == w[-2] and w[-1] in "bdgmnprt" and known
+                    and w not in known and w[:-1] + "e" not in known):
                 w = w[:-1]
             break
     if w.endswith("e") and len(w) > 3:
@@ -250,7 +253,7 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     another order are never returned: nothing differs, and the order is the point.
     """
     ta, tb = tokens(cached), tokens(asked)
-    if _question(cached) and _question(asked):
+    if _question(cached) and _question(asked) and _asks_how(cached) == _asks_how(asked):
         ta, tb = _without_lone_to(ta, tb)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
@@ -291,6 +294,16 @@ def _question(text: str) -> bool:
     return t.endswith("?") or (first is not None and first.group(0).lower() in _OPENERS)
 
 
+def _asks_how(text: str) -> bool:
+    """A question asked with a question word or for a way ("how do I take it", "any way to take it"),
+    not yes or no ("can I take it"): the "to" of "how to" is no infinitive to drop against "can I"
+    ("How do I take ibuprofen with alcohol?" / "Can I take ibuprofen with alcohol?")."""
+    words = {w.lower() for w in _WORD.findall(text)}
+    return bool(words & _WH) or bool(_WAY_TO.search(text.lower()))
+
+
+_WH = frozenset("how what why when where which who whose".split())
+_WAY_TO = re.compile(r"\bways? to\b")
 _OPENERS = frozenset("how what why when where who which whose can could should would will is are am do does did may "
                      "might must any".split())
 
@@ -405,7 +418,7 @@ def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | No
     left = list(only_a.elements())
     pairs = {}
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb]) or derived(ca, cb)), None)
+        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
         if match is None:
             return None
         left.remove(match)
@@ -421,24 +434,13 @@ def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str
     pairs: dict[str, str] = {}
     rest_b: Counter = Counter()
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb]) or derived(ca, cb)), None)
+        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
         if match is None:
             rest_b[cb] += 1
             continue
         left.remove(match)
         pairs[cb] = match
     return pairs, Counter(left), rest_b
-
-
-def derived(x: str, y: str) -> bool:
-    """One canonical word is the other with a derivational suffix ("exfoliat" / "exfoliation", "accident" /
-    "accidentally", "attach" / "attachment"): the same concept said as another part of speech."""
-    short, long_ = (x, y) if len(x) < len(y) else (y, x)
-    return (len(short) >= 4 and long_.startswith(short) and short.isalpha()
-            and long_[len(short):] in _DERIVATIONAL)
-
-
-_DERIVATIONAL = frozenset("ion ation ment abl ibl ly ally ness ity al".split())
 
 
 def is_typo(x: str, y: str) -> bool:

@@ -118,6 +118,15 @@ def test_a_direction_dropped_for_another_is_never_handed_over(cached, asked):
     assert guard.unaligned(cached, asked) is None
 
 
+@pytest.mark.parametrize("cached, asked", [
+    # "how to" asks for a way, "can I" whether: the "to" of "how to" is never dropped against "can I".
+    ("How do I take ibuprofen with alcohol?", "Can I take ibuprofen with alcohol?"),
+    ("How should I store fresh basil?", "Can I store fresh basil?"),
+])
+def test_how_is_not_whether(cached, asked):
+    assert guard.unaligned(cached, asked) is None
+
+
 def test_in_a_statement_a_to_more_is_part_of_what_is_stated():
     # Earlier turns are statements (app/cache/history.py): "too small to keep" is another fact.
     assert guard.unaligned("A 5-pound catfish is a nice catch.", "A 5-pound catfish is too small to keep.") is None

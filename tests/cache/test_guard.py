@@ -115,13 +115,10 @@ def test_a_frame_never_hides_what_changed(a, b):
     # A consonant doubled before -ing/-ed is the same verb ("popping" / "pop", "lagging" / "lag").
     ("Why is my phone lagging?", "Why does my phone lag?"),
     ("Why are my prints stopping halfway?", "Why do my prints stop halfway?"),
-    # A derivation is the same concept said as another part of speech.
-    ("Why is exfoliation good for my face?", "Why is exfoliating good for my face?"),
-    ("I closed a tab by accident, how do I reopen it?", "I closed a tab accidentally, how do I reopen it?"),
     # Light words may move when the words that carry the question keep their order.
     ("What temperature should I wash towels at?", "At what temperature should I wash towels?"),
 ])
-def test_inflections_derivations_and_moved_light_words_align(a, b):
+def test_inflections_and_moved_light_words_align(a, b):
     assert mismatch(a, b) is None
 
 
@@ -131,8 +128,11 @@ def test_inflections_derivations_and_moved_light_words_align(a, b):
     ("Why can't people hear me on Zoom?", "Why can't I hear people on Zoom?"),
     # A purr is no pur: a doubled consonant of a real word stays.
     ("Why do cats purr?", "Why do cats pur?"),
-    # Negating and privative endings are no derivation.
+    ("Is the frog hopping?", "Is the frog hoping?"),  # nor is "hopping" "hoping" (stems drop an "e")
+    # A word and a longer word that starts with it are two words ("universe" / "university").
+    ("How old is the universe?", "How old is the university?"),
+    ("Is the state office open?", "Is the station office open?"),
     ("Is this plant harmful to cats?", "Is this plant harmless to cats?"),
 ])
-def test_persons_swapped_and_false_derivations_are_caught(a, b):
+def test_persons_swapped_and_longer_words_are_caught(a, b):
     assert mismatch(a, b) is not None

@@ -139,6 +139,12 @@ class Scored:
             return context.aligned(u, states[cached], states[asked])
 
         self.context = np.array([in_context(p["a"], p["b"], w) for p, w in zip(pairs, self.why)])
+        # A first-person statement keeping the same facts is served with the guard on, context or not
+        # (app/cache/history.py, `same_statement`), where the guard alone is unsure.
+        statement = np.array([w in ("words", "order") and history.same_statement(p["a"], p["b"])
+                              for p, w in zip(pairs, self.why)])
+        self.guard |= statement
+        self.context |= statement
         # Earlier turns (alternating user, assistant, as a chat sends them): the lowest similarity over
         # the turns that differ (1.0 when none does), and whether each differing pair passes the word
         # rules of app/cache/history.py without (hist_guard) or with (hist_context) the contextual

@@ -101,6 +101,25 @@ def check(role: str, cached: str, asked: str, use_guard: bool = True) -> Need:
     return Need.CONTEXT if _asks(cached) and _asks(asked) else Need.NO
 
 
+def same_statement(cached: str, asked: str) -> bool:
+    """Two one-turn requests that are first-person statements ("I use the Android app." / "I'm on the
+    Android app.") and keep the same facts by the rules above: the reply to one is the reply to the
+    other. A conversation that opens with a reworded statement then gets the cached reply, and its
+    later turns can match the cached conversation's. Questions (a "?" or a question word anywhere)
+    are never statements here."""
+    return (_first_person_statement(cached) and _first_person_statement(asked)
+            and check("user", cached, asked) is Need.SIMILARITY)
+
+
+_FIRST_PERSON = re.compile(r"^(?:i|i'm|i’m|im|i've|i’ve|i'd|i’d|i'll|i’ll|my|we|we're|we’re|we've|we’ve|our)\b", re.IGNORECASE)
+_QUESTION_WORDS = re.compile(r"\b(?:what|how|which|why|when|where|who|whom|whose|whether|if)\b", re.IGNORECASE)
+
+
+def _first_person_statement(text: str) -> bool:
+    t = text.strip()
+    return bool(t) and "?" not in t and bool(_FIRST_PERSON.match(t)) and not _QUESTION_WORDS.search(t)
+
+
 def _reworded(cached: str, asked: str) -> bool:
     """The guard's test of a rewording's structure (`guard.unaligned`), with no word only added or
     dropped: in a statement an added word qualifies it ("I fish" / "I fly fish")."""

@@ -54,7 +54,7 @@ class CachePlan:
     stale: CachedAnswer | None = None
     similarity: float | None = None
     embed_s: float = 0.0
-    verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "context", "judge", "similarity")
+    verifier: str | None = None  # which verifier confirmed a semantic hit ("guard", "context", "statement", "judge", "similarity")
     protocol: ClientProtocol = CHAT  # the client API whose answers this plan stores
 
 
@@ -195,6 +195,8 @@ class Cache:
                 break
             cached, earlier = parse_stored(n.query)
             ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left, context)
+            if not ok and by in ("guard:words", "guard:order") and history.same_statement(cached, q.text):
+                ok, by = True, "statement"  # a first-person statement with the same facts (app/cache/history.py)
             if not ok:
                 if by.startswith("guard:"):
                     self.stats.guard_rejections += 1

@@ -113,3 +113,20 @@ def test_another_tenant_never_hits(cached_gateway, travel):
     chat = Chat(cached_gateway, travel, key="sk-tenant-5")
     chat.say("I'm flying to Tokyo next week.", reply="Great, Tokyo is lovely in spring.")
     assert chat.say("What should I pack?") == "miss"
+
+
+def test_a_conversation_that_opens_with_a_reworded_statement_continues_from_the_cache(cached_gateway):
+    """The replies are the model's: the reworded statement is served the cached reply (a first-person
+    statement with the same facts), so the rest of the conversation can match too."""
+    system = f"You are a parenting assistant for clinic {uuid.uuid4().hex[:6]}."
+    first = Chat(cached_gateway, system)
+    assert first.say("I have a 3 year old daughter.") == "miss"
+    settle(cached_gateway)
+    assert first.say("What should she eat for breakfast?") == "miss"
+    settle(cached_gateway)
+    again = Chat(cached_gateway, system)
+    assert again.say("My daughter is three years old.") == "semantic-hit"
+    assert again.say("What should she eat for breakfast?") == "semantic-hit"
+    other = Chat(cached_gateway, system)
+    assert other.say("My daughter is five years old.") == "miss"
+    assert other.say("What should she eat for breakfast?") == "miss"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cache.history import Need, check, same_facts
+from app.cache.history import Need, check, same_facts, same_statement
 
 
 @pytest.mark.parametrize("cached, asked", [
@@ -68,3 +68,12 @@ def test_facts_are_numbers_negations_names_and_rare_words():
     assert same_facts("I caught a 5 pound catfish.", "I caught a five-pound catfish.")
     assert not same_facts("I caught a 5 pound catfish.", "I caught a 5 pound carp.")
     assert not same_facts("I record with a USB microphone.", "I record with an XLR microphone.")
+
+
+def test_a_one_turn_statement_is_served_for_the_same_facts_only():
+    assert same_statement("I use the Android app.", "I'm on the Android app.")
+    assert not same_statement("I use the Android app.", "I use the iPhone app.")
+    assert not same_statement("I have oily skin.", "I have dry skin.")
+    # Questions keep the question rules, with or without a question mark.
+    assert not same_statement("My router, how do I reset it", "My router, how can I reset it")
+    assert not same_statement("How do I reset my password?", "How do I reset your password?")

@@ -53,6 +53,7 @@ class Result:
     predicted_e2e_s: float | None = None
     timing: dict | None = None
     at: float = 0.0  # when it was sent, seconds into its strategy's run
+    words: int = 0  # the prompt's length in words (for --dump)
 
 
 def prompt(rng: random.Random, words: int) -> str:
@@ -119,7 +120,7 @@ async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str
         async def fire(at: float, text: str) -> Result:
             await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
             r = await one(session, url, alias, text, max_tokens)
-            r.at = at
+            r.at, r.words = at, len(text.split())
             return r
 
         return await asyncio.gather(*(fire(a, t) for a, t in zip(arrivals, texts)))
@@ -138,6 +139,16 @@ def word_count(rng: random.Random, workload: str) -> int:
     if workload == "mixed" and rng.random() < 0.5:
         return rng.randint(200, 800)
     return rng.randint(20, 80)
+
+
+def alias(name: str) -> dict:
+    """The alias a strategy runs under: `strategy`, or `strategy:e2e` for streams ranked by their last token."""
+    strategy, _, objective = name.partition(":")
+    out = {"backends": ["quick", "throttled"], "strategy": strategy, "retry": {"max_attempts": 1},
+           "cache": {"exact": {"enabled": False}}}
+    if objective:
+        out["stream_objective"] = objective
+    return out
 
 
 def median_row(name: str, rows: list[dict]) -> dict:
@@ -179,7 +190,8 @@ async def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workload", choices=("unequal", "mixed"), default="unequal",
                     help="unequal: prompts of 20-80 words; mixed: half of them ~10x longer (200-800 words)")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help="comma-separated; `latency_aware:e2e` ranks streams by predicted end-to-end time")
     ap.add_argument("--repeats", type=int, default=1, help="runs of every strategy (order rotated each run)")
     ap.add_argument("--dump", default=None, help="write every request's predicted and measured figures (JSON)")
     args = ap.parse_args()
@@ -197,8 +209,7 @@ async def main() -> None:
         "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
         "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
                      "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
-        "models": {s: {"backends": ["quick", "throttled"], "strategy": s, "retry": {"max_attempts": 1},
-                       "cache": {"exact": {"enabled": False}}} for s in {*strategies, "least_inflight"}},
+        "models": {s: alias(s) for s in {*strategies, "least_inflight"}},
         "telemetry": {"scrape_interval_s": 1.0},
     }
     gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config))], tmp / "gateway.log")

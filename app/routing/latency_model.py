@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 # A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
@@ -30,6 +31,10 @@ MIN_TPOT_S = 1e-5
 # time): enough for a stable fit of two coefficients, few enough that a burst's samples are outnumbered
 # within about that many requests after it.
 LINE_WINDOW = 16.0
+# A whole answer's decode per token, per requests in flight when it was sent: the recent answers whose
+# median is taken, and the fewest that make a figure.
+ANSWER_WINDOW = 16
+ANSWER_MIN_SAMPLES = 3
 # Samples' worth of "an empty prompt takes no time" in the prefill line: enough to decide the split
 # between fixed part and rate when prompt lengths hardly vary, too little to outweigh a workload that
 # shows a real fixed part.
@@ -149,6 +154,90 @@ class DecayingLine:
         return a + b * x
 
 
+@dataclass
+class AnswerDecode:
+    """A whole answer's decode time per token, as the median of recent answers sent with as many requests
+    in flight (this one included): the figure a request's predicted end-to-end time multiplies.
+
+    The TPOT line (LatencyModel.decode) is a least-squares fit, a mean: right for when the requests in
+    flight will finish (the book), wrong as a prediction of one answer. An answer's decode is stalled
+    for a whole prefill whenever another request takes a slot beside it (llama.cpp runs a neighbour's
+    prompt in the same steps as the running decodes), and that either happens or it does not. On two
+    real llama.cpp servers (issue 24, unequal, 24-token answers) the quick server's answers sent to an
+    idle server decoded in 0.26 s at the median and 0.51 s on average (half of them met a neighbour's
+    prefill); priced at the mean, every one was off, the median end-to-end error 28 %. The median of
+    the answers sent in the same state is what one answer most likely takes.
+
+    Levels are the in-flight count up to 4, then powers of two (5-8, 9-16, ...), so a large batch
+    shares figures with its neighbours. A level with fewer than ANSWER_MIN_SAMPLES answers has no
+    figure: the line prices it, but never above what answers sent with more in flight, or stretches
+    of answers decoded in a batch at least as large, took at the median (fewer requests do not decode
+    slower). The line is a mean over the last samples, and a closed-loop burst's samples are stalled
+    by the prefill of every request that takes a freed slot: after one, the slow llama.cpp server's
+    line read 0.17 s per token at batch 1 against its 0.03, and that server, sent few requests, had no
+    answers of its own at batch 1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`.
+    """
+
+    window: int = ANSWER_WINDOW
+    stale_tau_s: float = 120.0
+    _levels: dict[int, deque[float]] = field(default_factory=dict)
+    _medians: dict[int, tuple[float, float]] = field(default_factory=dict)  # level -> (median, updated)
+    # Stretches of answers still under way, per batch they decoded in (running requests, at most the
+    # slots): their medians bound the levels no answer has taught yet.
+    _stretches: dict[int, deque[float]] = field(default_factory=dict)
+    _stretch_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    @staticmethod
+    def level(load: float) -> int:
+        n = max(1, round(load))
+        return n if n <= 4 else 1 << (n - 1).bit_length()
+
+    def add(self, load: float, per_token_s: float, now: float) -> None:
+        """A whole answer sent with `load` in flight (this one included)."""
+        self._fold(self._levels, self._medians, self.level(load), per_token_s, now)
+
+    def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
+        """A stretch of an answer under way, decoded in a batch of `batch` running requests."""
+        self._fold(self._stretches, self._stretch_medians, self.level(batch), per_token_s, now)
+
+    def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
+              per_token_s: float, now: float) -> None:
+        samples = levels.get(key)
+        if samples is None:
+            samples = levels[key] = deque(maxlen=self.window)
+        samples.append(per_token_s)
+        if len(samples) >= ANSWER_MIN_SAMPLES:
+            ordered = sorted(samples)
+            k = len(ordered)
+            mid = ordered[k // 2] if k % 2 else 0.5 * (ordered[k // 2 - 1] + ordered[k // 2])
+            medians[key] = (mid, now)
+
+    def _drifted(self, known: tuple[float, float], line: float, now: float) -> float:
+        median, updated = known
+        return median + (line - median) * (1.0 - math.exp(-(now - updated) / self.stale_tau_s))
+
+    def get(self, load: float, line: float, now: float) -> float:
+        """Per-token decode of an answer sent with `load` in flight; `line` where nothing is known."""
+        key = self.level(load)
+        known = self._medians.get(key)
+        if known is not None:
+            return self._drifted(known, line, now)
+        out = line
+        for medians in (self._medians, self._stretch_medians):
+            for k, v in medians.items():
+                if k >= key:
+                    out = min(out, self._drifted(v, line, now))
+        return out
+
+    def snapshot(self, now: float) -> dict[str, dict]:
+        """Per level (requests in flight or running, the highest of its range), each median and what it
+        rests on: of whole answers, and of stretches of answers under way."""
+        return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1)}
+                       for k, v in sorted(medians.items())}
+                for name, levels, medians in (("answers", self._levels, self._medians),
+                                              ("stretches", self._stretches, self._stretch_medians))}
+
+
 class LatencyModel:
     """Live estimates for one backend; every update says where its sample came from."""
 
@@ -171,6 +260,8 @@ class LatencyModel:
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.decode = DecayingLine(p.tpot_s, p.tpot_s * p.tpot_growth, tau_s=DECODE_TAU_S, stale_tau_s=120.0,
                                    ridge=DECODE_RIDGE, window=LINE_WINDOW)
+        # A whole answer's decode per token, per requests in flight when it was sent (medians).
+        self.answers = AnswerDecode()
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
         # Where the slot count came from: the prior, learned from queueing, or published by the server
@@ -241,6 +332,11 @@ class LatencyModel:
             # predictions stayed high for seconds after every burst.
             self.decode.add(extra, tpot, t)
             self.tpot_base.add(tpot / (1.0 + self.tpot_growth * extra), t)
+            if count_output:
+                # A whole answer (not a stretch of one still under way): a sample of what one takes.
+                self.answers.add(load, tpot, t)
+            else:
+                self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:
             self.output_tokens.add(float(output_tokens), _now(now))
 
@@ -268,6 +364,11 @@ class LatencyModel:
         batch = load if self.slots is None else min(load, self.slots)
         return max(MIN_TPOT_S, a + b * max(0.0, batch - 1.0))
 
+    def answer_tpot(self, load: float, now: float) -> float:
+        """Per-token decode of a whole answer sent with `load` requests in flight here (this one
+        included): the median of recent such answers, else the TPOT line at that load."""
+        return self.answers.get(load, self.tpot(load, now), now)
+
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return self.prefill.at(prompt_tokens, _now(now))
 
@@ -291,6 +392,7 @@ class LatencyModel:
             "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
+            "answer_tpot_s": self.answers.snapshot(t),
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},

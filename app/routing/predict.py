@@ -63,7 +63,7 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     if ctx.max_tokens:
         n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
     decode_tokens = max(0.0, n - 1)
-    return Estimate(queue, ttft, ttft + decode_tokens * m.tpot(ahead + 1, now), decode_tokens)
+    return Estimate(queue, ttft, ttft + decode_tokens * m.answer_tpot(ahead + 1, now), decode_tokens)
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:

@@ -30,3 +30,56 @@ def test_answers_of_steady_length_are_predicted_at_that_length():
     for t in range(1, 601):
         model.output_tokens.add(24.0, float(t))
     assert model.output_tokens.get(600.0) == pytest.approx(24.0, rel=1e-3)
+
+
+def test_an_answers_decode_is_the_median_of_recent_answers_sent_in_the_same_state_not_their_mean():
+    """Half the answers sent to an idle server meet a neighbour's prefill and take three times as long:
+    one answer most likely takes the short time, not the mean of the two (issue 24, real llama.cpp)."""
+    model = LatencyModel(Prior(tpot_s=0.03))
+    for i in range(12):
+        model.observe_decode(24, 23 * (0.033 if i % 3 == 2 else 0.011), load=1, now=float(i))
+    for i in range(12):
+        model.observe_decode(24, 23 * 0.02, load=2, now=float(i))
+    assert model.answer_tpot(1, 11.0) == pytest.approx(0.011)
+    assert model.answer_tpot(2, 11.0) == pytest.approx(0.02)
+    # The line through all of them (a mean) is what the in-flight book prices decode with.
+    assert model.tpot(1, 12.0) > 0.013
+
+
+def test_a_state_with_too_few_answers_is_priced_by_the_line_and_a_figure_unfed_drifts_back_to_it():
+    model = LatencyModel(Prior(tpot_s=0.03))
+    model.observe_decode(24, 23 * 0.01, load=3, now=0.0)
+    model.observe_decode(24, 23 * 0.01, load=3, now=0.0)
+    assert model.answer_tpot(3, 0.0) == model.tpot(3, 0.0)  # two answers: no figure yet
+    model.observe_decode(24, 23 * 0.01, load=3, now=0.0)
+    assert model.answer_tpot(3, 0.0) == pytest.approx(0.01)
+    # Past four in flight, levels are powers of two: 5-8 in flight share a figure.
+    for _ in range(3):
+        model.observe_decode(24, 23 * 0.05, load=6, now=0.0)
+    assert model.answer_tpot(8, 0.0) == pytest.approx(0.05)
+    assert model.answer_tpot(9, 0.0) == model.tpot(9, 0.0)
+    later = 3600.0
+    assert model.answer_tpot(3, later) == pytest.approx(model.tpot(3, later), rel=1e-6)
+
+
+def test_a_stretch_of_an_answer_still_under_way_is_no_sample_of_a_whole_answer():
+    model = LatencyModel(Prior(tpot_s=0.03))
+    for i in range(5):
+        model.observe_decode(9, 8 * 0.01, load=1, now=float(i), count_output=False)
+    assert model.answers.snapshot(5.0)["answers"] == {}
+
+
+def test_after_a_burst_a_state_no_answer_has_taught_is_priced_no_slower_than_fuller_ones_decoded():
+    """A closed-loop burst keeps every slot busy and a queue behind: each stretch of decode between two
+    samples may hold a neighbour's whole prefill, and the line (a mean) reads batch 1 as slow as the
+    burst. What answers and stretches took at the median, with as many or more in flight, bounds it."""
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i in range(16):
+        # Stretches at a batch of 2 (four in flight): most 0.05 s a token, some stalled by a prefill.
+        model.observe_decode(9, 8 * (0.05 if i % 3 else 0.4), load=4, now=16.0, count_output=False)
+    for i in range(4):
+        model.observe_decode(24, 23 * 0.2, load=4, now=16.0)  # whole answers sent with 4 in flight
+    line = model.tpot(1, 16.0)
+    assert line > 0.1
+    assert model.answer_tpot(1, 16.0) == pytest.approx(0.05)  # the stretches' median at batch 2
+    assert model.answer_tpot(4, 16.0) == pytest.approx(0.2)  # its own answers' median

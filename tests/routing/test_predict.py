@@ -160,3 +160,11 @@ def test_a_stream_past_its_predicted_first_token_still_has_its_decode_ahead():
     b = InflightBook()
     b.add(0.0, 1.0, 10, prefill_s=1.0)  # an answer that reports no first token: due at 2 s, ends now
     assert b.nth_finish(0, 0.1, now=5.0, slots=1) == 5.0
+
+
+def test_end_to_end_decodes_at_the_median_of_answers_sent_with_as_many_in_flight():
+    m = LatencyModel(Prior(slots=2, tpot_s=0.01, tpot_growth=0.5))
+    for i in range(5):
+        m.observe_decode(50, 49 * (0.008 if i < 3 else 0.05), load=1, now=CTX.now)
+    idle = estimate(State("a", model=m), CTX)
+    assert idle.e2e_s - idle.ttft_s == pytest.approx(49 * 0.008)

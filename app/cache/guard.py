@@ -245,9 +245,9 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
       every sibling, antonym and entity trap does: "large dog" / "small dog", "flu shot" / "tetanus
       shot"; a rewording that only swaps one word for a synonym is lost with them);
     - no word is added or dropped between two words both questions have in the same order (a
-      qualifier: "filed last year" / "filed this year"), determiners excepted, and a predicate a
-      rewording moves there where the other question has words of its own (`_predicate`: "will it
-      rain in Seattle" / "is rain expected in Seattle");
+      qualifier: "filed last year" / "filed this year"), determiners excepted; a predicate a rewording
+      moves there ("should I use oil on a board" / "is oil better for a board") is lost with them, since
+      its opposite reads alike in context ("is oil bad for a board");
     - no word is added or dropped after the last word both questions share (a scope: "... at night").
     What the contextual check then asks of each word is in app/cache/context.py. Identical words in
     another order are never returned: nothing differs, and the order is the point.
@@ -318,18 +318,23 @@ def _without_lone_to(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> tuple[tupl
         return ta, tb
     if any(w in lx.ROLE_WORDS and w != "to" for w in (ca - cb) + (cb - ca)):
         return ta, tb
+    # Only after a word that asks for a way or states a need ("how to", "way to", "need to"), never
+    # after an adjective: "is it safe to run" states the question's polarity, and "Is running
+    # dangerous?" reworded around it is the opposite question.
+    more = ta if ca["to"] > cb["to"] else tb
+    if any(t.canon == "to" and (i == 0 or more[i - 1].surface not in _INFINITIVE_FRAMES) for i, t in enumerate(more)):
+        return ta, tb
     return tuple(t for t in ta if t.canon != "to"), tuple(t for t in tb if t.canon != "to")
+
+
+_INFINITIVE_FRAMES = frozenset("how way ways need needs want wants have has had try trying going able".split())
 
 
 def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int, str]] | None:
     """(side, word) of the differing words that are added or dropped rather than put in another's place;
     None when the questions differ in one slot (see `unaligned`)."""
-    full_a = [t.canon for t in ta]
-    full_b = [pairs.get(t.canon, t.canon) for t in tb]
-    at_a = [i for i, w in enumerate(full_a) if w not in lx.LIGHT]  # where each heavy word stands in full
-    at_b = [i for i, w in enumerate(full_b) if w not in lx.LIGHT]
-    xa = [full_a[i] for i in at_a]
-    xb = [full_b[i] for i in at_b]
+    xa = [t.canon for t in ta if t.canon not in lx.LIGHT]
+    xb = [pairs.get(t.canon, t.canon) for t in tb if t.canon not in lx.LIGHT]
     kind: dict[tuple[int, str], str] = {}
     for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
         if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing:
@@ -342,10 +347,7 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
                     kind.setdefault((side, w), "added")
             inside = 0 < i1 and i2 < len(xa) and 0 < j1 and j2 < len(xb) and xa[i1 - 1] == xb[j1 - 1] and xa[i2] == xb[j2]
             if inside and any(w in differing and w not in lx.DETERMINERS for w in xa[i1:i2] + xb[j1:j2]):
-                predicate = (_predicate(full_b, at_b, j1, j2) and bool(differing & (set(xa) - set(xb))) if i1 == i2
-                             else _predicate(full_a, at_a, i1, i2) and bool(differing & (set(xb) - set(xa))))
-                if not predicate:
-                    return None  # a qualifier between two shared words
+                return None  # a qualifier between two shared words
     added = {k for k, v in kind.items() if v == "added" and k[1] in differing}
     shared = set(xa) & set(xb)
     for side, w in added:
@@ -354,25 +356,6 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
         if not any(x in shared for x in seq[last + 1:]):
             return None  # after the last shared word: a scope
     return added
-
-
-def _predicate(full: list[str], at: list[int], j1: int, j2: int) -> bool:
-    """The one word added between two shared words says something of the words before it rather than
-    qualifying the word after it: a preposition follows it, and none comes before it ("is rain
-    expected in Seattle", "is oil better for a table"; not "my senior dog", "in hot water"). Only where
-    the other question also has words of its own (`_added`): a rewording, not a word slipped in."""
-    if j2 - j1 != 1:
-        return False
-    i = at[j1]
-    after = full[i + 1] if i + 1 < len(full) else None
-    before = full[i - 1] if i > 0 else None
-    return after in _PREPOSITIONS and before not in _PREPOSITIONS
-
-
-_PREPOSITIONS = frozenset(
-    "in on at for about by into onto from to with without over under above below between during after "
-    "before near through across inside outside".split()
-)
 
 
 def _names(text: str) -> set[str]:

@@ -89,14 +89,16 @@ def test_a_qualifier_stays_a_qualifier_in_a_rewording(cached, asked):
 
 
 @pytest.mark.parametrize("cached, asked", [
-    # A word said of what comes before it (a preposition follows it), where the other question has words
-    # of its own: a rewording's predicate, not a qualifier ("will it rain" / "is rain expected").
-    ("Will it rain in Seattle tomorrow?", "Is rain expected in Seattle tomorrow?"),
-    ("Should I use oil or polyurethane on a kitchen table?", "Is oil or polyurethane better for a kitchen table?"),
-    ("How long should I steep green tea?", "What's the right steeping time for green tea?"),
+    # A predicate moved between shared words reads like its opposite in context: never handed over.
+    ("Should I use oil on a cutting board?", "Is oil bad for a cutting board?"),
+    ("Should I water my lawn at night?", "Is watering bad for my lawn at night?"),
+    # An adjective's "to" states the question's polarity: it is never dropped.
+    ("Is it safe to run in the heat?", "Is running dangerous in the heat?"),
+    ("Why is it safe to run in the heat?", "What makes running dangerous in the heat?"),
+    ("Is it legal to fly a drone in a park?", "Is flying a drone illegal in a park?"),
 ])
-def test_a_predicate_in_a_rewording_aligns(encoder, cached, asked):
-    assert in_context(encoder, cached, asked)
+def test_a_polarity_reworded_around_is_never_handed_over(cached, asked):
+    assert guard.unaligned(cached, asked) is None
 
 
 @pytest.mark.parametrize("cached, asked", [

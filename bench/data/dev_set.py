@@ -8,7 +8,7 @@ contractions, a question turned into a statement, a reason given first), and eve
 the same questions, most of them reworded as freely, with one thing changed:
 `sib` (a sibling value: another command, app, body part), `ent` (another product or person), `neg`,
 `num`, `unit`, `qual` (a qualifier added), `scope` (a narrower or wider case), `swap` (roles or
-direction), `ant` (an opposite).
+direction), `ant` (an opposite), and `polar` (added later, see POLAR: the polarity reworded around).
 
 Split by topic: `dev-tune` (rules are chosen on it, with semantic_set's tune split) and `dev-check`
 (looked at only to confirm a choice). Pairs: the base cached and each rewording asked; the first
@@ -498,6 +498,29 @@ DEV_CHECK: dict[str, list[Group]] = {
 }
 
 
+# Added after the first rules were chosen (the sets had none, and two rules then served them): a
+# question's polarity reworded around it ("Is it safe to X?" / "Is X-ing dangerous?"), kind `polar`.
+# (split, topic, index of the group, trap)
+POLAR: list[tuple[str, str, int, str]] = [
+    ("dev-tune", "email", 0, "Is it impossible to recall an Outlook email I sent by mistake?"),
+    ("dev-tune", "laundry", 1, "Is machine washing bad for wool sweaters?"),
+    ("dev-tune", "skincare", 2, "Is popping pimples good for my skin?"),
+    ("dev-tune", "sleep", 2, "Is using my phone before bed good for my sleep?"),
+    ("dev-tune", "woodworking", 2, "Is oil or polyurethane worse for a kitchen table?"),
+    ("dev-tune", "video-games", 1, "Are PS4 games unplayable on the PS5?"),
+    ("dev-tune", "browsers", 2, "What makes my web browser so fast?"),
+    ("dev-tune", "tea", 2, "Is reusing tea leaves a bad idea?"),
+    ("dev-check", "docker", 1, "What makes my Docker image so small?"),
+    ("dev-check", "javascript", 0, "JavaScript: how do I keep the duplicates in an array?"),
+    ("dev-check", "video-calls", 1, "Why can people hear me so well on Zoom?"),
+    ("dev-check", "social-media", 0, "Instagram: how to make my account public?"),
+    ("dev-check", "cloud-storage", 2, "Are files I deleted from Dropbox gone for good?"),
+    ("dev-check", "dental", 1, "Is it a bad sign when my gums bleed while flossing?"),
+    ("dev-check", "transit", 0, "Are bikes banned on the subway?"),
+    ("dev-check", "3d-printing", 2, "What causes more stringing on my 3D prints?"),
+]
+
+
 def build() -> list[dict]:
     rows: list[dict] = []
     for split, topics in (("dev-tune", DEV_TUNE), ("dev-check", DEV_CHECK)):
@@ -509,7 +532,8 @@ def build() -> list[dict]:
                     rows.append({"a": base, "b": b, "label": "same", "kind": "paraphrase", **common})
                 rows.append({"a": same[0], "b": base, "label": "same", "kind": "paraphrase", **common})
                 rows.append({"a": same[0], "b": same[1], "label": "same", "kind": "paraphrase", **common})
-                for trap, kind in traps:
+                polar = [(trap, "polar") for sp, tp, gi, trap in POLAR if (sp, tp, gi) == (split, topic, i)]
+                for trap, kind in traps + polar:
                     rows.append({"a": base, "b": trap, "label": "different", "kind": kind, **common})
                     rows.append({"a": same[0], "b": trap, "label": "different", "kind": kind, **common})
     return rows

@@ -310,8 +310,8 @@ _OPENERS = frozenset("how what why when where who which whose can could should w
 
 def _without_lone_to(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> tuple[tuple[Token, ...], tuple[Token, ...]]:
     """Both questions without "to" when one has a "to" more and no other role word differs: that "to"
-    marks an infinitive ("how to recall it" / "can I recall it", "is it bad to pop" / "is popping bad"),
-    not a direction, which a rewording never drops without putting another role word in its place
+    marks an infinitive ("how do I clear my cache" / "I need to clear my cache, how do I do it"), not
+    a direction, which a rewording never drops without putting another role word in its place
     ("flights to Rome" / "flights from Rome")."""
     ca, cb = Counter(t.canon for t in ta), Counter(t.canon for t in tb)
     if ca["to"] == cb["to"]:

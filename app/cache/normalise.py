@@ -16,7 +16,9 @@ question before it is embedded, stored and compared, so both sides of a comparis
 - a misspelt word -> the known word one edit away (a letter dropped, added, replaced, or two
   neighbours swapped), only when the word is not itself a known word, is lower case (or the first word
   of a sentence, or the text is all capitals), has four letters or more and no digit, and one known
-  word clearly outweighs every other candidate (`DOMINANCE` times as frequent). Names, acronyms,
+  word clearly outweighs every other candidate (`DOMINANCE` times as frequent); the first letter is
+  taken as typed, and a text with mostly unknown words (another language, jargon) is left as it is,
+  as are computing words the dictionary lacks ("const", "tuple", "admin"). Names, acronyms,
   code and numbers are never touched ("Tyleol", "HLOOKUP", "iPhone", "x86"), nor is a word that is
   itself a word ("cat" / "car", "form" / "from"): a real-word slip stays a different question.
 
@@ -51,6 +53,16 @@ MIN_LENGTH = 3
 # lower-case words are often codes ("pex" is not "apex").
 SHORT_MIN_FREQUENCY = 50_000
 _FLOOR = 50  # the dictionary's count for its rarest words
+UNKNOWN_SHARE = 0.4  # more unknown words than this share (and more than two): the text is left as it is
+# Computing words the dictionary lacks (people ask a gateway's models about code): never "corrected".
+_COMPUTING = frozenset("""
+admin async await bool boolean const config configs dedupe dedup enum enums env json yaml toml regex regexes repo
+repos rebase rebasing sudo chmod chown localhost tuple tuples struct structs stdin stdout stderr int ints args
+kwargs dict dicts lambda lambdas namespace namespaces middleware backend backends frontend frontends runtime
+runtimes dataframe dataframes params param init bitrate codec codecs firmware plugin plugins webhook webhooks
+subnet subnets hostname hostnames username usernames timestamp timestamps dropdown checkbox checkboxes
+tooltip navbar iframe iframes mutex mutexes refactor refactoring linter linters npm pip venv kubectl nginx
+""".split())
 _MAX_TEXT = 600  # longer texts are left as they are: a typo weighs little in a long text, and the lookup stays cheap
 
 _SPACE = re.compile(r"\s+")
@@ -142,7 +154,7 @@ def frequencies() -> dict[str, int]:
 
     # Words the model or the guard's lists know are never corrected, however rare ("wifi", "colour").
     listed = {w for g in lx.SYNONYMS for w in g.split()} | set(lx.SPELLING) | set(lx.SPELLING.values()) | set(lx.CANONICAL)
-    for w in guard.known_words() | {w for w in listed if w.isalpha()}:
+    for w in guard.known_words() | {w for w in listed if w.isalpha()} | _COMPUTING:
         words[w] = max(words.get(w, 0), _FLOOR + 1)
     return words
 
@@ -175,7 +187,9 @@ def _candidates(w: str, short: bool) -> dict[str, float]:
         if out.get(c, 0.0) < weight:
             out[c] = weight
 
-    for i in range(len(w) + 1):
+    # The first letter is taken as typed: slips there are rare, and the words one first letter away
+    # are mostly other words the dictionary lacks ("gmail"/"mail", "json"/"son", "bitrate"/"nitrate").
+    for i in range(1, len(w) + 1):
         a, b = w[:i], w[i:]
         for ch in _LETTERS:
             put(a + ch + b, DROP)  # the writer dropped `ch`
@@ -227,6 +241,10 @@ def correct(word: str) -> str | None:
 
 def _respell(text: str) -> str:
     upper = text.isupper()
+    freq = frequencies()
+    words = [w.lower() for w in _WORD.findall(text) if len(w) >= 3 and "'" not in w]
+    if sum(w not in freq for w in words) > max(2, UNKNOWN_SHARE * len(words)):
+        return text  # mostly words the dictionary lacks: another language, or jargon, not typos
     out: list[str] = []
     last = 0
     for m in _WORD.finditer(text):

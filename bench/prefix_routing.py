@@ -224,7 +224,9 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                 while time.perf_counter() - start < seconds:
                     await one(*workload.next())
                     if think:
-                        await asyncio.sleep(own.expovariate(1 / think))
+                        # Never past the end: no request follows it, and a think time drawn at the
+                        # end (mean clients / rate, 30 s at 0.2 req/s) held runs for minutes.
+                        await asyncio.sleep(min(own.expovariate(1 / think), max(0.0, seconds - (time.perf_counter() - start))))
 
             await asyncio.gather(*(client(k) for k in range(clients)))
             return run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, load_config, load_simulator_config
+from app.config import ConfigError, ModelAlias, load_config, load_simulator_config
 from tests.support import ROOT
 
 GOOD = """
@@ -179,3 +179,10 @@ def test_declared_apis_replace_the_flavours(tmp_path):
 def test_bad_apis_are_named_at_start(tmp_path, apis, expected):
     msg = error_for(tmp_path, GOOD.replace("model: m}", f"model: m, apis: {apis}}}"))
     assert expected in msg
+
+
+def test_latency_aware_ranks_streams_by_their_end_unless_the_alias_says_otherwise():
+    assert ModelAlias(backends=("a",)).ranks_streams_by() == "e2e"  # the default strategy
+    assert ModelAlias(backends=("a",), stream_objective="ttft").ranks_streams_by() == "ttft"
+    assert ModelAlias(backends=("a",), strategy="predicted_latency").ranks_streams_by() == "ttft"
+    assert ModelAlias(backends=("a",), strategy="prefix_aware").ranks_streams_by() == "ttft"

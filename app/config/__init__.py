@@ -275,9 +275,14 @@ class ModelAlias(Strict):
     # The alias to use when a backend rejects the prompt as too long for its context.
     context_fallback: str | None = None
     cache: CachePolicy = CachePolicy()
-    # predicted_latency ranks streams by predicted TTFT by default; `e2e` ranks them by time to the
-    # last token too (better tail latency for long streams, at some cost to first tokens).
-    stream_objective: Literal["ttft", "e2e"] = "ttft"
+    # What a stream is ranked by: `ttft` (its predicted first token) or `e2e` (its last). Unset, the
+    # strategy's own: `e2e` for latency_aware, `ttft` for predicted_latency and prefix_aware. On two real
+    # llama.cpp servers with mixed prompt lengths (issue 24), ranking streams by their first token sent a
+    # short prompt to the slow server whenever a long prefill held the quick one: its first token came
+    # sooner, its answer ~3x later, and the slow server stayed busy for the arrivals after it. Ranked by
+    # the end, latency_aware's median TTFT was 0.76x and median E2E 0.67x of the first-token ranking's,
+    # its p99s level (bench/real_backends.py --workload mixed, 2 repeats in one run).
+    stream_objective: Literal["ttft", "e2e"] | None = None
     # Under `ttft`, backends whose predicted first token is within this of the earliest count as tied,
     # and the one predicted to finish first wins: a long stream is not sent to the slowest decoder to
     # save a few milliseconds of prefill. 0 ranks by TTFT alone.
@@ -293,6 +298,12 @@ class ModelAlias(Strict):
     ttft_slo_ms: float | None = Field(None, gt=0)
     tpot_slo_ms: float | None = Field(None, gt=0)
     hedge: HedgePolicy = HedgePolicy()
+
+    def ranks_streams_by(self) -> Literal["ttft", "e2e"]:
+        """The stream objective: as set, else the strategy's own (latency_aware ranks by the end)."""
+        if self.stream_objective is not None:
+            return self.stream_objective
+        return "e2e" if self.strategy == "latency_aware" else "ttft"
 
 
 class RetryBudget(Strict):

@@ -360,7 +360,7 @@ def with_policy(base: RouteContext, spec: ModelAlias) -> RouteContext:
     """A new context: `base` as the alias's policy ranks it (what a stream is ranked by, whether cached
     prefixes count, its latency target)."""
     ctx = base.copy()
-    ctx.stream_objective = spec.stream_objective
+    ctx.stream_objective = spec.ranks_streams_by()
     ctx.ttft_tolerance_s = spec.ttft_tolerance_ms / 1000
     ctx.ttft_tolerance_ratio = spec.ttft_tolerance_ratio
     ctx.prefix_policy = spec.prefix

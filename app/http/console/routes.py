@@ -261,8 +261,9 @@ async def current_policy(request: Request) -> Response:
     operator(request)
     gw = request.app.state.gateway
     changes = _changes(request)
-    return _json({"models": {a: m.model_dump(mode="json", include={"strategy", "hedge", "slo_ms", "ttft_slo_ms", "tpot_slo_ms",
-                                                                   "ttft_tolerance_ms", "stream_objective", "backends", "fallbacks"})
+    return _json({"models": {a: {**m.model_dump(mode="json", include={"strategy", "hedge", "slo_ms", "ttft_slo_ms", "tpot_slo_ms",
+                                                                      "ttft_tolerance_ms", "backends", "fallbacks"}),
+                                 "stream_objective": m.ranks_streams_by()}
                              for a, m in gw.config.models.items()},
                   "config_file": None if changes is None else changes.path.name,
                   "audit": [] if changes is None else changes.audit(20)})

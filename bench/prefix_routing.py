@@ -359,9 +359,11 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
             "backends": {n: {"base_url": u, "model": "m", "flavor": backends.flavor, "max_concurrency": 64,
                              "timeouts": {"first_token_s": 120, "total_s": 180}}
                          for n, u in backends.urls.items()},
-            "models": {"fleet": {"backends": list(backends.urls), "strategy": strategy,
+            "models": {"fleet": {"backends": list(backends.urls), "strategy": strategy.partition(":")[0],
                                  "retry": {"max_attempts": 1},
-                                 "prefix": {"consistent_hashing": hashing}}},
+                                 "prefix": {"consistent_hashing": hashing},
+                                 # `latency_aware:ttft`: streams ranked by their first token
+                                 **({"stream_objective": strategy.partition(":")[2]} if ":" in strategy else {})}},
             "cache": {"store": "memory"},
         }
         path = tmp / f"gw-{port}.yaml"

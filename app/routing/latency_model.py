@@ -376,11 +376,14 @@ class LatencyModel:
         """Queueing the in-flight book does not explain (other clients of the backend), never negative."""
         return max(0.0, self.queue.get(time.monotonic() if now is None else now))
 
-    def ttft(self, prompt_tokens: int, now: float | None = None, queue_s: float | None = None) -> float:
-        """Time to the first token: network, `queue_s` (the residual queue when not given), prefill."""
-        t = _now(now)
+    def ttft(self, prompt_tokens: int, now: float | None = None, queue_s: float | None = None,
+             line: tuple[float, float] | None = None) -> float:
+        """Time to the first token: network, `queue_s` (the residual queue when not given), prefill on
+        the prefill `line` (fixed part, seconds per token) when the caller has read it already."""
+        t = time.monotonic() if now is None else now
         q = self.residual_queue(t) if queue_s is None else queue_s
-        return self.net.get(t) + q + self.prefill_s(prompt_tokens, t)
+        fixed, per_token = self.prefill.coefficients(t) if line is None else line
+        return self.net.get(t) + q + (fixed + per_token * prompt_tokens)
 
     def snapshot(self, now: float | None = None) -> dict:
         """The live figures, for /admin/backends (seconds, tokens per second, tokens)."""

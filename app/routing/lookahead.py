@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from app.routing.predict import estimate, failure_penalty, objective
+from app.routing.predict import figure_at
 
 if TYPE_CHECKING:
     from app.record import Estimate
@@ -57,41 +57,55 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
     """For each candidate, the delay placing this request there passes on to a like request arriving
     `gap` seconds later: the lowest predicted latency (failures priced in) it would then get, less the
     lowest it gets with this one placed nowhere (0: it loses nothing, here or by going elsewhere)."""
-    later = ctx.copy()
-    later.now, later.explore = ctx.now + gap, False
-
-    def predict_later(c: BackendState) -> float:
-        return objective(estimate(c, later, known_at=ctx.now), later) * failure_penalty(c, later.now)
-
-    alone = [predict_later(c) for c in candidates]
+    now = ctx.now
+    later = now + gap
+    # The in-flight book is simulated from now (what is known now), at the later instant.
+    alone = [figure_at(c, ctx, later, now) for c in candidates]
     unhindered = min(alone)
     out = [0.0] * len(candidates)
-    best = [i for i, a in enumerate(alone) if a == unhindered]
-    if len(best) == 1:
+    if alone.count(unhindered) == 1:
         # Only the one backend that alone offers the next arrival its best can pass a delay on: placed
         # anywhere else, this request leaves that best untouched (min(here, unhindered) - unhindered <= 0).
         # So one booking is simulated, not one per candidate.
-        i = best[0]
-        with booked(candidates[i], ctx, estimates[i]):
-            here = predict_later(candidates[i])
+        i = alone.index(unhindered)
+        c = candidates[i]
+        saved = book(c, ctx, estimates[i])
+        try:
+            here = figure_at(c, ctx, later, now)
+        finally:
+            unbook(c, saved)
         runner_up = min((a for j, a in enumerate(alone) if j != i), default=here)
         out[i] = max(0.0, min(here, runner_up) - unhindered)
     return out
 
 
-@contextmanager
-def booked(c: BackendState, ctx: RouteContext, est: Estimate) -> Iterator[None]:
-    """The request booked on `c` as its lease would book it (in flight, in the book, its uncached prompt
-    tokens as prefill load), and taken off again on exit."""
-    ticket = c.book_request(ctx.now, est, ctx.stream)
-    saved = (c.inflight, c.prefilling, c.uncached_inflight, c.prefill_busy_since)
+_Saved = tuple[int, int, int, float, float]
+
+
+def book(c: BackendState, ctx: RouteContext, est: Estimate) -> _Saved:
+    """Book the request on `c` as its lease would book it (in flight, in the book, its uncached prompt
+    tokens as prefill load); returns what `unbook` restores."""
+    saved = (c.book_request(ctx.now, est, ctx.stream), c.inflight, c.prefilling, c.uncached_inflight,
+             c.prefill_busy_since)
     c.inflight += 1
     if ctx.prefix is not None and ctx.prefix.keys and ctx.cached is not None:
         held = ctx.cached.get(c.name)
         c.start_prefill(max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0)), ctx.now)
+    return saved
+
+
+def unbook(c: BackendState, saved: _Saved) -> None:
+    """Take a `book`ed request off `c` again: its fields restored as they were, not undone by arithmetic
+    (float sums would leave residues)."""
+    ticket, c.inflight, c.prefilling, c.uncached_inflight, c.prefill_busy_since = saved
+    c.book.remove(ticket)
+
+
+@contextmanager
+def booked(c: BackendState, ctx: RouteContext, est: Estimate) -> Iterator[None]:
+    """The request `book`ed on `c`, and taken off again on exit."""
+    saved = book(c, ctx, est)
     try:
         yield
     finally:
-        # Restored as they were, not undone by arithmetic (float sums would leave residues).
-        c.book.remove(ticket)
-        c.inflight, c.prefilling, c.uncached_inflight, c.prefill_busy_since = saved
+        unbook(c, saved)

@@ -15,6 +15,7 @@ from app.record import Estimate
 
 if TYPE_CHECKING:
     from app.routing.context import RouteContext
+    from app.routing.latency_model import LatencyModel
     from app.routing.state import BackendState
 
 
@@ -24,12 +25,35 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     `ctx.now`) is when the in-flight book is simulated from: for an arrival expected later, the requests
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
     now is about to finish, but one due before the arrival has finished by then)."""
-    m, now = c.model, ctx.now
+    now = ctx.now
     ahead = c.inflight if ahead is None else ahead
-    queue = residual = m.residual_queue(now)
+    queue, ttft = _first_token(c, ctx, now, ahead, now if known_at is None else known_at)
+    decode_tokens = _decode_tokens(c.model, ctx, now)
+    return Estimate(queue, ttft, ttft + decode_tokens * c.model.answer_tpot(ahead + 1, now), decode_tokens)
+
+
+def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
+    """`predict`'s figure for this request on `c` were it placed at `now` (the in-flight book simulated
+    from `known_at`), with all that is in flight there ahead of it: the look-ahead's question, asked for
+    every candidate at every decision without deriving a context for that instant. A stream ranked by
+    its first token skips the decode, which that figure does not read."""
+    ahead = c.inflight
+    figure = _first_token(c, ctx, now, ahead, known_at)[1]
+    if not by_first_token(ctx):
+        m = c.model
+        figure += _decode_tokens(m, ctx, now) * m.answer_tpot(ahead + 1, now)
+    return figure * failure_penalty(c, now)
+
+
+def _first_token(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float) -> tuple[float, float]:
+    """(queue wait, time to first token) of `estimate`, at `now`."""
+    m = c.model
+    residual = m.queue.get(now)
+    # LatencyModel.residual_queue's max(0.0, ...), as a plain comparison (the same result; see below).
+    queue = residual = residual if residual > 0.0 else 0.0  # noqa: FURB136
     slots = m.slots
     if slots is not None and ahead >= slots:
-        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), now if known_at is None else known_at, slots)
+        at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), known_at, slots)
         if at is not None:
             queue += max(0.0, at - now)
         else:
@@ -40,30 +64,42 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
         queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
     prompt = ctx.prompt_tokens
     # The prefill line, read once: the backlog below and this prompt's own prefill both price with it.
-    fixed, per_token = m.prefill.coefficients(now)
-    if ctx.cached is not None:
+    line = fixed, per_token = m.prefill.coefficients(now)
+    held = ctx.cached
+    if held is not None:
         # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
         # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
         # prefilling the same prefix has finished it. A request that waits for a slot finds most of
         # that backlog done when it gets one: the longer of the two waits counts, not their sum.
-        backlog = c.prefilling * fixed + c.uncached_inflight * per_token
+        # (Plain comparisons for min() and max() here, with the same results: every candidate of every
+        # decision, and of its look-ahead, passes through.)
+        prefilling = c.prefilling
+        backlog = prefilling * fixed + c.uncached_inflight * per_token
         if backlog:
             # The prefill under way has been running since the backend went busy or the one before it
             # reached its first token; at most its own share of the backlog is done.
-            done = min(now - c.prefill_busy_since, backlog / max(1, c.prefilling))
-            backlog = max(0.0, backlog - done)
-        queue = residual + max(queue - residual, backlog)
-        cached = ctx.cached.get(c.name) if ctx.cached else None
+            share = backlog / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
+            done = now - c.prefill_busy_since
+            backlog -= share if share < done else done  # noqa: FURB136
+            if not backlog > 0.0:
+                backlog = 0.0
+        slot_wait = queue - residual
+        queue = residual + (backlog if backlog > slot_wait else slot_wait)  # noqa: FURB136
+        cached = held.get(c.name) if held else None
         if cached is not None and cached.tokens > 0:
             prompt = max(1, round(prompt - cached.tokens))
-            queue = max(queue, cached.ready_at - now)
-    # LatencyModel.ttft (network + queue + prefill) with the line read above.
-    ttft = m.net.get(now) + queue + (fixed + per_token * prompt)
+            ready = cached.ready_at - now
+            if ready > queue:  # noqa: PLR1730
+                queue = ready
+    return queue, m.ttft(prompt, now, queue, line)
+
+
+def _decode_tokens(m: LatencyModel, ctx: RouteContext, now: float) -> float:
+    """The answer's tokens after the first: the expected length, capped by (or exactly) max_tokens."""
     n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
     if ctx.max_tokens:
         n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
-    decode_tokens = max(0.0, n - 1)
-    return Estimate(queue, ttft, ttft + decode_tokens * m.answer_tpot(ahead + 1, now), decode_tokens)
+    return max(0.0, n - 1)
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:
@@ -74,7 +110,12 @@ def _turnover_s(c: BackendState, slots: int, now: float) -> float:
 
 def objective(est: Estimate, ctx: RouteContext) -> float:
     """The figure routing ranks by: TTFT for streams (unless their objective is e2e), E2E otherwise."""
-    return est.ttft_s if ctx.stream and ctx.stream_objective == "ttft" else est.e2e_s
+    return est.ttft_s if by_first_token(ctx) else est.e2e_s
+
+
+def by_first_token(ctx: RouteContext) -> bool:
+    """Whether the request is ranked by its first token (a stream, unless its objective is e2e)."""
+    return ctx.stream and ctx.stream_objective == "ttft"
 
 
 def failure_penalty(c: BackendState, now: float) -> float:
@@ -88,11 +129,11 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     estimates: list[Estimate] = []
     figures: list[float] = []
     kept: dict[str, Estimate] = {}
-    now = ctx.now
+    now, first = ctx.now, by_first_token(ctx)
     for c in candidates:
         e = kept[c.name] = estimate(c, ctx)
         estimates.append(e)
-        figures.append(objective(e, ctx) * failure_penalty(c, now))
+        figures.append((e.ttft_s if first else e.e2e_s) * failure_penalty(c, now))  # objective's
     ctx.estimates = kept
     return estimates, figures
 

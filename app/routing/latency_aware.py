@@ -168,18 +168,22 @@ class LatencyAware:
             return None
         if self.reuse.expected_tokens(ctx.now) < MIN_HOME_TOKENS:
             return None
+        blocks = [ctx.cached[c.name].blocks for c in candidates]
+        most = max(blocks)
+        if most and blocks.count(most) > 1:
+            # Two candidates hold as much of it as anyone (the home among them, or the home holds less):
+            # the prefix stays held wherever this request goes, so affinity keeps nothing and the
+            # predictions decide. (Three shared prompts on two llama.cpp servers all hashed to one home:
+            # once the other server held them too, bounded load still sent it 44 of 52 requests, which
+            # queued behind each other's cold prefills there: 366 ms mean warm TTFT against
+            # least_inflight's 145.) Known before any hashing.
+            return None
         n, group = len(candidates), ctx.prefix.group
         home = max(range(n), key=lambda i: rendezvous(group, candidates[i].name))
         at_home = ctx.cached[candidates[home].name]
         held = at_home.blocks
-        if any(ctx.cached[c.name].blocks > held for c in candidates):
-            return None
-        if held and any(ctx.cached[c.name].blocks >= held for i, c in enumerate(candidates) if i != home):
-            # Another candidate holds as much of it: the prefix stays held wherever this request goes, so
-            # affinity keeps nothing and the predictions decide. (Three shared prompts on two llama.cpp
-            # servers all hashed to one home: once the other server held them too, bounded load still
-            # sent it 44 of 52 requests, which queued behind each other's cold prefills there: 366 ms
-            # mean warm TTFT against least_inflight's 145.)
+        if held < most:
+            # Another candidate is known to hold more of the prompt.
             return None
         if held and at_home.leader is not None:
             # The home's copy of the prefix is busy (being prefilled, or in a running request's slot on

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ BLOCK_CHARS = 128
 CHARS_PER_TOKEN = 4.0
 # Believed share of a predicted match before any report has confirmed or denied one.
 PRIOR_ACCURACY = 0.8
+_RELEASE = operator.itemgetter(0)  # of a (predicted release, event) user of a prefix copy
 
 
 @dataclass(slots=True)
@@ -95,12 +97,12 @@ class BackendPrefixes:
         """(blocks, ready_at, leader, turnover): the longest leading run of `keys` believed cached here,
         when the last of them will have been computed (past for a settled prefix), the event that says
         so, and the tokens sent here since the least recently used of them was last used."""
-        ready, leader, n, oldest = 0.0, None, 0, self._written
-        blocks, ttl = self._blocks, self.ttl_s
+        ready, leader, oldest = 0.0, None, self._written
+        get, ttl = self._blocks.get, self.ttl_s
         # Every candidate of every decision walks its index through the prompt's blocks: plain
         # comparisons here, not a min() and a max() call per block (the same results).
-        for key in keys:
-            e = blocks.get(key)
+        for n, key in enumerate(keys):
+            e = get(key)
             if e is None or now - e.seen > ttl:
                 break
             if e.leader is not None:
@@ -110,7 +112,8 @@ class BackendPrefixes:
                 leader = e.leader
             if e.written < oldest:  # noqa: PLR1730 (see above)
                 oldest = e.written
-            n += 1
+        else:
+            n = len(keys)
         if n:
             first = self._blocks[keys[0]]
             busy = _busy_until(first)
@@ -219,7 +222,8 @@ def _busy_until(e: _Entry) -> tuple[float, Any] | None:
     (users - copies + 1)-th earliest predicted release, and the event set at it."""
     if not e.users or not e.copies:
         return None
-    users = sorted((u for u in e.users if not u[1].is_set()), key=lambda u: u[0])
+    users = [u for u in e.users if not u[1].is_set()]
     if len(users) < e.copies:
         return None
+    users.sort(key=_RELEASE)
     return users[len(users) - e.copies]

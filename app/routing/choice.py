@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from app.record import Estimate
 from app.routing.context import RouteContext
-from app.routing.predict import estimate, predict
+from app.routing.predict import decided, failure_penalty, objective
 from app.routing.state import BackendState
 
 
@@ -25,14 +25,17 @@ class RouteChoice:
     meets_target: bool = True  # the pick is predicted to meet the request's latency target (if it has one)
 
     def estimate(self, state: BackendState | None = None) -> Estimate | None:
-        """The latency model's estimate for the pick (or another candidate) now."""
+        """The latency model's estimate for the pick (or another candidate) now: the ranking's, where it made one."""
         state = state or self.state
-        return None if state is None else estimate(state, self.ctx)
+        return None if state is None else decided(state, self.ctx)
 
     @property
     def predicted_s(self) -> float | None:
-        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in."""
-        return None if self.state is None else predict(self.state, self.ctx)
+        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in
+        (`predict`'s figure, from the estimate the ranking made)."""
+        if self.state is None:
+            return None
+        return objective(decided(self.state, self.ctx), self.ctx) * failure_penalty(self.state, self.ctx.now)
 
 
 SCORE_MEANING = {

@@ -138,6 +138,14 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     return estimates, figures
 
 
+def decided(c: BackendState, ctx: RouteContext) -> Estimate:
+    """`estimate(c, ctx)` as the decision's ranking made it, where it made one (`ctx.estimates`): the
+    decision and whatever reads it (the target check, its explanation, the deadline check) are one
+    synchronous step, so nothing has changed since. Otherwise predicted now."""
+    kept = ctx.estimates.get(c.name) if ctx.estimates is not None else None
+    return kept if kept is not None else estimate(c, ctx)
+
+
 def predict(c: BackendState, ctx: RouteContext) -> float:
     """Predicted seconds to the first token (streams) or to the last (otherwise), failures priced in."""
     return objective(estimate(c, ctx), ctx) * failure_penalty(c, ctx.now)

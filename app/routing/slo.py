@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.deadline import positive_ms
-from app.routing.predict import estimate
+from app.routing.predict import decided
 
 if TYPE_CHECKING:
     from app.config import ModelAlias
@@ -61,7 +61,7 @@ def meets(c: BackendState, ctx: RouteContext) -> bool:
     t = ctx.target
     if not t:
         return True
-    est = estimate(c, ctx)
+    est = decided(c, ctx)
     if t.ttft_s is not None and est.ttft_s > t.ttft_s:
         return False
     return t.tpot_s is None or c.model.tpot(c.inflight + 1, ctx.now) <= t.tpot_s
@@ -79,7 +79,7 @@ def best_fit(pool: Sequence[BackendState], ctx: RouteContext, chosen: int) -> tu
     if chosen in feasible and len({_cost(pool[i]) for i in feasible}) == 1 and ctx.cached is not None:
         # Prefix-aware routing already chose a feasible warm backend: moving it would throw the cache away.
         return chosen, True
-    return min(feasible, key=lambda i: (_cost(pool[i]), -estimate(pool[i], ctx).ttft_s)), True
+    return min(feasible, key=lambda i: (_cost(pool[i]), -decided(pool[i], ctx).ttft_s)), True
 
 
 def _cost(c: BackendState) -> float:

@@ -128,9 +128,21 @@ class LatencyAware:
             # rate): on a CPU llama.cpp server a cold ~370-token prompt read as 0.12 s for 2-3 s, so the
             # first three requests of a run, sent before any answered, all went to one server while the
             # other stood idle. Until each candidate has been timed, fewer requests in flight go first.
+            # Of those with as many in flight, the one holding more of the prompt (a sibling there computing
+            # it) goes first: the prior prices a cold prefill elsewhere at 0.12 s and the wait for the
+            # sibling at its whole answer, so a burst's third copy of a prompt went cold to the other
+            # server (4.2 s, behind another cold prefill there) where the sibling's copy was 2.4 s away.
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
-            first = min(order, key=lambda i: (lagging[i], 0 if lagging[i] else candidates[i].inflight, scores[i]))
+            cached = ctx.cached
+
+            def untimed_rank(i: int) -> tuple:
+                if lagging[i]:
+                    return True, 0, 0, scores[i]
+                held = cached.get(candidates[i].name)
+                return False, candidates[i].inflight, -(held.blocks if held is not None else 0), scores[i]
+
+            first = min(order, key=untimed_rank)
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)

@@ -69,7 +69,9 @@ def test_consistent_placement_costs_at_most_the_expected_saving():
 
 
 def test_the_warm_backend_wins_by_the_prefill_it_saves_and_loses_when_its_queue_costs_more():
-    a, b = State("a"), State("b")
+    # Timed backends: the predictions decide (before any backend is timed, in-flight counts and what
+    # each holds of the prompt rank first).
+    a, b = timed(State("a"), State("b"))
     warm(b, ask("an earlier question"))
     policy = LatencyAware(exploration=0)
     assert policy.choose([a, b], ctx_for(ask("a new question")), 0)[0] == 1
@@ -389,3 +391,21 @@ def test_a_stream_long_past_its_predicted_first_token_is_evidence_of_a_slow_back
     for k in range(8):
         fleet = untimed_with_a_late_stream(homes[k], 0.3)
         assert policy.choose(fleet, ctx_for(ask(f"q {k}", f"Policy {k}. " * 150), now=10.0), k)[0] == homes[k]
+
+
+def test_before_any_backend_is_timed_a_burst_sibling_joins_the_backend_computing_its_prompt():
+    # Scripted state of a closed-loop burst on two real llama.cpp servers (6 clients at once, neither
+    # server timed): a computes p0 for one request and holds a second that waits for it; b does the same
+    # for p2. At the prior's GPU rate a cold prefill reads as 0.12 s and the wait for a's copy as its
+    # answers (~1 s), so the third p0 went cold to b: 4.2 s there, behind p2's cold prefill, where a's
+    # copy was free 2.4 s after the burst. With as many in flight, the one holding the prompt goes first.
+    p0, p2 = ask("q", "Policy zero. " * 150), ask("q", "Policy two. " * 150)
+    policy = LatencyAware(exploration=0)
+    for k in range(4):
+        fleet = [State("a"), State("b")]
+        for s, body in zip(fleet, (p0, p2)):
+            s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))  # untimed: the prior
+            s.prefixes.record(ctx_for(body).prefix.keys, now=1.0, ready_at=1.5, leader=asyncio.Event())
+            s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since = 2, 2, 600, 1.0
+        assert policy.choose(fleet, ctx_for(p0), k)[0] == 0
+        assert policy.choose(fleet, ctx_for(p2), k)[0] == 1

@@ -90,7 +90,7 @@ _THANKS = (r"(?:thanks|thank you|thank u|thanku|thankyou|thnks|tysm|th+x+|thnx|t
            r"regards|best regards|kind regards|best wishes|please help|pls help|plz help|help please|help pls|asap|please|pls|plz)"
            r"(?:\s+(?:a lot|so much|very much|again|in advance|guys|all|everyone|folks))*")
 _SIGNOFF = re.compile(
-    rf"(?:(?<=[?!.,;:)])\s*|\s+[-–—]\s*)(?:{_THANKS}[\s,!.:)]*)+(?:[-–—]?\s*[A-Z][a-z]{{1,15}})?[\s!.]*$"
+    rf"(?:(?<=[?!.,;:)*`\"'])\s*|\s+[-–—]\s*)(?:{_THANKS}[\s,!.:)]*)+(?:[-–—]?\s*[A-Z][a-z]{{1,15}})?[\s!.]*$"
     rf"|\s+(?:th+x+|tia|ty|tysm|thank u|pl+[sz]+|plea+se+|(?:pls|plz|please) help|(?:thx|thanks) in advance|asap(?: pls| plz| please)?"
     rf"|lol|lmao|haha+)[\s!.]*$",
     re.IGNORECASE,

@@ -24,6 +24,7 @@ from tests.cache.test_semantic_rules import chat, run  # noqa: F401 - the fixtur
     ("how do i boil an egg pls help", "how do i boil an egg"),
     ("Sorry if this is a dumb question, but is the shuttle free?", "Is the shuttle free?"),
     ("  **How do I boil an egg?**  ", "How do I boil an egg?"),
+    ("**How do I cast on for a scarf?**\n\nThanks,\nMaria", "How do I cast on for a scarf?"),  # markup, then a sign-off
     ("Is chocolate toxic for dogs? :) 🙏", "Is chocolate toxic for dogs?"),
     ("can u tell me how to fix ur router w/o a reset", "can you tell me how to fix your router without a reset"),
     ("whats the difference between let and var", "what's the difference between let and var"),

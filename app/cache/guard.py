@@ -442,18 +442,7 @@ def is_typo(x: str, y: str) -> bool:
         return False  # two unknown short words: too likely two names or codes
     if any(x == p + y or y == p + x for p in lx.NEGATING_PREFIXES):
         return False
-    return _one_edit(x, y)
-
-
-def _one_edit(x: str, y: str) -> bool:
-    if x == y or abs(len(x) - len(y)) > 1:
-        return False
-    if len(x) == len(y):
-        diff = [i for i in range(len(x)) if x[i] != y[i]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and x[diff[0]] == y[diff[1]] and x[diff[1]] == y[diff[0]])
-    short, long_ = (x, y) if len(x) < len(y) else (y, x)
-    i = next((i for i in range(len(short)) if short[i] != long_[i]), len(short))
-    return short[i:] == long_[i + 1:]
+    return normalise.one_edit(x, y)
 
 
 @lru_cache(maxsize=1)

@@ -379,7 +379,7 @@ def case_conflict(a: str, b: str) -> bool:
                 return True  # the same letters, both written with capitals, differently after the first: a unit or an acronym
     acronyms_a = [w for w in only_a if _acronym(w)]
     acronyms_b = [w for w in only_b if _acronym(w)]
-    return any(_one_edit(x.lower(), y.lower()) for x in acronyms_a for y in acronyms_b)
+    return any(one_edit(x.lower(), y.lower()) for x in acronyms_a for y in acronyms_b)
 
 
 def _acronym(w: str) -> bool:
@@ -387,7 +387,9 @@ def _acronym(w: str) -> bool:
     return len(w) >= 2 and (w.isupper() or any(c.isupper() for c in w[1:]))
 
 
-def _one_edit(x: str, y: str) -> bool:
+def one_edit(x: str, y: str) -> bool:
+    """One slip apart: a letter dropped, added or replaced, or two neighbours swapped (the guard's typo
+    test too)."""
     if x == y or abs(len(x) - len(y)) > 1:
         return False
     if len(x) == len(y):

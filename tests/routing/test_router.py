@@ -140,18 +140,24 @@ class LlamaBackend(FakeBackend):
     adapter: object = field(default_factory=LlamaCppAdapter)
 
 
-def test_a_llama_cpp_lease_holds_its_prompts_copy_until_released():
-    # Scripted, no server: the prefix is computed once (the first lease), then each later request on the
-    # same backend finds that one copy in use while a lease holds it, and waits for it rather than
-    # being counted warm and prefilled cold in another slot.
+def _one_llama_backend_and_a_long_prompt():
+    """A router over one llama.cpp backend, and a context maker for a prompt long enough to hold a prefix."""
     blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
     backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
 
     def ctx() -> RouteContext:
         return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks, cached={})
 
+    return blocks, ctx, Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
+
+
+def test_a_llama_cpp_lease_holds_its_prompts_copy_until_released():
+    # Scripted, no server: the prefix is computed once (the first lease), then each later request on the
+    # same backend finds that one copy in use while a lease holds it, and waits for it rather than
+    # being counted warm and prefilled cold in another slot.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
     async def main():
-        r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
         (await r.acquire("m", ctx=ctx())).release()  # computed it; its slot holds it, free now
         first = await r.acquire("m", ctx=ctx())
         assert first.prefix.blocks > 2 and first.prefix.leader is None and not first.burst_wait_s
@@ -172,14 +178,9 @@ def test_a_sibling_waiting_for_a_busy_copy_releases_it_when_predicted_not_a_cold
     # a second request waits for it (its estimate counts that wait). The copy frees when the second
     # ends as predicted, not after its burst-wait limit (at least a cold prefill) and then its whole
     # predicted time again.
-    blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
-    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
-
-    def ctx() -> RouteContext:
-        return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks, cached={})
+    blocks, ctx, r = _one_llama_backend_and_a_long_prompt()
 
     async def main():
-        r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
         m = r.states["a"].model
         for tokens in (300, 600):  # timed: a CPU server's ~5 ms a token
             m.observe_prefill(tokens, tokens * 0.005)

@@ -59,6 +59,11 @@ JUDGED_WORDS = ["quickly", "safely", "easily", "properly", "correctly", "cheaply
 KINDS = {"exact hit": "hit", "semantic hit": "semantic-hit", "judged hit": "semantic-hit", "miss (zero-latency backend)": "miss"}
 
 
+def _text(value: object) -> str:
+    """A Redis reply as text (the client returns bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
     proc = subprocess.Popen([str(ROOT / "scripts/redis-server"), "--port", str(port), "--logfile", str(tmp / "redis.log")])
@@ -137,7 +142,7 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
             await post(s, url, q, "judged")
         await asyncio.sleep(1.0)  # background writes
         client = redis.Redis(port=port)
-        scopes = {client.hget(k, "scope").decode() for k in client.scan_iter(f"{PREFIX}sem:*", count=1000)}
+        scopes = {_text(client.hget(k, "scope")) for k in client.scan_iter(f"{PREFIX}sem:*", count=1000)}
         fill_s = 0.0
         for scope in sorted(scopes):
             fill_s += fill(port, scope, entries)
@@ -177,7 +182,7 @@ async def parts(port: int, requests: int) -> dict[str, list[float]]:
     store = RedisStore(connect(f"redis://127.0.0.1:{port}/0", 5.0), PREFIX, model_id(EmbeddingConfig().quantization))
     client = redis.Redis(port=port)
     key = next(client.scan_iter(f"{PREFIX}sem:*", count=1000))
-    scope = client.hget(key, "scope").decode()
+    scope = _text(client.hget(key, "scope"))
     encoders = {q: OnnxEncoder(q, threads=1) for q in ("int8", "fp32")}
     out: dict[str, list[float]] = {"embedding int8 (1 thread)": [], "embedding fp32 (1 thread)": [],
                                    "KNN (Redis, scoped, k=4)": [], "guard (per candidate)": [],

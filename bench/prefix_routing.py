@@ -43,6 +43,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -270,11 +271,11 @@ class Backends:
 
 
 def sim_fleet(tmp: Path, n: int, cache_tokens: int, slow: float = 1.0) -> Backends:
-    specs = {f"sim{i}": dict(port=free_port(), model="m", **{**SIM, "prefix_cache_tokens": cache_tokens}) for i in range(n)}
+    specs: dict[str, dict[str, Any]] = {f"sim{i}": dict(port=free_port(), model="m", **{**SIM, "prefix_cache_tokens": cache_tokens}) for i in range(n)}
     if slow > 1:
         # Unequal servers: the last one prefills and decodes `slow` times slower.
         last = specs[f"sim{n - 1}"]
-        last["prefill_tokens_per_s"], last["tpot_ms"] = SIM["prefill_tokens_per_s"] / slow, SIM["tpot_ms"] * slow
+        last["prefill_tokens_per_s"], last["tpot_ms"] = last["prefill_tokens_per_s"] / slow, last["tpot_ms"] * slow
     fleet = Fleet.start(tmp, specs)
     # Capacity for cold prompts: prefills run one at a time (shared compute), so each backend finishes
     # at most prefill_rate / prompt_tokens requests a second (decode overlaps in the other slots).

@@ -33,7 +33,7 @@ import openai
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, wait_listening
+from bench.harness import ROOT, wait_healthy, wait_listening
 
 DATA = {"conversation-dev": ROOT / "bench/data/conversation_dev.jsonl", "independent": ROOT / "bench/data/independent_set.jsonl"}
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
@@ -94,14 +94,7 @@ def main() -> int:
             procs.append(subprocess.Popen([str(ROOT / "scripts/llama-server"), "--port", str(backend_port), "-c", "4096",
                                            "-np", "2", "-t", "2", "--alias", "m"],
                                           stdout=open(tmp / "llama.log", "w"), stderr=subprocess.STDOUT))
-            wait_listening(backend_port, procs[-1], timeout=300)
-            for _ in range(600):
-                try:
-                    if httpx.get(f"http://127.0.0.1:{backend_port}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.5)
+            wait_healthy(f"http://127.0.0.1:{backend_port}", procs[-1], timeout=300)
         (tmp / "gw.yaml").write_text(yaml.safe_dump(gateway_config(port, backend_port, args.backend)))
         procs.append(subprocess.Popen([str(ROOT / ".venv/bin/slipstream"), "serve", "--config", str(tmp / "gw.yaml")],
                                       stdout=open(tmp / "gw.log", "w"), stderr=subprocess.STDOUT))

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import yaml
 
 from app.ports import free_port
@@ -39,6 +40,22 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> No
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listening on {port}")
+
+
+def wait_healthy(root: str, proc: subprocess.Popen, timeout: float) -> None:
+    """Until `root`/health answers 200: llama-server listens, and answers 503, while it loads its model."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{root}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{root} not ready after {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 @dataclass

@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -26,6 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import wait_healthy
 from tests.support import free_port
 
 PROMPT = ("Here is a short passage about rivers. " * 24) + "\nSummarise the passage in one sentence:"
@@ -46,18 +46,10 @@ def run(binary: str, model: str, extra: list[str], repeats: int, threads: int, n
                              "-t", str(threads), "--cache-reuse", "0", *extra], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{binary} {' '.join(extra)} exited with {proc.returncode}: see {log.name}")
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{binary} not ready after 120 s")
-            time.sleep(0.2)
+        try:
+            wait_healthy(base, proc, timeout=120)
+        except RuntimeError as e:
+            raise SystemExit(f"{binary} {' '.join(extra)}: {e}: see {log.name}") from e
         prefill, decode = [], []
         for i in range(repeats + 1):
             # cache_prompt off and a distinct first word: every run prefills the whole prompt.

@@ -52,7 +52,7 @@ from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_messages, parse_verdict
 from app.cache.normalise import normalise
 from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
-from bench.harness import ROOT, free_port
+from bench.harness import ROOT, free_port, wait_healthy
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
         "independent": Path(__file__).resolve().parent / "data" / "independent_set.jsonl",
@@ -95,16 +95,12 @@ def start_llama(tmp_log: Path) -> tuple[subprocess.Popen, str, str]:
     proc = subprocess.Popen([str(ROOT / "scripts/llama-server"), "--port", str(port), "-c", "4096", "-np", "2",
                              "-t", "1", "--alias", "judge"], stdout=open(tmp_log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            return proc, url + "/v1", "judge"
-        except Exception:  # noqa: BLE001 - not listening yet
-            time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError(f"llama-server did not start: see {tmp_log}")
+    try:
+        wait_healthy(url, proc, timeout=300)
+    except RuntimeError as e:
+        proc.terminate()
+        raise RuntimeError(f"llama-server did not start ({e}): see {tmp_log}") from e
+    return proc, url + "/v1", "judge"
 
 
 class Scored:

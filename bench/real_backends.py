@@ -12,6 +12,9 @@ what the client measured), and Server-Timing's network p50/p99 with the queue it
 
     python bench/real_backends.py                   # 45 s per strategy at 70 % of capacity
     python bench/real_backends.py --seconds 30 --load 0.7 --duty 0.5
+    python bench/real_backends.py --json 0.5       # half the requests JSON (ranked by their end)
+
+With --json, TTFT figures are the streams' and the E2E error is also given for the JSON requests alone.
 """
 
 from __future__ import annotations
@@ -54,15 +57,19 @@ class Result:
     timing: dict | None = None
     at: float = 0.0  # when it was sent, seconds into its strategy's run
     words: int = 0  # the prompt's length in words (for --dump)
+    stream: bool = True  # False: a JSON request (--json), whose only figure is its end
 
 
 def prompt(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)) + ". Summarise."
 
 
-async def one(session: aiohttp.ClientSession, url: str, alias: str, text: str, max_tokens: int) -> Result:
+async def one(session: aiohttp.ClientSession, url: str, alias: str, text: str, max_tokens: int,
+              stream: bool = True) -> Result:
     body = {"model": alias, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.8}
+            "ignore_eos": True, "temperature": 0.8}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     first = 0.0
     try:
@@ -74,14 +81,15 @@ async def one(session: aiohttp.ClientSession, url: str, alias: str, text: str, m
             h = r.headers
             timing = {m.group(1): float(m.group(2)) for m in _TIMING.finditer(h.get("server-timing", ""))}
             async for chunk in r.content.iter_any():
-                if not first and b'"content"' in chunk:
+                if stream and not first and b'"content"' in chunk:
                     first = time.perf_counter() - t0
             e2e = time.perf_counter() - t0
     except (aiohttp.ClientError, TimeoutError):
         return Result(False)
     p_ttft, p_e2e = h.get("x-slipstream-predicted-ttft-ms"), h.get("x-slipstream-predicted-e2e-ms")
     return Result(True, h.get("x-slipstream-backend", ""), first or e2e, e2e,
-                  float(p_ttft) / 1000 if p_ttft else None, float(p_e2e) / 1000 if p_e2e else None, timing)
+                  float(p_ttft) / 1000 if p_ttft and stream else None, float(p_e2e) / 1000 if p_e2e else None,
+                  timing, stream=stream)
 
 
 async def throttle(pid: int, duty: float, stop: asyncio.Event) -> None:
@@ -113,17 +121,18 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
     return concurrency / statistics.fmean(times) if times else 0.1
 
 
-async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int) -> list[Result]:
+async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int,
+                    streams: list[bool]) -> list[Result]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         t0 = time.perf_counter()
 
-        async def fire(at: float, text: str) -> Result:
+        async def fire(at: float, text: str, stream: bool) -> Result:
             await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-            r = await one(session, url, alias, text, max_tokens)
+            r = await one(session, url, alias, text, max_tokens, stream)
             r.at, r.words = at, len(text.split())
             return r
 
-        return await asyncio.gather(*(fire(a, t) for a, t in zip(arrivals, texts)))
+        return await asyncio.gather(*(fire(a, t, st) for a, t, st in zip(arrivals, texts, streams)))
 
 
 async def admin_models(url: str) -> dict:
@@ -162,7 +171,8 @@ def median_row(name: str, rows: list[dict]) -> dict:
 
 def report(name: str, results: list[Result]) -> dict:
     ok = [r for r in results if r.ok]
-    ttft, e2e = [r.ttft_s for r in ok], [r.e2e_s for r in ok]
+    # A JSON request has no first token of its own: TTFT figures are the streams'.
+    ttft, e2e = [r.ttft_s for r in ok if r.stream] or [r.e2e_s for r in ok], [r.e2e_s for r in ok]
     share = sum(1 for r in ok if r.backend == "quick") / len(ok) if ok else 0.0
     row = {"strategy": name, "requests": len(results), "errors": len(results) - len(ok), "quick_share": share,
            "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
@@ -171,6 +181,8 @@ def report(name: str, results: list[Result]) -> dict:
     pe = [abs(r.predicted_e2e_s - r.e2e_s) / r.e2e_s for r in ok if r.predicted_e2e_s and r.e2e_s > 0]
     row["ttft_pred_err_p50"] = statistics.median(pt) if pt else float("nan")
     row["e2e_pred_err_p50"] = statistics.median(pe) if pe else float("nan")
+    pj = [abs(r.predicted_e2e_s - r.e2e_s) / r.e2e_s for r in ok if not r.stream and r.predicted_e2e_s and r.e2e_s > 0]
+    row["json_e2e_pred_err_p50"] = statistics.median(pj) if pj else float("nan")
     # Server-Timing is in ms already; percentile() takes seconds.
     net = [r.timing["network"] / 1000 for r in ok if r.timing and "network" in r.timing]
     queue = [r.timing.get("queue", 0.0) / 1000 for r in ok if r.timing]
@@ -193,6 +205,8 @@ async def main() -> None:
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help="comma-separated; `latency_aware:e2e` ranks streams by predicted end-to-end time")
     ap.add_argument("--repeats", type=int, default=1, help="runs of every strategy (order rotated each run)")
+    ap.add_argument("--json", type=float, default=0.0,
+                    help="share of requests sent as JSON (not streamed), drawn once for every strategy")
     ap.add_argument("--dump", default=None, help="write every request's predicted and measured figures (JSON)")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
@@ -202,6 +216,7 @@ async def main() -> None:
     quick = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
     slow = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
     stop = asyncio.Event()
+    assert slow.proc is not None
     throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
     port = free_port()
     config = {
@@ -227,7 +242,11 @@ async def main() -> None:
             t += rng.expovariate(rate)
             arrivals.append(t)
         lengths = [word_count(rng, args.workload) for _ in arrivals]  # one schedule for every strategy
-        print(f"workload {args.workload}; load average {os.getloadavg()[0]:.1f} at start")
+        # Drawn from their own generator: the schedule and prompts of a run without --json stay as they were.
+        pick = random.Random(args.seed + 1)
+        streams = [pick.random() >= args.json for _ in arrivals]
+        print(f"workload {args.workload}; load average {os.getloadavg()[0]:.1f} at start; "
+              f"{sum(not x for x in streams)} of {n} requests JSON")
         print(f"capacity {capacity:.2f} req/s (closed loop, c={2 * args.slots * 2}); offered {rate:.2f} req/s "
               f"({args.load:.0%}), {n} requests per strategy, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}",
               flush=True)
@@ -240,7 +259,7 @@ async def main() -> None:
                 if args.dump:
                     models.append({"before": s, "run": rep + 1, "backends": await admin_models(url)})
                 texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
-                results = await open_loop(url, s, arrivals, texts, args.max_tokens)
+                results = await open_loop(url, s, arrivals, texts, args.max_tokens, streams)
                 runs[s].append(results)
                 dump[s] += [r.__dict__ for r in results]
                 row = report(s, results)
@@ -267,7 +286,8 @@ async def main() -> None:
     p = rows[0]
     print()
     print(f"aims: median prediction error TTFT {p['ttft_pred_err_p50']:.0%} / E2E {p['e2e_pred_err_p50']:.0%} (<= 20 %); "
-          f"quick share {p['quick_share']:.0%} (>= 70 %); Server-Timing network p99 {p['network_ms_p99']:.2f} ms (<= 5 ms)")
+          f"quick share {p['quick_share']:.0%} (>= 70 %); Server-Timing network p99 {p['network_ms_p99']:.2f} ms (<= 5 ms)"
+          + (f"; JSON requests' E2E error {p['json_e2e_pred_err_p50']:.0%}" if args.json else ""))
     for other in rows[1:]:
         print(f"vs {other['strategy']}: p99 TTFT {p['ttft_p99'] / other['ttft_p99']:.2f}x, "
               f"p99 E2E {p['e2e_p99'] / other['e2e_p99']:.2f}x, p50 TTFT {p['ttft_p50'] / other['ttft_p50']:.2f}x, "

@@ -67,9 +67,9 @@ class ContextAligner:
         unaligned = guard.unaligned(cached, query)
         if unaligned is None:
             return Verdict(False, "unaligned")
-        # One more encoder pass per question: bounded like an embedding (`embedding.timeout_ms`) and by
+        # One more encoder pass per question: bounded like two embeddings (`Embedder.wait_s`) and by
         # the caller's time left; late is a no, never a wait on the request's whole deadline.
-        deadline = time.monotonic() + min(timeout_s, self._embedder.config.timeout_ms / 1000)
+        deadline = time.monotonic() + min(timeout_s, self._embedder.wait_s(2))
         states = await asyncio.gather(*(self._states(t, deadline) for t in (cached, query)))
         if states[0] is None or states[1] is None:
             return Verdict(False, "timeout")

@@ -130,6 +130,9 @@ class Embedder:
         self.embedded = 0
         self.timeouts = 0
         self.failures = 0
+        # The model's recent wall time per text on its thread (a moving average over about the last
+        # ten batches): what `wait_s` allows beyond `timeout_ms`. 0 until the first lookup.
+        self.per_text_s = 0.0
 
     async def start(self) -> None:
         """Load the model (building the graph if needed) and warm it, off the event loop; then start
@@ -140,11 +143,23 @@ class Embedder:
         self._thread = threading.Thread(target=self._serve, args=(encoder,), name="embedder", daemon=True)
         self._thread.start()
 
+    def wait_s(self, texts: int = 1) -> float:
+        """How long a lookup that needs `texts` embeddings waits for them: `timeout_ms` beyond twice the
+        model's recent time for that many texts, at most `max_wait_ms` (never less than `timeout_ms`).
+
+        A fixed wait lost hits whenever the box was busy: under load one text can take 20-40 ms of wall
+        time, and a conversation whose earlier turns differ needs two more. Measured time scales the
+        wait with the load; the allowance on top bounds the queue, so a swamped or stuck model still
+        costs a miss no more than `max_wait_ms`."""
+        cfg = self.config
+        allowance = cfg.timeout_ms / 1000
+        return max(allowance, min(cfg.max_wait_ms / 1000, allowance + 2 * texts * self.per_text_s))
+
     async def embed(self, text: str, timeout_s: float | None = None) -> np.ndarray | None:
-        """The text's vector; None if it is not ready within timeout_s (default: the configured one)
-        or the model failed. The cache then treats the request as a miss."""
+        """The text's vector; None if it is not ready within timeout_s (default: `wait_s()`) or the
+        model failed. The cache then treats the request as a miss."""
         if timeout_s is None:
-            timeout_s = self.config.timeout_ms / 1000
+            timeout_s = self.wait_s()
         if timeout_s <= 0:
             self.timeouts += 1
             return None
@@ -201,7 +216,10 @@ class Embedder:
             results: list[tuple[_Job, object, BaseException | None]] = []
             if embeds:
                 try:
+                    started = time.perf_counter()
                     vectors = encoder.encode([j.text for j in embeds])
+                    per_text = (time.perf_counter() - started) / len(embeds)
+                    self.per_text_s = per_text if not self.batches else 0.9 * self.per_text_s + 0.1 * per_text
                     results += [(j, v, None) for j, v in zip(embeds, vectors)]
                     self.batches += 1
                     self.embedded += len(embeds)

@@ -1,7 +1,7 @@
 """The cache stage: decide per request what may be looked up and stored, look up, store.
 
 Fails open: a store that errors or answers slower than `cache.timeout_ms`, an embedding later than
-its timeout or the request's deadline, or a verifier without a verdict makes the request a miss,
+its wait (`Embedder.wait_s`) or the request's deadline, or a verifier without a verdict makes the request a miss,
 counts it, and logs at most one line per interval. No request fails because of the cache. Writes go
 through a background writer (app/cache/writer.py) and never hold up a response.
 """
@@ -175,7 +175,7 @@ class Cache:
         policy = plan.policy.semantic
         t0 = time.perf_counter()
         left = (lambda: deadline.remaining()) if deadline is not None else (lambda: float("inf"))
-        plan.vector = await embedder.embed(q.text, min(self.config.embedding.timeout_ms / 1000, left()))
+        plan.vector = await embedder.embed(q.text, min(embedder.wait_s(), left()))
         plan.embed_s = time.perf_counter() - t0
         if plan.vector is None:
             self.stats.embed_timeouts += 1
@@ -253,7 +253,7 @@ class Cache:
         if todo:
             embedder = self.embedder
             assert embedder is not None  # only a semantic lookup compares turns
-            timeout = min(self.config.embedding.timeout_ms / 1000, left())
+            timeout = min(embedder.wait_s(len(todo)), left())
             got = await asyncio.gather(*(embedder.embed(t, timeout) for t in todo))
             if any(v is None for v in got):
                 self.stats.embed_timeouts += 1

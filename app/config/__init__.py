@@ -338,9 +338,12 @@ class EmbeddingConfig(Strict):
     threads: int = Field(1, ge=1)
     # int8 (dynamic quantisation, ~3x faster) or fp32. Each has its own vector index: never mixed.
     quantization: Literal["int8", "fp32"] = "int8"
-    # A lookup whose embedding is not ready within this is a miss (fail open); a request's own
-    # deadline shortens it.
+    # How long a lookup waits for the model beyond the model's own recent time for the texts it needs
+    # (measured on the model's thread, so a loaded box that takes 20 ms a text still gets its hits);
+    # later is a miss (fail open). The request's own deadline shortens it (README, "Embedding wait").
     timeout_ms: float = Field(50.0, gt=0)
+    # ... and never longer than this in all: a model that is swamped or stuck costs a miss at most this.
+    max_wait_ms: float = Field(250.0, gt=0)
     batch_max: int = Field(32, ge=1)
     # Extra wait to fill a batch; 0 batches only what queued while the previous batch ran.
     batch_wait_ms: float = Field(0.0, ge=0)

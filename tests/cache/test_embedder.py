@@ -151,3 +151,116 @@ def test_close_stops_the_model_thread():
     thread = asyncio.run(main())
     thread.join(5.0)
     assert not thread.is_alive()
+
+
+class _SlowModel:
+    """Stands in for OnnxEncoder: `seconds` of wall time per text (a loaded box), then a fixed vector."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        import time
+
+        time.sleep(self.seconds * len(texts))
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        out[:, 0] = 1.0
+        return out
+
+
+def _serving(e: Embedder, model: _SlowModel) -> None:
+    import threading
+
+    e._thread = threading.Thread(target=e._serve, args=(model,), daemon=True)
+    e._thread.start()
+
+
+def test_the_wait_for_an_embedding_follows_the_models_measured_time_under_load():
+    """A fixed 20 ms wait loses every lookup when the box is so busy that a text takes 60 ms. The wait
+    is `timeout_ms` beyond twice the model's measured time per text, so after one slow text the next
+    lookup waits long enough and is served; a lookup that needs three texts (a conversation whose
+    earlier turns differ) waits for three."""
+
+    async def main():
+        e = Embedder(EmbeddingConfig(timeout_ms=20, max_wait_ms=1000))
+        _serving(e, _SlowModel(0.06))
+        try:
+            assert e.wait_s() == pytest.approx(0.02)  # nothing measured yet: timeout_ms alone
+            first = await e.embed("How do I reset my router?")
+            await asyncio.sleep(0.1)  # the model finishes the text its caller gave up on, and times it
+            second = await e.embed("How do I reset my router?")
+            return first, second, e.per_text_s, e.wait_s(1), e.wait_s(3), e.timeouts
+        finally:
+            await e.aclose()
+
+    first, second, per_text, one, three, timeouts = asyncio.run(main())
+    assert first is None and timeouts == 1  # late before the model was measured: a miss, as before
+    assert second is not None  # measured: the wait covers the loaded model
+    assert 0.05 < per_text < 0.2
+    assert one == pytest.approx(0.02 + 2 * per_text) and three == pytest.approx(0.02 + 6 * per_text)
+
+
+def test_a_stuck_model_costs_a_lookup_at_most_max_wait_ms():
+    async def main():
+        e = Embedder(EmbeddingConfig(timeout_ms=20, max_wait_ms=150))
+        e.per_text_s = 5.0  # the model took seconds a text: it is swamped or stuck
+        _serving(e, _SlowModel(0.5))
+        try:
+            assert e.wait_s(4) == pytest.approx(0.15)
+            t0 = asyncio.get_running_loop().time()
+            got = await e.embed("How do I reset my router?")
+            return got, asyncio.get_running_loop().time() - t0
+        finally:
+            await e.aclose()
+
+    got, waited = asyncio.run(main())
+    assert got is None and 0.14 < waited < 0.4
+
+
+def test_a_configured_timeout_above_max_wait_is_kept():
+    """`max_wait_ms` caps what measurement adds, never what was configured (tests set 5 s timeouts)."""
+    e = Embedder(EmbeddingConfig(timeout_ms=5000))
+    e.per_text_s = 1.0
+    assert e.wait_s() == pytest.approx(5.0)
+
+
+def test_a_conversation_lookup_on_a_loaded_box_is_served_not_timed_out():
+    """The end-to-end miss that the fixed 50 ms wait caused at load 3.2: a conversation whose earlier
+    user turn is reworded needs three embeddings (the last turn, then both earlier turns). Here each
+    takes 30 ms more than the model's own time, against a 20 ms `timeout_ms`: served, nothing late."""
+    from app.cache.entry import CachedAnswer
+    from app.cache.keys import SemanticQuery
+    from app.cache.service import Cache, CachePlan
+    from app.cache.store import MemoryStore
+    from app.config import CacheConfig, CachePolicy
+
+    class Loaded:
+        def __init__(self, encoder: OnnxEncoder) -> None:
+            self.encoder = encoder
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            import time
+
+            time.sleep(0.03 * len(texts))
+            return self.encoder.encode(texts)
+
+    reply = "Got it, a three-year-old."
+    cached = SemanticQuery("scope", "What should she eat for breakfast?", ("I have a 3 year old daughter.", reply), ("user", "assistant"))
+    asked = SemanticQuery("scope", "What should she eat for breakfast?", ("My daughter is three years old.", reply), ("user", "assistant"))
+
+    async def main():
+        config = CacheConfig(embedding=EmbeddingConfig(timeout_ms=20, max_wait_ms=1000))
+        e = Embedder(config.embedding)
+        _serving(e, Loaded(OnnxEncoder()))  # type: ignore[arg-type]
+        cache = Cache(config, MemoryStore(100), e)
+        try:
+            vector = await e.embed(cached.text, 5.0)  # the answer stored earlier; the model is now measured
+            await cache.store.add_vector(cached.scope, vector, cached.stored(), CachedAnswer({"ok": 1}, 0, 1e12).to_bytes(), 300)
+            plan = CachePlan(CachePolicy(), lookup=True, semantic=asked, threshold=0.75)
+            hit = await cache.lookup(plan)
+            return hit, cache.stats.embed_timeouts
+        finally:
+            await cache.aclose()
+
+    hit, late = asyncio.run(main())
+    assert late == 0 and hit is not None and hit.kind == "semantic-hit"

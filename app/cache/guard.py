@@ -5,7 +5,8 @@ Embeddings score one-word edits ("avoid"/"add", "safe"/"unsafe", "full-time"/"pa
 opposites are never complete, so the guard works the other way round: it normalises both questions
 (case, question frames, politeness, contractions, numbers written out, British spellings,
 inflections, a few true synonyms), then aligns their content words. Every word that differs must be
-shown equal: a known synonym, an inflection, or a typo of a known word. Anything else (an antonym,
+shown equal: a known synonym (the lists, or WordNet synonyms in their most frequent sense:
+app/cache/wordnet.py), an inflection, or a typo of a known word. Anything else (an antonym,
 a negative prefix, a sibling value, an added qualifier, another number, unit, date or name) rejects
 the match. Role words keep their objects: "from Paris to Rome" is not "from Rome to Paris".
 """
@@ -21,7 +22,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from app.cache import lexicon as lx
-from app.cache import normalise
+from app.cache import normalise, wordnet
 
 _TIME = re.compile(r"\b(\d{1,2})(?:[:.](\d{2}))?\s*(a\.?m\b\.?|p\.?m\b\.?)")
 _WORD_TIME = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)(?=\s*(?:o'clock\s*)?[ap]\.?m\b)")
@@ -243,11 +244,14 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     questions differ in *structure*, not in one slot:
     - no single word stands in the place of a single other word with the same words around it (what
       every sibling, antonym and entity trap does: "large dog" / "small dog", "flu shot" / "tetanus
-      shot"; a rewording that only swaps one word for a synonym is lost with them);
+      shot"), unless WordNet gives the most frequent sense of one as a sense of the other, and not
+      as its opposite ("who composed" / "who wrote"; app/cache/wordnet.py);
     - no word is added or dropped between two words both questions have in the same order (a
-      qualifier: "filed last year" / "filed this year"), determiners excepted; a predicate a rewording
-      moves there ("should I use oil on a board" / "is oil better for a board") is lost with them, since
-      its opposite reads alike in context ("is oil bad for a board");
+      qualifier: "filed last year" / "filed this year"), determiners excepted, and words WordNet knows
+      that have no opposite in any sense ("my web browser", "how many times a week"). A polar word
+      ("last", "better", "senior") never is: a predicate a rewording moves there ("should I use oil
+      on a board" / "is oil better for a board") reads alike in context with its opposite ("is oil
+      bad for a board"), and a name or a word WordNet lacks may be anything;
     - no word is added or dropped after the last word both questions share (a scope: "... at night").
     What the contextual check then asks of each word is in app/cache/context.py. Identical words in
     another order are never returned: nothing differs, and the order is the point.
@@ -335,9 +339,12 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
     None when the questions differ in one slot (see `unaligned`)."""
     xa = [t.canon for t in ta if t.canon not in lx.LIGHT]
     xb = [pairs.get(t.canon, t.canon) for t in tb if t.canon not in lx.LIGHT]
+    surface_a = {t.canon: t.surface for t in ta}
+    surface_b = {pairs.get(t.canon, t.canon): t.surface for t in tb}
     kind: dict[tuple[int, str], str] = {}
     for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
-        if op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing:
+        if (op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing
+                and not wordnet.one_sense(surface_a[xa[i1]], surface_b[xb[j1]])):
             return None  # one word in another's place, the same words around it (not a shared word moved)
         if op == "replace":
             kind.update({(0, w): "replaced" for w in xa[i1:i2]} | {(1, w): "replaced" for w in xb[j1:j2]})
@@ -346,7 +353,10 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
                 for w in words:
                     kind.setdefault((side, w), "added")
             inside = 0 < i1 and i2 < len(xa) and 0 < j1 and j2 < len(xb) and xa[i1 - 1] == xb[j1 - 1] and xa[i2] == xb[j2]
-            if inside and any(w in differing and w not in lx.DETERMINERS for w in xa[i1:i2] + xb[j1:j2]):
+            inserted = [(surface_a if w in xa[i1:i2] else surface_b)[w] for w in xa[i1:i2] + xb[j1:j2]
+                        if w in differing and w not in lx.DETERMINERS]
+            if inside and (any(not wordnet.known(w) or wordnet.polar(w) for w in inserted)
+                           or _new_head(surface_a.get(xa[i1 - 1], xa[i1 - 1]), inserted)):
                 return None  # a qualifier between two shared words
     added = {k for k, v in kind.items() if v == "added" and k[1] in differing}
     shared = set(xa) & set(xb)
@@ -356,6 +366,12 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
         if not any(x in shared for x in seq[last + 1:]):
             return None  # after the last shared word: a scope
     return added
+
+
+def _new_head(before: str, inserted: list[str]) -> bool:
+    """A noun put straight after a noun becomes what is asked about ("betta fish" / "betta fish eggs",
+    "dog" / "dog food"): the shared noun is then only its qualifier."""
+    return bool(inserted) and wordnet.noun(before) and wordnet.noun(inserted[0])
 
 
 def _names(text: str) -> set[str]:
@@ -401,7 +417,7 @@ def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | No
     left = list(only_a.elements())
     pairs = {}
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
+        match = next((ca for ca in left if _equal(surface_a[ca], surface_b[cb])), None)
         if match is None:
             return None
         left.remove(match)
@@ -417,13 +433,19 @@ def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str
     pairs: dict[str, str] = {}
     rest_b: Counter = Counter()
     for cb in only_b.elements():
-        match = next((ca for ca in left if is_typo(surface_a[ca], surface_b[cb])), None)
+        match = next((ca for ca in left if _equal(surface_a[ca], surface_b[cb])), None)
         if match is None:
             rest_b[cb] += 1
             continue
         left.remove(match)
         pairs[cb] = match
     return pairs, Counter(left), rest_b
+
+
+def _equal(x: str, y: str) -> bool:
+    """Two differing words that say the same: a typo of one another, or WordNet synonyms in their usual
+    senses (app/cache/wordnet.py)."""
+    return is_typo(x, y) or (x.isalpha() and y.isalpha() and wordnet.synonyms(x, y))
 
 
 def is_typo(x: str, y: str) -> bool:

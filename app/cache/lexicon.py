@@ -45,6 +45,9 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # "what is the number of moons of Jupiter" / "how many moons does Jupiter have").
     (r"\bwhat (?:makes|causes) ((?:\w+ ){1,3})to (\w+)", r"why \1\2"),  # "what causes cats to purr"
     (r"\bwhat (?:makes|causes|made|caused)\b", "why"),
+    (r"\bwhat(?:'s| is) the reason(?: why| that)?\b", "why"),
+    # "keep/prevent X from doing" is "stop X from doing" (only with "from": "keep the receipt" is not "stop" it).
+    (r"\b(?:keep|prevent)\b(?=(?: \w+){1,3} from \w+ing\b)", "stop"),
     (r"\bwhat(?: is| are)? the number of\b", "how many"),
     (r"\bwhat number of\b", "how many"),
     (r"\bhow many ((?:\w+ ){1,3})(?:does|do) (.+?) have$", r"how many \1of \2"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache import history, normalise
+from app.cache import history, normalise, wordnet
 from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
@@ -355,6 +355,7 @@ class Cache:
         if self.embedder is not None:
             await self.embedder.start()
             await asyncio.to_thread(normalise.warm)  # the spelling dictionary, read before the first request
+            await asyncio.to_thread(wordnet.lexicon)  # WordNet (the guard's synonyms and opposites), likewise
 
     async def aclose(self) -> None:
         await asyncio.gather(*self._pending, return_exceptions=True)

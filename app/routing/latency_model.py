@@ -189,8 +189,9 @@ class AnswerDecode:
 
     @staticmethod
     def level(load: float) -> int:
-        n = max(1, round(load))
-        return n if n <= 4 else 1 << (n - 1).bit_length()
+        if type(load) is int and 0 <= load < len(_LEVELS):  # every prediction asks: a table, built once
+            return _LEVELS[load]
+        return _level(load)
 
     def add(self, load: float, per_token_s: float, now: float) -> None:
         """A whole answer sent with `load` in flight (this one included)."""
@@ -366,8 +367,15 @@ class LatencyModel:
 
     def answer_tpot(self, load: float, now: float) -> float:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
-        included): the median of recent such answers, else the TPOT line at that load."""
-        return self.answers.get(load, self.tpot(load, now), now)
+        included): the median of recent such answers, else the TPOT line at that load. The line is read
+        either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
+        comparisons for its min() and max() (the same results; every prediction passes through)."""
+        a, b = self.decode.coefficients(now)
+        slots = self.slots
+        batch = load if slots is None or not slots < load else slots
+        extra = batch - 1.0
+        line = a + b * (extra if extra > 0.0 else 0.0)  # noqa: FURB136 (see above)
+        return self.answers.get(load, line if line > MIN_TPOT_S else MIN_TPOT_S, now)  # noqa: FURB136
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return self.prefill.at(prompt_tokens, _now(now))
@@ -400,6 +408,15 @@ class LatencyModel:
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
         }
+
+
+def _level(load: float) -> int:
+    """AnswerDecode's level of an in-flight count: itself up to 4, then the power of two at or above it."""
+    n = max(1, round(load))
+    return n if n <= 4 else 1 << (n - 1).bit_length()
+
+
+_LEVELS = tuple(_level(n) for n in range(257))
 
 
 def _now(now: float | None) -> float:

@@ -57,11 +57,12 @@ class InflightBook:
     already gone, so its queue read as none (0.5 s predicted, 2.4 s measured). An overdue request is
     now about to finish, never already finished."""
 
-    __slots__ = ("_entries", "_next")
+    __slots__ = ("_entries", "_next", "_streams")
 
     def __init__(self) -> None:
         self._entries: dict[int, _Booked] = {}
         self._next = 0
+        self._streams = 0  # of them, streams: `overdue` reads only those (none: no scan at all)
 
     def add(self, start: float, ttft_s: float, decode_tokens: float, prefill_s: float | None = None,
             reports_first_token: bool = False) -> int:
@@ -69,6 +70,7 @@ class InflightBook:
         (all of it when not given) once it has a slot; returns the ticket to remove it with. With
         `reports_first_token` (a stream), a request with no first token yet has not begun to decode."""
         self._next += 1
+        self._streams += reports_first_token
         self._entries[self._next] = _Booked(start, ttft_s, ttft_s if prefill_s is None else prefill_s, decode_tokens,
                                             reports_first_token)
         return self._next
@@ -86,7 +88,9 @@ class InflightBook:
             e.news_at, e.decoded = at, tokens
 
     def remove(self, ticket: int) -> None:
-        self._entries.pop(ticket, None)
+        e = self._entries.pop(ticket, None)
+        if e is not None and e.stream:
+            self._streams -= 1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -127,6 +131,8 @@ class InflightBook:
         (a llama.cpp server says how much of the prompt it processed only in its last chunk). On a
         server never timed, whose model still holds a GPU's prior, this is the only evidence there is."""
         worst = 1.0
+        if not self._streams:  # JSON requests only (or none): the scan below would find nothing
+            return worst
         for e in self._entries.values():
             if e.stream and e.ttft_s > 0:
                 waited = (e.first_at or now) - e.sent

@@ -51,17 +51,36 @@ class PromptBlocks:
         return self.keys[0] if self.keys else b""
 
 
+# Block keys already computed, by what they hash (the key before and the block's bytes): a shared system
+# prompt is hashed once, not at every request that carries it. Emptied when full.
+_KEYS: dict[bytes, bytes] = {}
+KEY_CACHE_ENTRIES = 8192  # ~2 MB: a few hundred 2 KB prompts' blocks
+
+
 def prompt_blocks(text: str) -> PromptBlocks:
-    """The block keys of a prompt's canonical text (the client protocol's `prefix_text`)."""
+    """The block keys of a prompt's canonical text (the client protocol's `prefix_text`).
+
+    Each key is blake2b of the key before and the block's UTF-8 bytes. A block repeated behind the same
+    key (every request's copy of a shared prefix) is looked up rather than hashed again: 2.4 KB of chat
+    prompt took 13 us to hash, 4.4 us to look up. ASCII text (one byte a character) is encoded once."""
     keys: list[bytes] = []
     prev = b""
-    for start in range(0, len(text), BLOCK_CHARS):
-        chunk = text[start:start + BLOCK_CHARS]
-        if len(chunk) < BLOCK_CHARS and keys:
+    n = len(text)
+    data = text.encode() if text.isascii() else None
+    get = _KEYS.get
+    for start in range(0, n, BLOCK_CHARS):
+        end = start + BLOCK_CHARS
+        if end > n and keys:
             break  # a partial last block is not cached by block-based servers
-        prev = hashlib.blake2b(prev + chunk.encode(), digest_size=12).digest()
-        keys.append(prev)
-    return PromptBlocks(keys, len(text))
+        link = prev + (data[start:end] if data is not None else text[start:end].encode())
+        key = get(link)
+        if key is None:
+            if len(_KEYS) >= KEY_CACHE_ENTRIES:
+                _KEYS.clear()
+            key = _KEYS[link] = hashlib.blake2b(link, digest_size=12).digest()
+        prev = key
+        keys.append(key)
+    return PromptBlocks(keys, n)
 
 
 @dataclass(slots=True)

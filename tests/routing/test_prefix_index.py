@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
 
 from app.protocols import CHAT, COMPLETIONS
+from app.routing import prefix_index
 from app.routing.prefix_index import BLOCK_CHARS, BackendPrefixes, prompt_blocks
 
 
@@ -51,6 +54,34 @@ def test_roles_tools_and_order_are_part_of_the_prefix():
 def test_completions_hash_the_prompt_text():
     assert COMPLETIONS.prefix_text({"prompt": "abc"}) == "abc"
     assert blocks_of({"prompt": "x" * (3 * BLOCK_CHARS)}).keys == blocks_of({"prompt": "x" * (3 * BLOCK_CHARS) + "y"}).keys
+
+
+def _hashed(text: str) -> list[bytes]:
+    """The block keys by their definition: each block's bytes hashed after the key before, every time."""
+    keys: list[bytes] = []
+    prev = b""
+    for start in range(0, len(text), BLOCK_CHARS):
+        chunk = text[start:start + BLOCK_CHARS]
+        if len(chunk) < BLOCK_CHARS and keys:
+            break
+        prev = hashlib.blake2b(prev + chunk.encode(), digest_size=12).digest()
+        keys.append(prev)
+    return keys
+
+
+def test_keys_looked_up_are_the_keys_hashed(monkeypatch):
+    # Blocks seen before are looked up, not hashed again (issue 24: the router's cost per request); the
+    # keys must be exactly the hashed ones, for ASCII and other text, whole and partial last blocks, and
+    # across the lookup table filling up and emptying.
+    monkeypatch.setattr(prefix_index, "KEY_CACHE_ENTRIES", 40)
+    rng = random.Random(7)
+    alphabet = "abc de\n{}\"" + "\u00e9\u4e2d\U0001f600"
+    shared = [SYSTEM, "".join(rng.choice(alphabet) for _ in range(700))]
+    for _ in range(300):
+        text = rng.choice(shared)[: rng.randrange(0, 700)] + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 300)))
+        got = prompt_blocks(text)
+        assert got.keys == _hashed(text) and got.chars == len(text)
+    assert len(prefix_index._KEYS) <= 40
 
 
 def test_match_is_the_longest_leading_run_recorded_on_that_backend():

@@ -265,7 +265,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
             # A sibling is prefilling this prompt's prefix on the chosen backend: sent now, it would
             # compute the prefix a second time.
             try:
-                waited = await lease.wait_for_prefix(deadline.cap(lease.burst_wait_s))
+                waited = await lease.wait_for_prefix(deadline.cap(lease.burst_wait_s), deadline.remaining())
             except BaseException:
                 lease.release()
                 raise

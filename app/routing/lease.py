@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,16 @@ from app.upstream.client import Backend
 
 if TYPE_CHECKING:
     from app.routing.router import Router
+
+
+class PrefixCopy(asyncio.Event):
+    """A request's copy of its prompt's prefix on its backend: set when siblings may reuse it (at the first
+    token, or, where the cache belongs to a slot, when the request ends). `computed`, for a stream, is set
+    at its first token: its prefill is done. A JSON request says nothing before it ends (None)."""
+
+    def __init__(self, stream: bool) -> None:
+        super().__init__()
+        self.computed: asyncio.Event | None = asyncio.Event() if stream else None
 
 
 class Lease:
@@ -49,7 +60,7 @@ class Lease:
         self.burst_wait_s = 0.0
         self._keys: list[bytes] = []
         self._uncached = 0.0
-        self._prefilled: asyncio.Event | None = None
+        self._prefilled: PrefixCopy | None = None
         self._prefilling = False
         # What the ranking predicted for this backend, with every request in flight there ahead of this
         # one: nothing has changed since (the decision and the lease are one synchronous step).
@@ -71,7 +82,7 @@ class Lease:
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
-            self._keys, self._prefilled = ctx.prefix.keys, asyncio.Event()
+            self._keys, self._prefilled = ctx.prefix.keys, PrefixCopy(ctx.stream)
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
             # The estimate already waits for a sibling's copy (its queue is at least the match's
@@ -96,15 +107,32 @@ class Lease:
     def backend(self) -> Backend:
         return self.state.backend
 
-    async def wait_for_prefix(self, limit_s: float) -> float:
-        """Hold back (at most `limit_s`) while a sibling prefills this request's prefix here; returns
-        the seconds waited."""
+    async def wait_for_prefix(self, limit_s: float, cap_s: float = math.inf) -> float:
+        """Hold back while a sibling prefills this request's prefix here; returns the seconds waited.
+        While the sibling's stream has not reached its first token, the wait has no limit but `cap_s` (the
+        request's deadline): a copy computed now on the same backend shares the compute of the one under
+        way and is ready no sooner. Once it is computed (or for a sibling that will not say so), at most
+        `limit_s` more for it to be free.
+
+        Seen on two llama.cpp servers (issue 24, closed-loop burst of 6 clients on 4 shared prompts): before
+        either server was timed, the limit was priced at the prior's cold prefill (~0.1 s) plus the 2 s
+        margin, so a sibling stopped waiting while the copy was still being prefilled (its first token
+        at 3.4 s), prefilled the same prompt cold in the other slot beside it (first token at 5.8 s,
+        stalling the first request's decode for 3 s), and the third request, which was still waiting,
+        was served from the cache at 6.5 s. With the wait kept, no prompt was prefilled twice on one
+        server in three bursts; siblings were served from the cache 0.4-1.0 s after the copy's first token."""
         leader = self.prefix.leader if self.prefix else None
         if leader is None or limit_s <= 0:
             return 0.0
         start = time.monotonic()
+        computed = getattr(leader, "computed", None)
         try:
-            await asyncio.wait_for(leader.wait(), limit_s)
+            if computed is not None and not computed.is_set():
+                # Set before the copy is (the lease sets it first, on its end too, whatever the outcome).
+                await asyncio.wait_for(computed.wait(), None if math.isinf(cap_s) else cap_s)
+            left = min(limit_s, cap_s - (time.monotonic() - start))
+            if left > 0:
+                await asyncio.wait_for(leader.wait(), left)
         except TimeoutError:
             pass
         return time.monotonic() - start
@@ -114,6 +142,8 @@ class Lease:
         load, and siblings waiting for its prefix may go."""
         if self._prefilled is None or self._prefilled.is_set():
             return
+        if self._prefilled.computed is not None:
+            self._prefilled.computed.set()
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
             self._uncached = 0.0
@@ -141,3 +171,4 @@ class Lease:
             self.prefilled(done=True)
             self.state.book.remove(self._ticket)
             self._router._release(self.state)
+

@@ -173,6 +173,52 @@ def test_a_llama_cpp_lease_holds_its_prompts_copy_until_released():
     asyncio.run(main())
 
 
+def test_a_sibling_waits_past_its_limit_while_the_copy_is_still_being_prefilled():
+    # Scripted, no server: the first request is computing the prefix (no first token yet). A sibling's
+    # wait does not end at its limit meanwhile (sent then, it would prefill the same prompt beside the
+    # first, on the same compute); once the first token is out, the limit counts, and the copy freeing
+    # (the first request's end, on llama.cpp) ends the wait.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
+    async def main():
+        first = await r.acquire("m", ctx=ctx())
+        second = await r.acquire("m", ctx=ctx())
+        assert second.prefix.leader is not None and second.burst_wait_s > 0
+        waiting = asyncio.ensure_future(second.wait_for_prefix(0.05))
+        await asyncio.sleep(0.15)
+        assert not waiting.done()  # past its limit, the copy still being computed
+        first.prefilled()
+        first.first_token()
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # computed, in the first request's slot until it ends
+        first.release()
+        assert 0.15 < await waiting < 0.3
+        second.release()
+
+    asyncio.run(main())
+
+
+def test_a_sibling_waiting_for_a_copy_being_prefilled_keeps_the_deadline():
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
+    async def main():
+        first = await r.acquire("m", ctx=ctx())
+        second = await r.acquire("m", ctx=ctx())
+        assert 0.08 < await second.wait_for_prefix(0.05, cap_s=0.1) < 0.2
+        # A JSON sibling says nothing before its end: the limit alone bounds the wait for its copy.
+        json = RouteContext(stream=False, prompt_tokens=ctx().prompt_tokens, max_tokens=20, prefix=ctx().prefix, cached={})
+        for lease in (first, second):
+            lease.release()
+        leader = await r.acquire("m", ctx=json)
+        sibling = await r.acquire("m", ctx=ctx())
+        assert sibling.prefix.leader is not None
+        assert 0.04 < await sibling.wait_for_prefix(0.05) < 0.1
+        for lease in (leader, sibling):
+            lease.release()
+
+    asyncio.run(main())
+
+
 def test_a_sibling_waiting_for_a_busy_copy_releases_it_when_predicted_not_a_cold_prefill_later():
     # Scripted, no server: on a llama.cpp backend the prefix's one copy is in a running request's slot;
     # a second request waits for it (its estimate counts that wait). The copy frees when the second

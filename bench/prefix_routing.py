@@ -2,7 +2,9 @@
 on simulated backends with prompt caches.
 
 Workloads (open-loop Poisson arrivals at --load x the fleet's capacity for cold prompts):
-  shared     K system prompts of about 400 tokens, each request one of them plus a short question
+  shared     K system prompts of ~2,300 characters, each request one of them plus a short question:
+             359-372 prompt tokens a request as llama.cpp counts them (SmolLM2's tokenizer, chat template
+             included; ~6.5 characters a token), which the gateway's 4-characters estimate reads as ~600
   multiturn  conversations of up to --turns turns; each turn repeats the history and adds a question
   unique     every prompt different (nothing to reuse): prefix routing must not cost anything here
 
@@ -72,7 +74,8 @@ class Shared:
     name = "shared"
 
     def __init__(self, rng: random.Random, salt: str, k: int) -> None:
-        # ~400 tokens each (about 4.5 characters a token); the salt leads, so runs share nothing.
+        # ~2,300 characters each, ~350 tokens as llama.cpp counts them (its reports: 359-372 a request with
+        # the question and template); the salt leads, so runs share nothing.
         self.systems = [f"[{salt} policy {i}] " + text(rng, 300) for i in range(k)]
         self.rng = rng
 
@@ -323,7 +326,7 @@ def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None,
 
 
 async def _calibrate(urls: list[str]) -> float:
-    """Fleet capacity for cold ~400-token prompts: one server on one CPU thread runs one prefill at a
+    """Fleet capacity for cold ~370-token prompts: one server on one CPU thread runs one prefill at a
     time, so each adds 1 / (its cold service time), timed with every server busy at once. Timed one
     server at a time, three single-threaded servers on a 2-core box read as 1.49 req/s that they could
     not sustain together (the arrivals at 70 % of it were over the box's capacity, load average 3.4)."""

@@ -447,6 +447,9 @@ def main() -> None:
                          "answer and a think time (0: open-loop Poisson arrivals)")
     ap.add_argument("--think", type=float, default=None,
                     help="closed loop: each client's mean think time in seconds (default: clients / the open-loop rate)")
+    ap.add_argument("--no-hashing", action="store_true",
+                    help="the single-gateway runs with prefix.consistent_hashing off (what one replica can set): new "
+                         "prefixes go to the lowest prediction, not to where every replica would send them")
     ap.add_argument("--dump", default=None,
                     help="write every request (sent, prompt key, backend, TTFT, E2E, cached tokens) per run to this JSON file")
     args = ap.parse_args()
@@ -465,11 +468,12 @@ def main() -> None:
               + (f"; last backend {args.slow:g}x slower" if args.slow > 1 else "")
               + (f"; closed loop: {args.clients} clients, think {args.think if args.think is not None else args.clients / rate:.2f} s"
                  if args.clients else "")
+              + ("; consistent hashing off" if args.no_hashing else "")
               + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
             for wl in args.workloads.split(","):
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
-                variants = [(s, 1, True) for s in strategies]
+                variants = [(s, 1, not args.no_hashing) for s in strategies]
                 if args.replicas > 1:
                     rs = args.replica_strategy
                     variants += [(rs, args.replicas, True), (rs, args.replicas, False)]

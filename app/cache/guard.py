@@ -344,7 +344,8 @@ def _added(ta, tb, pairs: dict[str, str], differing: set[str]) -> set[tuple[int,
     kind: dict[tuple[int, str], str] = {}
     for op, i1, i2, j1, j2 in SequenceMatcher(None, xa, xb, autojunk=False).get_opcodes():
         if (op == "replace" and i2 - i1 == 1 and j2 - j1 == 1 and xa[i1] in differing and xb[j1] in differing
-                and not wordnet.one_sense(surface_a[xa[i1]], surface_b[xb[j1]])):
+                and not (surface_a[xa[i1]] not in _FUNCTION and surface_b[xb[j1]] not in _FUNCTION
+                         and wordnet.one_sense(surface_a[xa[i1]], surface_b[xb[j1]]))):
             return None  # one word in another's place, the same words around it (not a shared word moved)
         if op == "replace":
             kind.update({(0, w): "replaced" for w in xa[i1:i2]} | {(1, w): "replaced" for w in xb[j1:j2]})
@@ -445,7 +446,14 @@ def _some_pairs(ta, tb, only_a: Counter, only_b: Counter) -> tuple[dict[str, str
 def _equal(x: str, y: str) -> bool:
     """Two differing words that say the same: a typo of one another, or WordNet synonyms in their usual
     senses (app/cache/wordnet.py)."""
-    return is_typo(x, y) or (x.isalpha() and y.isalpha() and wordnet.synonyms(x, y))
+    return is_typo(x, y) or (x.isalpha() and y.isalpha() and x not in _FUNCTION and y not in _FUNCTION
+                             and wordnet.synonyms(x, y))
+
+
+# Function words are never paired by meaning: WordNet's senses for them are nouns or rare uses ("us"
+# is the United States, "all" is "whole" as an adverb); the guard's own rules decide them.
+_FUNCTION = (lx.LIGHT | lx.QUANTIFIERS | lx.DETERMINERS | lx.ROLE_WORDS | lx.IGNORABLE | lx.PAST | _NEGATIONS
+             | frozenset(lx.CANONICAL) | frozenset(lx.CANONICAL.values()) | _PERSONS | frozenset(["doing", "done"]))
 
 
 def is_typo(x: str, y: str) -> bool:

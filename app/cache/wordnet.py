@@ -55,7 +55,7 @@ class Lexicon:
     antonym_synsets: frozenset[tuple[int, int]]  # (synset, synset) holding an antonym pair, both ways
     polar_words: frozenset[str]  # lemmas with an antonym
     polar_synsets: frozenset[int]  # synsets with an antonym pointer
-    usual_pos: dict[str, str]  # lemma -> the part of speech its senses are tagged in most often (cntlist)
+    tagged: dict[tuple[str, str], int]  # (lemma, pos) -> how often its senses are tagged in a corpus (cntlist)
 
 
 def data_dir() -> Path | None:
@@ -124,21 +124,21 @@ def lexicon() -> Lexicon | None:
         antonym_synsets.add((offset, target))
         antonym_synsets.add((target, offset))
     return Lexicon(senses, exceptions, frozenset(antonyms), similar, frozenset(antonym_synsets),
-                   frozenset(a for a, _ in antonyms), frozenset(a for a, _ in antonym_synsets), _usual_pos(root))
+                   frozenset(a for a, _ in antonyms), frozenset(a for a, _ in antonym_synsets), _tag_counts(root))
 
 
-def _usual_pos(root: Path) -> dict[str, str]:
-    """Each tagged lemma's most frequent part of speech, from cntlist.rev ("fish%1:13:00:: 1 16": the
-    sense key's digit after "%" is the part of speech, 1 noun ... 5 satellite adjective; then the count)."""
-    counts: dict[str, dict[str, int]] = {}
+def _tag_counts(root: Path) -> dict[tuple[str, str], int]:
+    """How often each lemma's senses are tagged, per part of speech, from cntlist.rev ("fish%1:13:00:: 1 16":
+    the sense key's digit after "%" is the part of speech, 1 noun ... 5 satellite adjective; then the count)."""
+    counts: dict[tuple[str, str], int] = {}
     with open(root / "cntlist.rev", encoding="utf-8") as f:
         for line in f:
             key, _, count = line.split()
             lemma, rest = key.split("%", 1)
-            pos = "nvaar"[int(rest[0]) - 1]
-            by_pos = counts.setdefault(lemma, {})
-            by_pos[pos] = by_pos.get(pos, 0) + int(count)
-    return {lemma: max(by_pos, key=by_pos.__getitem__) for lemma, by_pos in counts.items() if lemma.isalpha()}
+            if lemma.isalpha():
+                k = (lemma, "nvaar"[int(rest[0]) - 1])
+                counts[k] = counts.get(k, 0) + int(count)
+    return counts
 
 
 def _parse(line: bytes) -> tuple[int, list[str], list[tuple[str, int, str, str]]]:
@@ -184,7 +184,7 @@ def synonyms(x: str, y: str) -> bool:
     "large", "repair" / "fix"; lower-case words, inflected or not)."""
     if not _distinct(x, y):
         return False
-    return any(_senses(x, pos, SENSES) & _senses(y, pos, SENSES) for pos in POS)
+    return any(_senses(x, pos, SENSES) & _senses(y, pos, SENSES) for pos in _usual(x) & _usual(y))
 
 
 @lru_cache(maxsize=65536)
@@ -192,7 +192,22 @@ def one_sense(x: str, y: str) -> bool:
     """The most frequent sense of one word is a sense of the other ("composed" / "wrote")."""
     if not _distinct(x, y):
         return False
-    return any(_senses(x, pos, 1) & _senses(y, pos, _ALL) or _senses(y, pos, 1) & _senses(x, pos, _ALL) for pos in POS)
+    return any(_senses(x, pos, 1) & _senses(y, pos, _ALL) or _senses(y, pos, 1) & _senses(x, pos, _ALL)
+               for pos in _usual(x) & _usual(y))
+
+
+def _usual(word: str) -> set[str]:
+    """The parts of speech a word is compared in: the one its senses are tagged in most often in a corpus
+    (cntlist; "composed" is mostly the verb, not the adjective "calm"), or, never tagged, every one
+    WordNet has it in. A rarer part of speech makes odd synonyms: "buy" and "steal" share a noun sense
+    ("a bargain"), "dog" and "tail" a verb sense ("to follow")."""
+    lex = lexicon()
+    assert lex is not None
+    counts = {p: sum(lex.tagged.get((f, p), 0) for f in lemmas(word, p)) for p in POS}
+    best = max(counts.values())
+    if best:
+        return {p for p, c in counts.items() if c == best}
+    return {p for p in POS if lemmas(word, p)}
 
 
 _ALL = 1000
@@ -255,7 +270,4 @@ def noun(word: str) -> bool:
     forms = lemmas(word, "n")
     if not forms:
         return False
-    usual = [lex.usual_pos[f] for p in POS for f in lemmas(word, p) if f in lex.usual_pos]
-    if usual:
-        return max(set(usual), key=usual.count) == "n"
-    return not any(lemmas(word, p) for p in ("v", "a", "r"))
+    return _usual(word) == {"n"}

@@ -14,7 +14,7 @@ def test_the_data_comes_with_princetons_licence():
     assert "WordNet 3.0 Copyright 2006 by Princeton University" in licence
 
 
-@pytest.mark.parametrize("x, y", [("big", "large"), ("hard", "difficult"), ("fall", "autumn"), ("film", "movie"),
+@pytest.mark.parametrize("x, y", [("big", "large"), ("hard", "difficult"), ("happened", "occurs"), ("film", "movie"),
                                   ("sick", "ill"), ("repaired", "fixed")])
 def test_words_that_share_their_most_frequent_sense_are_synonyms(x, y):
     assert wordnet.synonyms(x, y) and wordnet.synonyms(y, x)
@@ -25,6 +25,9 @@ def test_words_that_share_their_most_frequent_sense_are_synonyms(x, y):
     ("hopping", "hoping"),  # one stem read two ways ("hop" + ing) is the stemmer's call, not a synonym
     ("composed", "wrote"),  # "write" is "compose" only in its third sense
     ("wood", "oak"), ("flu", "tetanus"), ("morning", "evening"),  # a kind of, siblings
+    # Only in the part of speech each word is mostly used in: "buy" and "steal" share a noun sense ("a
+    # bargain"), "dog" and "tail" a verb sense ("to follow"), "close" and "last" a noun ("the end").
+    ("buy", "steal"), ("dog", "tail"), ("close", "last"), ("fall", "autumn"),
 ])
 def test_words_that_share_only_a_rarer_sense_are_not_synonyms(x, y):
     assert not wordnet.synonyms(x, y)
@@ -96,7 +99,7 @@ def served_in_context(encoder, cached: str, asked: str) -> bool:
 
 @pytest.mark.parametrize("cached, asked", [
     ("Is calculus hard to learn?", "Is calculus difficult to learn?"),
-    ("When does fall start in Canada?", "When does autumn start in Canada?"),
+    ("When did the accident happen?", "When did the accident occur?"),
 ])
 def test_a_synonym_in_its_usual_sense_aligns_like_the_same_word(cached, asked):
     assert guard.mismatch(cached, asked) is None
@@ -125,6 +128,11 @@ def test_a_rewording_wordnet_vouches_for_is_served_when_it_reads_alike_in_contex
     ("Should I use oil on a kitchen table?", "Is oil better for a kitchen table?"),  # a polar predicate moved in
     ("How do I amend a tax return filed last year?", "How do I amend a tax return filed this year?"),
     ("How many eggs for 3 people?", "How many eggs for 4 people?"),
+    ("Can I buy a car without a license?", "Can I steal a car without a license?"),  # a rarer part of speech
+    ("Does my dog need a bath?", "Does my tail need a bath?"),
+    ("Do they ship to us?", "Do they ship to America?"),  # function words are never paired by meaning
+    ("Can I take all of it?", "Can I take the whole of it?"),
+    ("What is done with recycled plastic?", "What is made with recycled plastic?"),
     # A noun put straight after a noun is what is now asked about (the first noun only qualifies it).
     ("What temperature do betta fish need?", "What temperature do betta fish eggs need?"),
     ("How much protein does a dog need?", "How much protein does dog food need?"),

@@ -19,7 +19,8 @@ with and without consistent hashing, against one replica. With --slow F the last
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With
 --clients N, N closed-loop clients instead of open-loop arrivals: they start together (a burst) and
 each sends its next request after its answer and a think time. --dump FILE writes every request
-(when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens) per run.
+(when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens) per run. A strategy named
+`latency_aware/nohash` runs with prefix.consistent_hashing off (--no-hashing: every single-gateway one).
 
     python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
     python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --repeats 3 --cache-ram 0
@@ -354,6 +355,9 @@ async def _calibrate(urls: list[str]) -> float:
 
 
 def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, hashing: bool = True) -> list[Proc]:
+    # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run.
+    strategy, _, flag = strategy.partition("/")
+    hashing = hashing and flag != "nohash"
     out = []
     for _ in range(replicas):
         port = free_port()

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -91,6 +92,18 @@ async def post(s: aiohttp.ClientSession, url: str, content: str, model: str = "c
         return time.perf_counter() - t0, status
 
 
+async def cache_counters(s: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """The gateway's slipstream_cache_* counters (errors, embedding timeouts, rejections ...)."""
+    async with s.get(f"{url}/metrics") as r:
+        text = await r.text()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("slipstream_cache_") and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 YES_SERVER = """
 import json, sys
 from aiohttp import web
@@ -151,7 +164,8 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
         asked = 0
         for _ in range(repeats):
             out: dict[str, list[float]] = {name: [] for name in KINDS}
-            unexpected = 0
+            unexpected: Counter[tuple[str, str | None]] = Counter()
+            before = await cache_counters(s, url)
             for i in range(requests):
                 q = questions[i % len(questions)]
                 variant = VARIANTS[(i // len(questions)) % len(VARIANTS)](q)
@@ -170,9 +184,13 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
                     if status == want:
                         out[name].append(dt)
                     else:
-                        unexpected += 1
+                        unexpected[name, status] += 1
             if unexpected:
-                print(f"{unexpected} requests did not get the expected cache status (left out of the figures)")
+                after = await cache_counters(s, url)
+                moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+                print(f"{sum(unexpected.values())} requests did not get the expected cache status (left out of the "
+                      f"figures): {', '.join(f'{n} {k} got {st}' for (k, st), n in sorted(unexpected.items()))}; "
+                      f"gateway counters in the round: {moved}")
             runs.append(out)
     return runs
 

@@ -84,7 +84,7 @@ class Attempt:
             if self.result is not None:
                 self.result.close()
         finally:
-            self.lease.release()
+            self.lease.release(isinstance(err, UPSTREAM_FAILURES), err is not None)
             result_end = self.result.timing.end if self.result is not None else 0.0
             a.end = result_end or at or time.perf_counter()
             if isinstance(err, GatewayError):

@@ -42,8 +42,13 @@ from app.upstream.attempt import EventStream, JsonReply
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
+    from app.routing.lease import Lease
 from app.upstream.collect import collect_json
 from app.upstream.transport import UpstreamCall
+
+# How many times a request whose sibling's copy of the prefix will not come is routed again before it is
+# sent wherever it then lands: once covers a failed or stuck backend; more would chase a failing fleet.
+_PREFIX_REROUTES = 1
 
 
 @dataclass(slots=True)
@@ -246,6 +251,32 @@ def _close(dispatched: Dispatched) -> None:
     dispatched.owner.end()
 
 
+async def _wait_for_prefix(gw: Gateway, alias: str, lease: Lease, avoid: set[str] | frozenset[str], ctx: RouteContext,
+                           deadline: Deadline, queue: QueueContext | None, log: DispatchLog) -> tuple[Lease, float]:
+    """Hold the lease back while a sibling computes the prompt's prefix on its backend; returns the lease to
+    send on and the seconds waited. A copy that will not come (its request ended without it, or it is far
+    overdue on a timed backend) is not waited for again: the request is routed once more with what is
+    known now, away from a backend that failed the copy or is stuck on it, and sent where that lands."""
+    waited = 0.0
+    for rerouted in range(_PREFIX_REROUTES + 1):
+        if not lease.burst_wait_s:
+            break
+        try:
+            wait = await lease.wait_for_prefix(deadline.cap(lease.burst_wait_s), deadline.remaining())
+        except BaseException:
+            lease.release(failed=True)  # never sent: its own copy of the prefix is not coming either
+            raise
+        waited += wait.waited_s
+        if not wait.reroute or rerouted == _PREFIX_REROUTES:
+            break
+        stuck = wait.backend_failed or wait.outcome == "overdue"
+        log.events.append(Event(time.perf_counter(), f"prefix.{wait.outcome}", {"slipstream.backend": lease.backend.name}))
+        again = avoid | {lease.backend.name} if stuck else avoid
+        lease.release(failed=True)
+        lease = await gw.router.acquire(alias, again, ctx, deadline, queue)
+    return lease, waited
+
+
 async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, alias: str, deadline: Deadline,
                          log: DispatchLog, failed: set[str],
                          held: list[tuple[Attempt, GatewayError]], tried: list[str],
@@ -264,11 +295,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
         if lease.burst_wait_s:
             # A sibling is prefilling this prompt's prefix on the chosen backend: sent now, it would
             # compute the prefix a second time.
-            try:
-                waited = await lease.wait_for_prefix(deadline.cap(lease.burst_wait_s), deadline.remaining())
-            except BaseException:
-                lease.release()
-                raise
+            lease, waited = await _wait_for_prefix(gw, alias, lease, failed | also_avoid, ctx, deadline, queue, log)
         backend = lease.backend
         tried.append(backend.name)
         now = time.perf_counter()

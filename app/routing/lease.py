@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from app.record import Estimate
 from app.routing.context import RouteContext
@@ -23,11 +24,38 @@ if TYPE_CHECKING:
 class PrefixCopy(asyncio.Event):
     """A request's copy of its prompt's prefix on its backend: set when siblings may reuse it (at the first
     token, or, where the cache belongs to a slot, when the request ends). `computed`, for a stream, is set
-    at its first token: its prefill is done. A JSON request says nothing before it ends (None)."""
+    at its first token: its prefill is done. A JSON request says nothing before it ends (None).
 
-    def __init__(self, stream: bool) -> None:
+    `first_token_at` is when its request was predicted to reach its first token (monotonic), `ttft_s` that
+    prediction's length. `lost` says the request ended before it computed the copy: "backend" when its
+    backend failed it (a timeout, a refused connection, a 5xx), "ended" otherwise (its client left, a
+    hedge won): a sibling waiting for it then has nothing to wait for."""
+
+    def __init__(self, stream: bool, first_token_at: float = math.inf, ttft_s: float = math.inf) -> None:
         super().__init__()
         self.computed: asyncio.Event | None = asyncio.Event() if stream else None
+        self.first_token_at, self.ttft_s = first_token_at, ttft_s
+        self.lost: Literal["backend", "ended"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixWait:
+    """How a wait for a sibling's copy of the prefix ended. `outcome`: "ready" (computed, and free or
+    reusable), "limit" (computed but still busy at the limit, or a JSON sibling's limit), "lost" (the
+    sibling ended without computing it; `backend_failed` when its backend failed it) or "overdue" (a
+    timed backend is far past the sibling's predicted first token: it may be stuck)."""
+
+    waited_s: float
+    outcome: Literal["ready", "limit", "lost", "overdue"]
+    backend_failed: bool = False
+
+    @property
+    def reroute(self) -> bool:
+        """The copy will not come soon (lost, or overdue): route again rather than compute it here."""
+        return self.outcome in ("lost", "overdue")
+
+
+NO_WAIT = PrefixWait(0.0, "ready")
 
 
 class Lease:
@@ -82,7 +110,8 @@ class Lease:
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
-            self._keys, self._prefilled = ctx.prefix.keys, PrefixCopy(ctx.stream)
+            self._keys = ctx.prefix.keys
+            self._prefilled = PrefixCopy(ctx.stream, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s)
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
             # The estimate already waits for a sibling's copy (its queue is at least the match's
@@ -107,12 +136,15 @@ class Lease:
     def backend(self) -> Backend:
         return self.state.backend
 
-    async def wait_for_prefix(self, limit_s: float, cap_s: float = math.inf) -> float:
-        """Hold back while a sibling prefills this request's prefix here; returns the seconds waited.
-        While the sibling's stream has not reached its first token, the wait has no limit but `cap_s` (the
-        request's deadline): a copy computed now on the same backend shares the compute of the one under
-        way and is ready no sooner. Once it is computed (or for a sibling that will not say so), at most
-        `limit_s` more for it to be free.
+    async def wait_for_prefix(self, limit_s: float, cap_s: float = math.inf) -> PrefixWait:
+        """Hold back while a sibling prefills this request's prefix here; says how long and how it ended.
+        While the sibling's stream has not reached its first token, the wait is bounded by `cap_s` (the
+        request's deadline) and, on a backend whose prefill is timed, by the sibling running far past
+        its predicted first token (twice its predicted time, and at least `limit_s` past it): a copy
+        computed now on the same backend shares the compute of the one under way and is ready no
+        sooner, unless that one is stuck. Once it is computed (or for a sibling that will not say so),
+        at most `limit_s` more for it to be free. A sibling that ends without computing the copy ends
+        the wait at once ("lost"), as does an overdue one: the caller routes the request again.
 
         Seen on two llama.cpp servers (issue 24, closed-loop burst of 6 clients on 4 shared prompts): before
         either server was timed, the limit was priced at the prior's cold prefill (~0.1 s) plus the 2 s
@@ -120,22 +152,38 @@ class Lease:
         at 3.4 s), prefilled the same prompt cold in the other slot beside it (first token at 5.8 s,
         stalling the first request's decode for 3 s), and the third request, which was still waiting,
         was served from the cache at 6.5 s. With the wait kept, no prompt was prefilled twice on one
-        server in three bursts; siblings were served from the cache 0.4-1.0 s after the copy's first token."""
+        server in three bursts; siblings were served from the cache 0.4-1.0 s after the copy's first token.
+        Without the lost and overdue ends, siblings behind a copy stuck on a hung backend waited for its
+        first-token timeout (60 s by default) and were then sent to the same backend."""
         leader = self.prefix.leader if self.prefix else None
         if leader is None or limit_s <= 0:
-            return 0.0
+            return NO_WAIT
         start = time.monotonic()
-        computed = getattr(leader, "computed", None)
+        copy = leader if isinstance(leader, PrefixCopy) else None
+        computed = copy.computed if copy is not None else None
         try:
             if computed is not None and not computed.is_set():
+                bound = cap_s
+                if copy is not None and self.state.model.prefill.samples and math.isfinite(copy.first_token_at):
+                    overdue_at = copy.first_token_at + max(copy.ttft_s, limit_s)
+                    bound = min(cap_s, max(0.0, overdue_at - start))
                 # Set before the copy is (the lease sets it first, on its end too, whatever the outcome).
-                await asyncio.wait_for(computed.wait(), None if math.isinf(cap_s) else cap_s)
+                try:
+                    await asyncio.wait_for(computed.wait(), None if math.isinf(bound) else bound)
+                except TimeoutError:
+                    if bound < cap_s:
+                        return PrefixWait(time.monotonic() - start, "overdue")
+                    raise
+            if copy is not None and copy.lost is not None:
+                return PrefixWait(time.monotonic() - start, "lost", copy.lost == "backend")
             left = min(limit_s, cap_s - (time.monotonic() - start))
             if left > 0:
                 await asyncio.wait_for(leader.wait(), left)
         except TimeoutError:
-            pass
-        return time.monotonic() - start
+            return PrefixWait(time.monotonic() - start, "limit")
+        if copy is not None and copy.lost is not None:
+            return PrefixWait(time.monotonic() - start, "lost", copy.lost == "backend")
+        return PrefixWait(time.monotonic() - start, "ready")
 
     def prefilled(self, done: bool = False) -> None:
         """The first token came (or, with `done`, the call ended): the prompt is computed and no longer
@@ -153,7 +201,7 @@ class Lease:
             self.state.prefill_busy_since = time.monotonic()
         if done or not slot_scoped_cache(self.state):
             self._prefilled.set()
-            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled)
+            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled, self._prefilled.lost is not None)
 
     def first_token(self) -> None:
         """The stream's first token came: the request holds a slot and decodes from now (in the book)."""
@@ -165,9 +213,16 @@ class Lease:
         if not self._released:
             self.state.book.progress(self._ticket, max(0, events - 1), time.monotonic())
 
-    def release(self) -> None:
+    def release(self, backend_failed: bool = False, failed: bool = False) -> None:
+        """Give the slot back (once). `failed`: the request ended in an error, `backend_failed` one its
+        backend caused; a copy of the prefix it never computed is then lost to the siblings waiting."""
         if not self._released:
             self._released = True
+            copy = self._prefilled
+            uncomputed = copy is not None and not copy.is_set() and (copy.computed is None or not copy.computed.is_set())
+            if (failed or backend_failed) and uncomputed:
+                assert copy is not None  # uncomputed says so
+                copy.lost = "backend" if backend_failed else "ended"
             self.prefilled(done=True)
             self.state.book.remove(self._ticket)
             self._router._release(self.state)

@@ -178,13 +178,17 @@ class BackendPrefixes:
                 self._blocks.move_to_end(key)
         self._evict(now)
 
-    def settle(self, keys: list[bytes], now: float, leader: Any = None) -> None:
+    def settle(self, keys: list[bytes], now: float, leader: Any = None, lost: bool = False) -> None:
         """The request that was prefilling these blocks got its first token (or ended): they are
-        computed, or, if it failed, at least nothing should wait for them."""
+        computed. `lost`: it ended before computing them, so the blocks it brought are forgotten rather
+        than counted as held (a later request or a waiting sibling would be priced warm for nothing)."""
         for key in keys:
             e = self._blocks.get(key)
             if e is not None and e.leader is not None and (leader is None or e.leader is leader):
-                e.ready_at, e.leader = min(e.ready_at, now), None
+                if lost:
+                    del self._blocks[key]
+                else:
+                    e.ready_at, e.leader = min(e.ready_at, now), None
 
     def verify(self, predicted_blocks: int, turnover: float, reported_share: float, share_per_block: float) -> None:
         """Compare the match predicted at routing time with the share of the prompt the backend says it

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
 
 from tests.conftest import ADMIN_KEY, start_gateway
-from tests.support import Process, free_port, sim_stats, write_yaml
+from tests.support import Process, free_port, set_faults, sim_stats, write_yaml
 
 NAMES = ("a", "b", "c")
 # 2000 prompt tokens/s: a ~500-token system prompt costs ~250 ms of prefill cold, ~0 warm.
@@ -123,3 +124,65 @@ def test_metrics_compare_predicted_with_reported_prefix_hits(gateway, fleet):
     assert 'slipstream_prefix_requests_total{result="hit",slipstream_backend=' in text
     assert "slipstream_prefix_reported_cached_tokens_total" in text
     assert "slipstream_prefix_index_accuracy" in text
+
+
+@pytest.fixture(scope="module")
+def hanging_pair(tmp_path_factory):
+    """Two llama.cpp-like simulated backends behind the default strategy, whose first token must come
+    within 1.5 s: one of them will hang mid-test (a fault the simulator injects on request)."""
+    from app.admission.auth import hash_key
+
+    tmp = tmp_path_factory.mktemp("hangpair")
+    ports = {n: free_port() for n in ("x", "y")}
+    path = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 9, "backends": {
+        n: dict(port=p, model="m", **SIM) for n, p in ports.items()}}})
+    sim = Process(["simulate", "--config", str(path)], tmp / "sim.log")
+    for port in ports.values():
+        sim.wait_listening(port)
+    backends = {n: {"base_url": f"http://127.0.0.1:{p}/v1", "model": "m", "flavor": "llamacpp",
+                    "timeouts": {"first_token_s": 1.5}} for n, p in ports.items()}
+    config = {"auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]}, "backends": backends,
+              "models": {"chat": {"backends": ["x", "y"]}}}
+    gw = start_gateway(tmp_path_factory.mktemp("hanggw"), None, config)
+    yield gw, ports
+    gw.process.stop()
+    sim.stop()
+
+
+def test_siblings_behind_a_copy_stuck_on_a_hung_backend_go_elsewhere_once_it_fails(hanging_pair):
+    # A leader computing the shared prefix hangs on its backend (no first token). Its siblings wait for
+    # its copy; when the leader's first-token timeout fails it, they learn at once that no copy is
+    # coming and are routed again, away from that backend: one attempt each, on the other backend,
+    # about one timeout after they came. Before, they waited for that timeout and were then sent to the
+    # hung backend as well, to time out a second time before a retry.
+    gw, ports = hanging_pair
+    sys_prompt = system("hung")
+    with httpx.Client(timeout=30) as c:
+        seen: set[str] = set()
+        for i in range(8):  # time both backends' prefill (an untimed one is priced at a cheap prior)
+            r = c.post(f"{gw.url}/v1/chat/completions", json=body("chat", system(f"warm{i}"), "hi"))
+            seen.add(r.headers["x-slipstream-backend"])
+            if seen == set(ports):
+                break
+        assert seen == set(ports)
+        home = c.post(f"{gw.url}/v1/chat/completions", json=body("chat", sys_prompt, "first")).headers["x-slipstream-backend"]
+    set_faults(ports[home], hang_rate=1.0)
+    try:
+        async def main():
+            async with httpx.AsyncClient(timeout=30) as c:
+                async def one(i: int, delay: float):
+                    await asyncio.sleep(delay)
+                    t0 = time.monotonic()
+                    r = await c.post(f"{gw.url}/v1/chat/completions", json=body("chat", sys_prompt, f"q{i}", stream=True))
+                    r.raise_for_status()
+                    return r.headers["x-slipstream-backend"], int(r.headers.get("x-slipstream-attempts", "1")), time.monotonic() - t0
+                return await asyncio.gather(one(0, 0.0), *(one(i, 0.2) for i in (1, 2)))
+
+        (leader, *siblings) = asyncio.run(main())
+    finally:
+        set_faults(ports[home], hang_rate=0.0)
+    other = next(n for n in ports if n != home)
+    assert leader[:2] == (other, 2), leader  # timed out on the hung backend, retried on the other
+    for backend, attempts, took in siblings:
+        assert (backend, attempts) == (other, 1), siblings
+        assert took < 1.5 + 1.0, siblings  # one timeout (the leader's), not two

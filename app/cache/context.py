@@ -42,6 +42,9 @@ def aligned(unaligned: guard.Unaligned, cached_states: list[tuple[str, np.ndarra
     (`ADDED_COSINE` for a word only added or dropped: `unaligned.added`)."""
     cached_vec = dict(reversed(cached_states))  # a word's first occurrence
     asked_vec = dict(reversed(asked_states))
+    for x, y in unaligned.meaning:  # WordNet's pairs: the two words themselves must read alike here
+        if x not in cached_vec or y not in asked_vec or float(cached_vec[x] @ asked_vec[y]) < min_cosine:
+            return False
     sides = ((unaligned.cached, cached_vec, unaligned.asked_words, asked_vec),
              (unaligned.asked, asked_vec, unaligned.cached_words, cached_vec))
     for words, own, other_words, other in sides:

@@ -5,8 +5,10 @@ Embeddings score one-word edits ("avoid"/"add", "safe"/"unsafe", "full-time"/"pa
 opposites are never complete, so the guard works the other way round: it normalises both questions
 (case, question frames, politeness, contractions, numbers written out, British spellings,
 inflections, a few true synonyms), then aligns their content words. Every word that differs must be
-shown equal: a known synonym (the lists, or WordNet synonyms in their most frequent sense:
-app/cache/wordnet.py), an inflection, or a typo of a known word. Anything else (an antonym,
+shown equal: a known synonym (the lists), an inflection, or a typo of a known word. WordNet synonyms in
+their most frequent sense (app/cache/wordnet.py) align too, but only on condition: `mismatch` then
+says "meaning", and the two words must also read alike in their sentences (app/cache/context.py),
+since a shared sense is broader than a question ("provinces"/"states"). Anything else (an antonym,
 a negative prefix, a sibling value, an added qualifier, another number, unit, date or name) rejects
 the match. Role words keep their objects: "from Paris to Rome" is not "from Rome to Paris".
 """
@@ -144,11 +146,20 @@ def tokens(text: str) -> tuple[Token, ...]:
 
 
 def mismatch(a: str, b: str) -> str | None:
-    """Why two questions must not share an answer, or None when every content word lines up."""
+    """Why two questions must not share an answer, or None when every content word lines up.
+
+    "meaning": every word lines up, some only by WordNet meaning (`by_meaning`); those pairs must read
+    alike in context as well (app/cache/context.py), so the guard alone does not serve them."""
+    return _mismatch(a, b)[0]
+
+
+def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """`mismatch`, and for "meaning" the pairs by meaning."""
     if normalise.case_conflict(a, b):
-        return "case"
+        return "case", ()
     ta, tb = tokens(a), tokens(b)
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
+    pairs: dict[str, str] | None = {}
     if Counter(ca) != Counter(cb):
         only_a, only_b = Counter(ca) - Counter(cb), Counter(cb) - Counter(ca)
         pairs = _typo_pairs(ta, tb, only_a, only_b)
@@ -163,17 +174,26 @@ def mismatch(a: str, b: str) -> str | None:
                 pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
                 filler = _filler(ta, tb, rest_a, rest_b)
                 if filler is None:
-                    return _why(heavy_a or only_a, heavy_b or only_b)
+                    return _why(heavy_a or only_a, heavy_b or only_b), ()
                 ca = [c for c in ca if c not in filler]
                 cb = [c for c in cb if c not in filler]
             ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
             cb = [c for c in cb if c not in lx.LIGHT or c not in only_b]
         cb = [pairs.get(c, c) for c in cb]
     if _roles(ca) != _roles(cb) or _person_swapped(ca, cb):
-        return "role"
+        return "role", ()
     if ca != cb and not _one_block_moved(ca, cb) and not _one_block_moved(_heavy(ca), _heavy(cb)):
-        return "order"
-    return None
+        return "order", ()
+    meaning = by_meaning(ta, tb, pairs) if pairs else ()
+    return ("meaning" if meaning else None), meaning
+
+
+def by_meaning(ta, tb, pairs: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """(cached surface, asked surface) of the pairs that align only by WordNet meaning, not as typos."""
+    surface_a = {t.canon: t.surface for t in ta}
+    surface_b = {t.canon: t.surface for t in tb}
+    return tuple((surface_a[a], surface_b[b]) for b, a in pairs.items()
+                 if not is_typo(surface_a[a], surface_b[b]))
 
 
 def _heavy(words: list[str]) -> list[str]:
@@ -231,6 +251,10 @@ class Unaligned:
     cached_words: tuple[str, ...]  # every content word of the cached question (what `asked` may pair with)
     asked_words: tuple[str, ...]
     added: frozenset[str] = frozenset()  # of those, the ones added or dropped, not put in place of others
+    # (cached, asked) surfaces the guard paired only by WordNet meaning (`by_meaning`): each pair must also
+    # read alike in its two sentences, WordNet's senses being broader than a question's ("provinces" /
+    # "states" share a sense; in "How many provinces does Canada have?" they do not mean the same).
+    meaning: tuple[tuple[str, str], ...] = ()
 
 
 def unaligned(cached: str, asked: str) -> Unaligned | None:
@@ -256,6 +280,11 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     What the contextual check then asks of each word is in app/cache/context.py. Identical words in
     another order are never returned: nothing differs, and the order is the point.
     """
+    why, meaning = _mismatch(cached, asked)
+    if why == "meaning":
+        # The guard aligns every word, some only by meaning: only those pairs are left to check.
+        return Unaligned((), (), tuple(t.surface for t in tokens(cached)), tuple(t.surface for t in tokens(asked)),
+                         meaning=meaning)
     ta, tb = tokens(cached), tokens(asked)
     if _question(cached) and _question(asked) and _asks_how(cached) == _asks_how(asked):
         ta, tb = _without_lone_to(ta, tb)
@@ -287,7 +316,7 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     return Unaligned(tuple(t.surface for t in words_a), tuple(t.surface for t in words_b),
                      tuple(t.surface for t in ta), tuple(t.surface for t in tb),
                      frozenset([t.surface for t in words_a if (0, t.canon) in added]
-                               + [t.surface for t in words_b if (1, t.canon) in added]))
+                               + [t.surface for t in words_b if (1, t.canon) in added]), by_meaning(ta, tb, pairs))
 
 
 def _question(text: str) -> bool:

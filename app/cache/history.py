@@ -94,6 +94,8 @@ def check(role: str, cached: str, asked: str, use_guard: bool = True) -> Need:
         return Need.SIMILARITY
     if why in guard.HARD_REASONS:
         return Need.NO
+    if why == "meaning":
+        return Need.CONTEXT  # words WordNet pairs must also read alike in context (guard.Unaligned.meaning)
     if same_facts(cached, asked) and (same_subject(cached, asked) or _reworded(cached, asked)):
         return Need.SIMILARITY
     # A question asked earlier may be reworded as a question is (app/cache/context.py); a statement

@@ -7,6 +7,7 @@ back to the client (`x-slipstream-cache-verifier`).
 Who decides (`confirm`):
 - the guard (microseconds) first: what it aligns is served at once, so a hit it confirms never waits
   on a model; what it rejects for a number, a negation or a direction is a miss, whatever else says;
+  what it aligns only through WordNet synonyms ("meaning") goes to the contextual check;
 - contextual alignment (`cache.semantic.context`, off by default), where the guard is unsure and only
   common words differ: one more pass of the embedding model over each question (app/cache/context.py);
 - an LLM judge, if configured, only where the guard is unsure (words it could not align, or their

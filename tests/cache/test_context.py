@@ -230,3 +230,21 @@ def test_confirm_asks_the_contextual_check_before_the_judge_and_never_for_a_hard
     assert got == (True, "judge") and len(no.asked) == 1  # a "no" in context leaves the judge its say
     got = asyncio.run(confirm(REWORDED[1], REWORDED[0], 0.9, False, None, 0.8, lambda: 1.0, no))
     assert got == (True, "similarity") and len(no.asked) == 1  # without the guard it is never asked
+
+
+def test_a_wordnet_synonym_is_served_by_the_contextual_check_never_by_the_guard_alone(run):
+    # WordNet pairs "hard"/"difficult" and "provinces"/"states" alike (a shared first sense). In context the
+    # first pair reads alike (0.8) and the second does not (0.54): the guard hands both to the contextual
+    # check, and with the check off neither is served.
+    async def scenario(h: Harness):
+        got = [await h.ask(chat(("user", "Is calculus hard to learn?")), "calculus"),
+               await h.ask(chat(("user", "Is calculus difficult to learn?")), "answered anew"),
+               await h.ask(chat(("user", "How many provinces does Canada have?")), "ten"),
+               await h.ask(chat(("user", "How many states does Canada have?")), "none")]
+        plan = h.cache.plan("tenant", CHAT.parse(orjson.dumps(chat(("user", "Is calculus difficult to learn?")))),
+                            h.policy, {})
+        hit = await h.cache.lookup(plan)
+        return got, hit.verifier if hit is not None else None
+
+    assert run(scenario, CONTEXT) == (["calculus", "calculus", "ten", "none"], "context")
+    assert run(scenario, OFF) == (["calculus", "answered anew", "ten", "none"], None)

@@ -19,8 +19,12 @@ with and without consistent hashing, against one replica. With --slow F the last
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With
 --clients N, N closed-loop clients instead of open-loop arrivals: they start together (a burst) and
 each sends its next request after its answer and a think time. --dump FILE writes every request
-(when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens) per run. A strategy named
-`latency_aware/nohash` runs with prefix.consistent_hashing off (--no-hashing: every single-gateway one).
+(when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens, the gateway's predicted TTFT and
+its own time, a burst wait included) per run. A strategy named `latency_aware/nohash` runs with
+prefix.consistent_hashing off (--no-hashing: every single-gateway one). --system-words N sets the system
+prompts' length (default 300 words, ~350 tokens; 600 read ~680 tokens a request as llama.cpp counts
+them, 900 ~960): real system prompts are often 1,000-2,000 tokens, and the longer they are, the more of
+a request a cache hit saves. Each run's line says the mean prompt tokens the servers reported.
 
     python bench/prefix_routing.py --backend llama --backends 2 --seconds 60
     python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --repeats 3 --cache-ram 0
@@ -28,6 +32,7 @@ each sends its next request after its answer and a think time. --dump FILE write
     python bench/prefix_routing.py --backend sim --backends 8 --workloads shared --replicas 3
     python bench/prefix_routing.py --backend llama --backends 2 --workloads multiturn --slow 3
     python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 3 --clients 6
+    python bench/prefix_routing.py --backend llama --backends 2 --workloads shared --prompts 4 --clients 6 --think 1 --system-words 600
 """
 
 from __future__ import annotations
@@ -74,10 +79,11 @@ def text(rng: random.Random, words: int) -> str:
 class Shared:
     name = "shared"
 
-    def __init__(self, rng: random.Random, salt: str, k: int) -> None:
-        # ~2,300 characters each, ~350 tokens as llama.cpp counts them (its reports: 359-372 a request with
-        # the question and template); the salt leads, so runs share nothing.
-        self.systems = [f"[{salt} policy {i}] " + text(rng, 300) for i in range(k)]
+    def __init__(self, rng: random.Random, salt: str, k: int, words: int = 300) -> None:
+        # 300 words: ~2,300 characters each, ~350 tokens as llama.cpp counts them (its reports: 359-372 a
+        # request with the question and template); 900 words ~960, 1,300 ~1,370. The salt leads, so runs
+        # share nothing.
+        self.systems = [f"[{salt} policy {i}] " + text(rng, words) for i in range(k)]
         self.rng = rng
 
     def next(self) -> tuple[object, list[dict]]:
@@ -95,11 +101,11 @@ class Shared:
 class Unique(Shared):
     name = "unique"
 
-    def __init__(self, rng: random.Random, salt: str, k: int) -> None:
-        self.rng, self.salt = rng, salt
+    def __init__(self, rng: random.Random, salt: str, k: int, words: int = 300) -> None:
+        self.rng, self.salt, self.words = rng, salt, words
 
     def next(self):
-        return None, [{"role": "system", "content": f"[{self.salt} {self.rng.random()}] " + text(self.rng, 300)},
+        return None, [{"role": "system", "content": f"[{self.salt} {self.rng.random()}] " + text(self.rng, self.words)},
                       {"role": "user", "content": text(self.rng, 8)}]
 
     def key(self, messages: list[dict]) -> str:
@@ -109,8 +115,8 @@ class Unique(Shared):
 class MultiTurn:
     name = "multiturn"
 
-    def __init__(self, rng: random.Random, salt: str, turns: int) -> None:
-        self.rng, self.salt, self.turns = rng, salt, turns
+    def __init__(self, rng: random.Random, salt: str, turns: int, words: int = 120) -> None:
+        self.rng, self.salt, self.turns, self.words = rng, salt, turns, words
         self.idle: list[list[dict]] = []
         self.started = 0
 
@@ -119,7 +125,7 @@ class MultiTurn:
             conv = self.idle.pop(0)
         else:
             self.started += 1
-            conv = [{"role": "system", "content": f"[{self.salt} chat {self.started}] " + text(self.rng, 120)}]
+            conv = [{"role": "system", "content": f"[{self.salt} chat {self.started}] " + text(self.rng, self.words)}]
         conv.append({"role": "user", "content": text(self.rng, 40)})
         return conv, list(conv)
 
@@ -178,16 +184,20 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
         async def one(conv, messages) -> None:
             body = {"model": "fleet", "messages": messages, "max_tokens": OUT_TOKENS, "temperature": 0,
                     "stream": True, "stream_options": {"include_usage": True}}
+            # The gateway's own stage times in the final usage (its time outside the backend: a burst
+            # wait for a sibling's copy, a queue for a slot), for --dump's per-request trace.
+            headers = {"x-slipstream-server-timing": "usage"}
             t0 = time.perf_counter()
             sent = t0 - start
             first, answer, usage = 0.0, [], None
             try:
-                async with s.post(f"{pick.choice(urls)}/v1/chat/completions", json=body) as r:
+                async with s.post(f"{pick.choice(urls)}/v1/chat/completions", json=body, headers=headers) as r:
                     if r.status != 200:
                         run.errors += 1
                         await r.read()
                         return
                     backend = r.headers.get("x-slipstream-backend", "?")
+                    predicted = r.headers.get("x-slipstream-predicted-ttft-ms")
                     async for line in r.content:
                         if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                             continue
@@ -209,7 +219,10 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             run.log.append({"sent": round(sent, 3), "key": workload.key(messages), "backend": backend,
                             "ttft": round(first, 3), "e2e": round(run.e2e[-1], 3),
                             "prompt": (usage or {}).get("prompt_tokens"),
-                            "cached": ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")})
+                            "cached": ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens"),
+                            # The gateway's prediction, and its time before and beside the backend's (ms).
+                            "predicted": float(predicted) if predicted else None,
+                            "gateway_ms": (((usage or {}).get("slipstream_timing") or {}).get("gateway") or {}).get("ms")})
             if usage:
                 prompt = usage.get("prompt_tokens") or 0
                 cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
@@ -274,7 +287,7 @@ class Backends:
                     p.kill()
 
 
-def sim_fleet(tmp: Path, n: int, cache_tokens: int, slow: float = 1.0) -> Backends:
+def sim_fleet(tmp: Path, n: int, cache_tokens: int, slow: float = 1.0, words: int = 300) -> Backends:
     specs: dict[str, dict[str, Any]] = {f"sim{i}": dict(port=free_port(), model="m", **{**SIM, "prefix_cache_tokens": cache_tokens}) for i in range(n)}
     if slow > 1:
         # Unequal servers: the last one prefills and decodes `slow` times slower.
@@ -283,7 +296,7 @@ def sim_fleet(tmp: Path, n: int, cache_tokens: int, slow: float = 1.0) -> Backen
     fleet = Fleet.start(tmp, specs)
     # Capacity for cold prompts: prefills run one at a time (shared compute), so each backend finishes
     # at most prefill_rate / prompt_tokens requests a second (decode overlaps in the other slots).
-    prompt = 540  # the simulator's count for a ~300-word system prompt and a question, with framing
+    prompt = 540 * words / 300  # the simulator's count for a ~300-word system prompt and a question, with framing
     cap = sum(s["prefill_tokens_per_s"] for s in specs.values()) / prompt
     # A block-shared prompt cache (as vLLM's): the simulated backends speak vLLM's flavour.
     return Backends({k: f"http://127.0.0.1:{v['port']}/v1" for k, v in specs.items()}, "vllm", cap, [fleet])
@@ -299,7 +312,8 @@ def throttle(pid: int, duty: float, stop: threading.Event) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None, slow: float = 1.0) -> Backends:
+def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None, slow: float = 1.0,
+                words: int = 300) -> Backends:
     binary, model = subprocess.run([str(ROOT / "scripts" / "llama-server"), "--print-paths"], check=True,
                                    capture_output=True, text=True).stdout.split()
     # The flags scripts/llama-server starts every server with (--no-repack: never the AMX path).
@@ -322,12 +336,12 @@ def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None,
         # Unequal servers: the last one runs 1 / slow of the time (calibrated so, too).
         stop = threading.Event()
         threading.Thread(target=throttle, args=(procs[-1].pid, 1 - 1 / slow, stop), daemon=True).start()
-    cap = asyncio.run(_calibrate(list(urls.values())))
+    cap = asyncio.run(_calibrate(list(urls.values()), words))
     return Backends(urls, "llamacpp", cap, procs, stop)
 
 
-async def _calibrate(urls: list[str]) -> float:
-    """Fleet capacity for cold ~370-token prompts: one server on one CPU thread runs one prefill at a
+async def _calibrate(urls: list[str], words: int = 300) -> float:
+    """Fleet capacity for cold prompts of `words` words (300: ~370 tokens): one server on one CPU thread runs one prefill at a
     time, so each adds 1 / (its cold service time), timed with every server busy at once. Timed one
     server at a time, three single-threaded servers on a 2-core box read as 1.49 req/s that they could
     not sustain together (the arrivals at 70 % of it were over the box's capacity, load average 3.4)."""
@@ -343,7 +357,7 @@ async def _calibrate(urls: list[str]) -> float:
 
         async def cold(url: str, k: int) -> None:
             body = {"model": "m", "max_tokens": OUT_TOKENS, "temperature": 0, "messages": [
-                {"role": "system", "content": f"[calibrate {url} {k}] " + text(rng, 300)}, {"role": "user", "content": "hi"}]}
+                {"role": "system", "content": f"[calibrate {url} {k}] " + text(rng, words)}, {"role": "user", "content": "hi"}]}
             t0 = time.perf_counter()
             async with s.post(f"{url}/chat/completions", json=body) as r:
                 await r.read()
@@ -383,17 +397,19 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
 
 
 def make_workload(name: str, rng: random.Random, salt: str, args) -> object:
+    words = args.system_words
     if name == "shared":
-        return Shared(rng, salt, args.prompts)
+        return Shared(rng, salt, args.prompts, words or 300)
     if name == "unique":
-        return Unique(rng, salt, 1)
-    return MultiTurn(rng, salt, args.turns)
+        return Unique(rng, salt, 1, words or 300)
+    return MultiTurn(rng, salt, args.turns, words or 120)
 
 
 def row(label: str, r: Run) -> str:
     mean = statistics.fmean(r.ttft) * 1000 if r.ttft else float("nan")
     return (f"  {label:<34} n={len(r.e2e):4d} err={r.errors:3d}  TTFT mean {mean:7.0f}  p50 {percentile(r.ttft, 50):7.0f}"
             f"  p99 {percentile(r.ttft, 99):7.0f}  E2E p99 {percentile(r.e2e, 99):7.0f} ms  cached {r.cached_ratio:6.1%}"
+            f"  prompt {r.prompt / len(r.shares) if r.shares else float('nan'):.0f} tok"
             f"  per backend {dict(sorted(r.backends.items()))}{cold_warm(r)}"
             + (f"  later turns {len(r.later)}: cached {r.later_ratio:.1%}" if r.later else ""))
 
@@ -435,6 +451,10 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=0.7, help="arrival rate as a share of cold-prompt capacity")
     ap.add_argument("--prompts", type=int, default=6, help="K shared system prompts")
     ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--system-words", type=int, default=None,
+                    help="words per system prompt (default 300 on shared and unique prompts: ~350 tokens as llama.cpp "
+                         "counts them; 120 on multi-turn); 900 words read ~960 tokens, 1,300 ~1,370. Capacity is "
+                         "calibrated with prompts of this length")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=0, help="also run --replica-strategy behind this many replicas")
     ap.add_argument("--replica-strategy", default="latency_aware")
@@ -462,9 +482,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if args.backend == "sim":
-            fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens, args.slow)
+            fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens, args.slow, args.system_words or 300)
         else:
-            fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram, args.slow)
+            fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram, args.slow, args.system_words or 300)
         rate = args.load * fleet.capacity_rps
         print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
               f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
@@ -473,6 +493,7 @@ def main() -> None:
               + (f"; closed loop: {args.clients} clients, think {args.think if args.think is not None else args.clients / rate:.2f} s"
                  if args.clients else "")
               + ("; consistent hashing off" if args.no_hashing else "")
+              + (f"; system prompts of {args.system_words} words" if args.system_words else "")
               + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
             for wl in args.workloads.split(","):

@@ -52,7 +52,7 @@ MIN_LENGTH = 3
 # A three-letter slip is repaired only into a very common word ("wht" -> "what", "sfe" -> "safe"): short
 # lower-case words are often codes ("pex" is not "apex").
 SHORT_MIN_FREQUENCY = 50_000
-_FLOOR = 50  # the dictionary's count for its rarest words
+FLOOR = _FLOOR = 50  # the dictionary's count for its rarest words
 UNKNOWN_SHARE = 0.4  # more unknown words than this share (and more than two): the text is left as it is
 # Computing words the dictionary lacks (people ask a gateway's models about code): never "corrected".
 _COMPUTING = frozenset("""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.cache import history, normalise, wordnet
+from app.cache import guard, history, normalise, wordnet
 from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
@@ -356,6 +356,7 @@ class Cache:
             await self.embedder.start()
             await asyncio.to_thread(normalise.warm)  # the spelling dictionary, read before the first request
             await asyncio.to_thread(wordnet.lexicon)  # WordNet (the guard's synonyms and opposites), likewise
+            await asyncio.to_thread(guard.english_rank)  # the guard's word frequencies, from the same dictionary
 
     async def aclose(self) -> None:
         await asyncio.gather(*self._pending, return_exceptions=True)

@@ -196,6 +196,11 @@ def one_sense(x: str, y: str) -> bool:
                for pos in _usual(x) & _usual(y))
 
 
+def usual(word: str) -> set[str]:
+    """The parts of speech a word is mostly used in (`_usual`); empty without WordNet."""
+    return _usual(word) if lexicon() is not None else set()
+
+
 def _usual(word: str) -> set[str]:
     """The parts of speech a word is compared in: the one its senses are tagged in most often in a corpus
     (cntlist; "composed" is mostly the verb, not the adjective "calm"), or, never tagged, every one
@@ -254,6 +259,33 @@ def polar(word: str) -> bool:
     if any(a in lex.polar_words for a in names):
         return True
     return any(s in lex.polar_synsets for s in _heads(word))
+
+
+@lru_cache(maxsize=65536)
+def polar_as_used(word: str) -> bool:
+    """`polar`, but for a word mostly used as a verb, only in its most frequent verb sense: "expect",
+    "lie" (be located), "take", "feed" have opposites only in rarer senses or as other parts of speech
+    ("expected"/"unexpected", "lie"/"stand"), while "stop", "allow", "increase", "avoid" have one in
+    their first sense. Verbs that undo or negate what follows them ("skip", "prevent", "cancel") count
+    as polar whatever WordNet says (`NEGATING_VERBS`)."""
+    lex = lexicon()
+    if lex is None:
+        return True
+    if _usual(word) != {"v"}:
+        return polar(word)
+    verbs = lemmas(word, "v")
+    if any(v in NEGATING_VERBS for v in verbs):
+        return True
+    # An opposite of the word itself (`polar`) that its first verb sense holds: a synset holds the antonym
+    # pointers of all its words ("need"'s first sense is "want"'s, which has one; "need" has none).
+    return polar(word) and any(s in lex.polar_synsets for v in verbs for s in lex.senses["v"][v][:1])
+
+
+# Verbs that say a thing is not done, or undone (general English; WordNet marks few of them opposites).
+NEGATING_VERBS = frozenset(
+    "avoid skip miss prevent ignore cancel halt postpone forgo forget fail refuse stop quit cease neglect omit "
+    "decline reject deny lack undo reverse remove delete drop abandon".split()
+)
 
 
 def known(word: str) -> bool:

@@ -156,3 +156,50 @@ def test_a_rewording_wordnet_vouches_for_is_served_when_it_reads_alike_in_contex
 ])
 def test_opposites_siblings_units_names_and_numbers_are_still_refused(encoder, cached, asked):
     assert not served_in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("word", ["expected", "lie", "take", "need", "put", "locate"])
+def test_a_verb_with_an_opposite_only_in_a_rarer_sense_is_not_polar_as_used(word):
+    # "expected"/"unexpected" is the adjective's, "lie"/"stand" a rarer verb sense's
+    assert not wordnet.polar_as_used(word)
+
+
+@pytest.mark.parametrize("word", ["stop", "allow", "increase", "avoid", "skip", "prevent", "cancel", "better", "old"])
+def test_a_verb_opposed_in_its_first_sense_a_negating_verb_and_a_polar_adjective_are_polar_as_used(word):
+    assert wordnet.polar_as_used(word)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # A verb put between shared words that carries no opposite in its usual sense rewords the predicate.
+    ("Will it rain in Seattle tomorrow?", "Is rain expected in Seattle tomorrow?"),
+    ("Will it snow in Denver this weekend?", "Is snow expected in Denver this weekend?"),
+    ("Is the concert on Friday at 8 pm?", "Does the concert take place Friday at 8 pm?"),
+    # An everyday word the model's vocabulary ranks rare ("recommend") in another word's place.
+    ("Which moisturizer should I use?", "What moisturizer do you recommend?"),
+    ("What tent should I buy?", "What tent do you recommend?"),
+])
+def test_a_reworded_predicate_is_served_when_it_reads_alike_in_context(encoder, cached, asked):
+    assert served_in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # A verb that negates or undoes what follows it, put in: the opposite question.
+    ("Should I take my medication with food?", "Should I stop taking my medication with food?"),
+    ("Can I water my lawn at noon?", "Can I avoid watering my lawn at noon?"),
+    ("Should I pay my credit card bill in full?", "Should I delay paying my credit card bill in full?"),
+    ("Is the store open on Sundays?", "Does the store stay open on Sundays?"),
+    # An everyday word only added is a qualifier, wherever it stands.
+    ("Are interns entitled to overtime?", "Are unpaid interns entitled to overtime?"),
+    ("Should I wash fabric before sewing it?", "Should I wash wool fabric before sewing it?"),
+    ("Does green tea have more caffeine than coffee?", "Does green tea have more caffeine than decaf coffee?"),
+    ("Is it safe to eat eggs after the expiration date?", "Is it safe to eat raw eggs after the expiration date?"),
+    ("How long does a laptop battery last?", "How long does a spare laptop battery last?"),
+    ("What tent should I buy?", "What tent do you recommend for winter?"),  # a scope
+    # In another word's place, an everyday word is still a sibling or an opposite.
+    ("Is it harmful to crack your knuckles?", "Is it harmless to crack your knuckles?"),
+    ("Is chocolate toxic to dogs?", "Is chocolate safe for dogs?"),
+    ("How do I install a ceiling fan?", "How do I remove a ceiling fan?"),
+    ("Does the museum open on Sundays?", "Does the museum close on Sundays?"),
+])
+def test_negating_verbs_added_qualifiers_and_swapped_everyday_words_are_refused(encoder, cached, asked):
+    assert not served_in_context(encoder, cached, asked)

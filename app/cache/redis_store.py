@@ -1,8 +1,8 @@
 """The shared store: Redis for exact entries, and Redis's vector search (RediSearch) for semantic ones.
 
-Semantic entries are hashes under `{prefix}sem:` indexed by FT.CREATE with an HNSW FLOAT32 COSINE
-vector field and a TAG field for the scope; FT.SEARCH pre-filters by scope, then runs KNN. Redis
-reports COSINE as a distance (1 - similarity): it is converted back here, in one place.
+Semantic entries are hashes under `{prefix}sem:` indexed by FT.CREATE with an HNSW COSINE vector field
+(FLOAT16 by default, FLOAT32 on request) and a TAG field for the scope; FT.SEARCH pre-filters by scope,
+then runs KNN. Redis reports COSINE as a distance (1 - similarity): it is converted back here, in one place.
 """
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ DIM = 384
 # found theirs at 10, 159 at 64 (0.50 -> 0.81 ms p50), 160 at 200 (2.59 ms). Small scopes are searched by
 # brute force, where the figure is not used.
 EF_RUNTIME = 64
+# The vector field's element type, and what names its index and keys: half precision takes 2 bytes a
+# component against 4 (README, "Capacity model": Redis per semantic entry). FLOAT32 keeps the names it
+# always had, so a store configured for it reads the entries written before FLOAT16 existed. FLOAT16 gets
+# its own index and key prefix ("-f16" after the model id, which no FLOAT32 prefix matches): an index is
+# never read or fed with vectors of the other width. Entries under the other index are not found; they
+# expire with their TTL.
+VECTOR_TYPES = {"FLOAT16": (np.float16, "-f16"), "FLOAT32": (np.float32, "")}
 
 
 def connect(url: str, timeout_s: float) -> redis.Redis | RedisCluster:
@@ -51,15 +58,19 @@ class RedisStore:
     # Errors that mean "Redis is not there" (as opposed to a bad command): the cache skips it briefly.
     OUTAGE_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
-    def __init__(self, client: redis.Redis | RedisCluster, prefix: str, model_id: str, dim: int = DIM, write_client=None) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster, prefix: str, model_id: str, dim: int = DIM, write_client=None,
+                 vector_type: str = "FLOAT16") -> None:
         self._r = client
         # Writes run off the request path with a longer timeout than lookups: their own connections.
         self._w = write_client or client
         self._prefix = prefix
         # The index and its keys carry the embedding model and quantisation: vectors from another
-        # model (or int8 vs fp32) live in another index and are never compared with these.
-        self._index = f"{prefix}sem-idx:{model_id}"
-        self._sem_prefix = f"{prefix}sem:{model_id}:"
+        # model (or int8 vs fp32) live in another index and are never compared with these; so do vectors
+        # stored at another width (VECTOR_TYPES).
+        self._dtype, suffix = VECTOR_TYPES[vector_type]
+        self._vector_type = vector_type
+        self._index = f"{prefix}sem-idx:{model_id}{suffix}"
+        self._sem_prefix = f"{prefix}sem:{model_id}{suffix}:"
         self._dim = dim
         self._index_ready = False
 
@@ -78,7 +89,7 @@ class RedisStore:
             await self._w.execute_command(
                 "FT.CREATE", self._index, "ON", "HASH", "PREFIX", "1", self._sem_prefix,
                 "SCHEMA", "scope", "TAG",
-                "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(self._dim), "DISTANCE_METRIC", "COSINE",
+                "vec", "VECTOR", "HNSW", "6", "TYPE", self._vector_type, "DIM", str(self._dim), "DISTANCE_METRIC", "COSINE",
             )
         except ResponseError as exc:
             if "already exists" not in str(exc).lower():
@@ -91,7 +102,7 @@ class RedisStore:
         query = f"(@scope:{{{scope}}})=>[KNN {k} @vec $v EF_RUNTIME {EF_RUNTIME} AS dist]"
         try:
             reply = await self._r.execute_command(
-                "FT.SEARCH", self._index, query, "PARAMS", "2", "v", vector.astype(np.float32).tobytes(),
+                "FT.SEARCH", self._index, query, "PARAMS", "2", "v", vector.astype(self._dtype).tobytes(),
                 "SORTBY", "dist", "RETURN", "3", "dist", "query", "answer", "LIMIT", "0", str(k), "DIALECT", "2",
             )
         except ResponseError as exc:
@@ -111,7 +122,7 @@ class RedisStore:
     async def add_vector(self, scope: str, vector: np.ndarray, query: str, answer: bytes, ttl_s: float) -> None:
         await self.ensure_index()
         key = f"{self._sem_prefix}{scope[:16]}:{uuid.uuid4().hex}"
-        mapping: dict[Any, Any] = {"scope": scope, "vec": vector.astype(np.float32).tobytes(), "query": query, "answer": answer}
+        mapping: dict[Any, Any] = {"scope": scope, "vec": vector.astype(self._dtype).tobytes(), "query": query, "answer": answer}
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=mapping)
             pipe.pexpire(key, max(1, int(ttl_s * 1000)))
@@ -128,7 +139,7 @@ class RedisStore:
                     pipe.set(self._prefix + "x:" + op.key, op.value, px=px)
                 else:
                     key = f"{self._sem_prefix}{op.scope[:16]}:{uuid.uuid4().hex}"
-                    pipe.hset(key, mapping={"scope": op.scope, "vec": op.vector.astype(np.float32).tobytes(),
+                    pipe.hset(key, mapping={"scope": op.scope, "vec": op.vector.astype(self._dtype).tobytes(),
                                             "query": op.query, "answer": op.value})
                     pipe.pexpire(key, px)
             await pipe.execute()

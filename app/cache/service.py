@@ -405,7 +405,8 @@ def build_cache(config: CacheConfig, semantic_wanted: bool, ask: AskFn | None = 
 
         client = connect(config.redis_url, config.timeout_ms / 1000)
         writes = connect(config.redis_url, config.write_timeout_ms / 1000)
-        store = RedisStore(client, config.key_prefix, model_id(config.embedding.quantization), write_client=writes)
+        store = RedisStore(client, config.key_prefix, model_id(config.embedding.quantization), write_client=writes,
+                           vector_type=config.redis_vector_type.upper())
     else:
         from app.cache.store import MemoryStore
 

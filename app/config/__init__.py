@@ -364,6 +364,9 @@ class CacheConfig(Strict):
     skip_after_failures: int = Field(3, ge=1)
     skip_for_s: float = Field(1.0, ge=0)
     key_prefix: str = "slipstream:"
+    # Redis's semantic vectors: float16 takes half the bytes of float32 per vector (needs RediSearch 2.10+,
+    # as in Redis Stack 7.4 and Redis 8). Each has its own index and keys: switching starts an empty index.
+    redis_vector_type: Literal["float16", "float32"] = "float16"
     memory_max_entries: int = Field(100_000, ge=1)
     embedding: EmbeddingConfig = EmbeddingConfig()
 

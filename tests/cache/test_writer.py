@@ -70,7 +70,7 @@ def test_no_write_lost_at_soak_load_with_redis_stalling(redis_server):
     assert stats.batches < 2 * n  # batched: fewer round trips than entries
     client = redis_server.client()
     assert len(client.keys(f"{prefix}x:*")) == n
-    assert len(client.keys(f"{prefix}sem:test:*")) == n
+    assert len(client.keys(f"{prefix}sem:test-f16:*")) == n
 
 
 class _FailingFirst:

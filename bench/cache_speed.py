@@ -2,8 +2,10 @@
 
 Starts its own Redis Stack server, a zero-latency simulator and a gateway pinned to one core
 (`--cpus`, default "0"; the simulator gets the other core). One alias has the exact and semantic
-caches on (shipped defaults: int8 embeddings, threshold, guard). The semantic index holds the seeded
-questions plus `--entries` random vectors in the same scope, so KNN searches a full index.
+caches on (shipped defaults: int8 embeddings, threshold, guard, float16 vectors in Redis). The semantic
+index holds the seeded questions plus `--entries` filler vectors in the same scope, so KNN searches a
+full index: real questions' embeddings perturbed (`--fillers perturbed`, the default) or uniform random
+vectors (`--fillers random`, harder on the HNSW graph); see bench/fillers.py.
 Requests alternate at c=1: an exact hit (a seeded question again), a semantic hit (a reworded
 seeded question that the guard confirms: case, politeness, frames, typos), a judged hit and a miss.
 A judged hit goes to a second alias whose judge (an alias answered "yes" at once by a stub server in
@@ -15,6 +17,9 @@ are timed in process on one thread: embedding, KNN, guard.
 
     python bench/cache_speed.py                          # 100k entries, 300 requests of each kind
     python bench/cache_speed.py --entries 5000 --requests 200 --repeats 3
+    python bench/cache_speed.py --fillers random --vector-type float32   # as measured before 2026-12-05
+
+Its temporary folder (Redis's and the gateway's logs) is removed at the end unless the run failed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +36,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -38,8 +45,10 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cache.embedder import OnnxEncoder, model_id
 from app.cache.guard import mismatch
-from app.cache.redis_store import RedisStore, connect
+from app.cache.redis_store import VECTOR_TYPES, RedisStore, connect
 from app.config import EmbeddingConfig, SemanticCachePolicy
+from bench.fillers import KINDS as FILLER_KINDS
+from bench.fillers import effective_dimensions, filler_vectors
 from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway, wait_listening
 
 PREFIX = "slipstream:"
@@ -127,25 +136,34 @@ def start_yes_judge(cpus: str | None) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def fill(port: int, scope: str, entries: int) -> float:
-    """`entries` random unit vectors in the gateway's scope and model index (cheap to make)."""
-    rng = np.random.default_rng(0)
+def own_vectors() -> np.ndarray:
+    """The bench's seeded questions and their rewordings, embedded: fillers keep away from them."""
+    questions = [f"How do I {t}?" for t in TOPICS]
+    texts = questions + [v(q) for q in questions for v in VARIANTS]
+    return OnnxEncoder(EmbeddingConfig().quantization, threads=1).encode(texts)
+
+
+def fill(port: int, scope: str, entries: int, fillers: str, vector_type: str, avoid: np.ndarray) -> tuple[float, float]:
+    """`entries` filler vectors in the gateway's scope and model index, written as the gateway writes
+    them; returns the seconds taken and the fillers' effective dimensions (from the first chunk)."""
     client = redis.Redis(port=port)
     t0 = time.perf_counter()
-    prefix = f"{PREFIX}sem:{model_id(EmbeddingConfig().quantization)}:"
-    for start in range(0, entries, 2000):
-        vecs = rng.standard_normal((min(2000, entries - start), 384)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    dtype, suffix = VECTOR_TYPES[vector_type]
+    prefix = f"{PREFIX}sem:{model_id(EmbeddingConfig().quantization)}{suffix}:"
+    dims = 0.0
+    for vecs in filler_vectors(fillers, entries, avoid):
+        dims = dims or effective_dimensions(vecs)
         pipe = client.pipeline(transaction=False)
         for v in vecs:
             key = f"{prefix}{scope[:16]}:{uuid.uuid4().hex}"
-            pipe.hset(key, mapping={"scope": scope, "vec": v.tobytes(), "query": "filler", "answer": b"{}"})
+            pipe.hset(key, mapping={"scope": scope, "vec": v.astype(dtype).tobytes(), "query": "filler", "answer": b"{}"})
             pipe.pexpire(key, 3_600_000)
         pipe.execute()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, dims
 
 
-async def through_gateway(url: str, port: int, entries: int, requests: int, repeats: int) -> list[dict[str, list[float]]]:
+async def through_gateway(url: str, port: int, entries: int, requests: int, repeats: int, fillers: str,
+                          vector_type: str) -> list[dict[str, list[float]]]:
     """One dict of end-to-end times per repeat, by kind of request; the index is filled once."""
     questions = [f"How do I {t}?" for t in TOPICS]
     runs: list[dict[str, list[float]]] = []
@@ -156,10 +174,14 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
         await asyncio.sleep(1.0)  # background writes
         client = redis.Redis(port=port)
         scopes = {_text(client.hget(k, "scope")) for k in client.scan_iter(f"{PREFIX}sem:*", count=1000)}
-        fill_s = 0.0
+        fill_s, avoid = 0.0, own_vectors()
         for scope in sorted(scopes):
-            fill_s += fill(port, scope, entries)
-        print(f"filled {entries} extra entries in each of the {len(scopes)} aliases' scopes in {fill_s:.1f} s; "
+            took, dims = fill(port, scope, entries, fillers, vector_type, avoid)
+            fill_s += took
+        while int(_info(client, "indexing")):
+            await asyncio.sleep(0.2)
+        print(f"filled {entries} extra entries ({fillers} fillers, {dims:.0f} effective dimensions; {vector_type} "
+              f"vectors) in each of the {len(scopes)} aliases' scopes in {fill_s:.1f} s; "
               f"Redis used_memory {client.info('memory')['used_memory'] / 2**20:.0f} MiB")
         asked = 0
         for _ in range(repeats):
@@ -195,9 +217,18 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
     return runs
 
 
-async def parts(port: int, requests: int) -> dict[str, list[float]]:
+def _info(client: redis.Redis, field: str) -> Any:
+    """A field of FT.INFO for the one semantic index (RESP2 or RESP3 reply)."""
+    index = next(_text(i) for i in client.execute_command("FT._LIST"))
+    raw = client.execute_command("FT.INFO", index)
+    info = dict(zip(raw[::2], raw[1::2])) if isinstance(raw, list) else raw
+    return info.get(field.encode(), info.get(field, 0))
+
+
+async def parts(port: int, requests: int, vector_type: str) -> dict[str, list[float]]:
     """The semantic lookup's parts on one thread: embedding (int8 and fp32), KNN, guard per candidate."""
-    store = RedisStore(connect(f"redis://127.0.0.1:{port}/0", 5.0), PREFIX, model_id(EmbeddingConfig().quantization))
+    store = RedisStore(connect(f"redis://127.0.0.1:{port}/0", 5.0), PREFIX, model_id(EmbeddingConfig().quantization),
+                       vector_type=vector_type)
     client = redis.Redis(port=port)
     key = next(client.scan_iter(f"{PREFIX}sem:*", count=1000))
     scope = _text(client.hget(key, "scope"))
@@ -230,7 +261,10 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds through the same gateway; figures are their medians")
     ap.add_argument("--cpus", default="0", help="cores for the gateway (taskset); the simulator gets the rest")
+    ap.add_argument("--fillers", choices=FILLER_KINDS, default="perturbed", help="what fills the index (bench/fillers.py)")
+    ap.add_argument("--vector-type", choices=["float16", "float32"], default="float16", help="cache.redis_vector_type")
     args = ap.parse_args()
+    vector_type = args.vector_type.upper()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-bench-"))
     redis_proc, port = start_redis(tmp)
     other = "1" if args.cpus == "0" else None
@@ -241,22 +275,31 @@ def main() -> int:
     judged = {**cache, "semantic": {"enabled": True, "judge": {"alias": "yes-judge", "min_similarity": 0.75}}}
     models = {"cached": {"backends": ["zero"], "cache": cache}, "judged": {"backends": ["zero"], "cache": judged},
               "yes-judge": {"backends": ["yes"]}}
-    extra = {"cache": {"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0", "embedding": {"threads": 1}}}
+    extra = {"cache": {"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0", "embedding": {"threads": 1},
+                       "redis_vector_type": args.vector_type}}
     extra["backends"] = {"zero": {"base_url": f"http://127.0.0.1:{fleet.backends['zero']['port']}/v1", "model": fleet.model},
                          "yes": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "yes"}}
     gw = start_gateway(tmp, fleet, cpus=args.cpus, models=models, extra=extra)
     load = [os.getloadavg()[0]]
+    ok = False
     try:
-        runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats))
+        runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats, args.fillers, vector_type))
         load.append(os.getloadavg()[0])
-        rows = asyncio.run(parts(port, args.requests))
+        rows = asyncio.run(parts(port, args.requests, vector_type))
+        ok = True
     finally:
         gw.stop()
         fleet.stop()
         judge_proc.terminate()
         redis_proc.terminate()
+        redis_proc.wait(10)
+        if ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"logs kept in {tmp}", file=sys.stderr)
     print(f"\nshipped defaults: {EmbeddingConfig().quantization} embeddings, threshold "
-          f"{SemanticCachePolicy().threshold}, guard; gateway on core(s) {args.cpus}; "
+          f"{SemanticCachePolicy().threshold}, guard; {args.entries} {args.fillers} fillers, {vector_type} vectors; "
+          f"gateway on core(s) {args.cpus}; "
           f"load average {load[0]:.2f} -> {load[1]:.2f} over the timed rounds\n")
     med = lambda xs: statistics.median(xs)
     print(f"End to end, medians of {len(runs)} rounds ({' / '.join(str(len(r['exact hit'])) for r in runs)} exact hits timed)\n")

@@ -557,12 +557,15 @@ def _person_swapped(a: list[str], b: list[str]) -> bool:
         return {(x, y) for x, y in pairwise(words) if (x in _PERSONS) != (y in _PERSONS)}
 
     pa = pairs(a)
-    return any((y, x) in pa for x, y in pairs(b))
+    # Only a pair that b has and a has the other way round and not also this way: "what should I do if I
+    # capsize" holds both ("I", "if") and ("if", "I"), and is no swap of itself.
+    return any((y, x) in pa and (x, y) not in pa for x, y in pairs(b))
 
 
 def _one_block_moved(a: list[str], b: list[str]) -> bool:
     """b is a with one contiguous run of words moved ("in Python, how to X" / "how to X in Python"), not
-    a person ("who unfollowed me" / "who I unfollowed": the words are the same, the roles are not)."""
+    a person ("who unfollowed me" / "who I unfollowed": the words are the same, the roles are not),
+    unless inside a clause moved whole (`_CLAUSE`)."""
     n = len(a)
     if n != len(b) or n > 40:
         return False
@@ -570,6 +573,10 @@ def _one_block_moved(a: list[str], b: list[str]) -> bool:
         for j in range(i + 1, n + 1):
             block, rest = a[i:j], a[:i] + a[j:]
             for k in range(len(rest) + 1):
-                if k != i and rest[:k] + block + rest[k:] == b and not _PERSONS & set(block):
+                if k != i and rest[:k] + block + rest[k:] == b and (not _PERSONS & set(block) or block[0] in _CLAUSE):
                     return True
     return False
+
+
+# A clause moved whole keeps its subject ("what should I do if I capsize" / "if I capsize, what should I do").
+_CLAUSE = frozenset("if when whenever while because since unless once".split())

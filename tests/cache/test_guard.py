@@ -142,3 +142,23 @@ def test_inflections_and_moved_light_words_align(a, b):
 ])
 def test_persons_swapped_and_longer_words_are_caught(a, b):
     assert mismatch(a, b) is not None
+
+
+@pytest.mark.parametrize("a, b", [
+    # A person twice ("I ... if I") is no swap of itself, and a clause moved whole keeps its subject.
+    ("What should I do if I capsize?", "what should i do if i capsize"),
+    ("What should I do if I capsize?", "If I capsize, what should I do?"),
+    ("Why do I snore when I sleep?", "When I sleep, why do I snore?"),
+])
+def test_a_person_twice_and_a_clause_moved_whole_align(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("What should I do if I capsize?", "What should you do if I capsize?"),
+    ("What should I do if I capsize?", "If you capsize, what should I do?"),
+    ("Why does she snore when I sleep?", "When she sleeps, why do I snore?"),
+    ("Why does she snore when I sleep?", "Why do I snore when she sleeps?"),
+])
+def test_persons_moved_between_clauses_are_caught(a, b):
+    assert mismatch(a, b) is not None

@@ -302,10 +302,12 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     rank = vocab_rank()
     names = _names(cached) | _names(asked)
     everyday: set[tuple[int, str]] = set()  # rare to the model, common in English: never only added
+    amounts = _amounts(ta) | _amounts(tb)
     for side, words in ((0, words_a), (1, words_b)):
         for t in words:
             if (not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS
-                    or t.surface in lx.ROLE_WORDS or t.surface in lx.QUANTIFIERS or t.surface in names):
+                    or t.surface in lx.ROLE_WORDS or (t.surface in lx.QUANTIFIERS and t not in amounts)
+                    or t.surface in names):
                 return None
             if rank.get(t.surface, CONTEXT_RANK) >= CONTEXT_RANK:
                 if english_rank().get(t.surface, ENGLISH_RANK) >= ENGLISH_RANK:
@@ -313,6 +315,9 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
                 everyday.add((side, t.canon))
     if any(_prefixed(x.surface, y.surface) for x in words_a for y in words_b):
         return None
+    units_a, units_b = _units(ta), _units(tb)
+    if units_a and units_b and units_a != units_b:
+        return None  # "how long in minutes" / "how many hours": a unit asked in another unit's stead
     kept_a = [c for c in ca if c not in rest_a and (c not in lx.LIGHT or c not in only_a)]
     kept_b = [pairs.get(c, c) for c in cb if c not in rest_b and (c not in lx.LIGHT or c not in only_b)]
     if _roles(kept_a) != _roles(kept_b) or _person_swapped(ca, [pairs.get(c, c) for c in cb]):
@@ -337,6 +342,17 @@ def english_rank() -> dict[str, int]:
     ("tetanus", "polyurethane", "gmail")."""
     words = normalise.frequencies()
     return {w: i for i, w in enumerate(sorted(words, key=lambda w: -words[w])) if words[w] > normalise.FLOOR + 1}
+
+
+def _units(toks: tuple[Token, ...]) -> set[str]:
+    """The units of measurement or time a question names (WordNet: app/cache/wordnet.py), canonical."""
+    return {t.canon for t in toks if t.surface.isalpha() and wordnet.unit(t.surface)}
+
+
+def _amounts(toks: tuple[Token, ...]) -> set[Token]:
+    """"many"/"much" straight after "how": part of the question word that asks for an amount ("how many
+    hours of sleep" / "what amount of sleep"), not a quantifier that limits ("all"/"some"/"most")."""
+    return {t for prev, t in pairwise(toks) if prev.surface == "how" and t.surface in ("many", "much")}
 
 
 def _question(text: str) -> bool:

@@ -14,6 +14,8 @@ so what the guard asks is narrow:
   same in this sentence;
 - `polar`: the word has an opposite in some sense ("better", "last", "senior"): added to a question,
   it changes what is asked, and its opposite reads alike in context, so it is never set aside;
+- `unit`: the word's usual noun sense is a unit of measurement or of time ("minutes", "miles"): the
+  guard never lets one question's unit stand for another's;
 - never for opposites: two words are opposed when WordNet marks them antonyms, directly or through a
   "similar to" adjective ("dangerous" is "unsafe", the antonym of "safe").
 
@@ -56,6 +58,7 @@ class Lexicon:
     polar_words: frozenset[str]  # lemmas with an antonym
     polar_synsets: frozenset[int]  # synsets with an antonym pointer
     tagged: dict[tuple[str, str], int]  # (lemma, pos) -> how often its senses are tagged in a corpus (cntlist)
+    unit_synsets: frozenset[int] = frozenset()  # noun synsets under "unit of measurement" or "time unit"
 
 
 def data_dir() -> Path | None:
@@ -124,7 +127,40 @@ def lexicon() -> Lexicon | None:
         antonym_synsets.add((offset, target))
         antonym_synsets.add((target, offset))
     return Lexicon(senses, exceptions, frozenset(antonyms), similar, frozenset(antonym_synsets),
-                   frozenset(a for a, _ in antonyms), frozenset(a for a, _ in antonym_synsets), _tag_counts(root))
+                   frozenset(a for a, _ in antonyms), frozenset(a for a, _ in antonym_synsets), _tag_counts(root),
+                   _units(root))
+
+
+# WordNet 3.0's noun synsets "unit_of_measurement, unit" and "time_unit, unit_of_time".
+_UNIT_ROOTS = (13583724, 15154774)
+
+
+def _units(root: Path) -> frozenset[int]:
+    """Every noun synset below the unit roots by hyponym pointers ("~"): minutes, hours, miles, kilos."""
+    children: dict[int, list[int]] = {}
+    with open(root / "data.noun", "rb") as f:
+        for raw in f:
+            if raw[:1] == b" " or b" ~" not in raw:
+                continue
+            offset, _, pointers = _parse(raw)
+            children[offset] = [target for symbol, target, pos, _ in pointers if symbol in ("~", "~i") and pos == "n"]
+    out, todo = set(_UNIT_ROOTS), list(_UNIT_ROOTS)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return frozenset(out)
+
+
+@lru_cache(maxsize=65536)
+def unit(word: str) -> bool:
+    """The word's most frequent noun sense is a unit of measurement or of time ("minutes", "hours", "miles"),
+    for a word mostly used as a noun."""
+    lex = lexicon()
+    if lex is None or _usual(word) != {"n"}:
+        return False
+    return any(lex.senses["n"][n][0] in lex.unit_synsets for n in lemmas(word, "n"))
 
 
 def _tag_counts(root: Path) -> dict[tuple[str, str], int]:

@@ -203,3 +203,35 @@ def test_a_reworded_predicate_is_served_when_it_reads_alike_in_context(encoder, 
 ])
 def test_negating_verbs_added_qualifiers_and_swapped_everyday_words_are_refused(encoder, cached, asked):
     assert not served_in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("word, is_unit", [
+    ("minutes", True), ("hours", True), ("miles", True), ("kilos", True), ("dollars", True), ("grams", True),
+    ("amount", False), ("sleep", False), ("time", False), ("people", False),
+])
+def test_units_of_measurement_and_time(word, is_unit):
+    assert wordnet.unit(word) is is_unit
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # "how many" / "how much" ask for an amount: part of the question word, not a quantifier.
+    ("How long should I rest between sets?", "How many minutes should I rest between sets?"),
+    ("How much does a newborn weigh?", "How many pounds does a newborn weigh?"),
+    ("How much coffee is too much?", "How many cups of coffee is too much?"),
+])
+def test_an_amount_asked_another_way_is_served_when_it_reads_alike_in_context(encoder, cached, asked):
+    assert served_in_context(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # One unit asked in another's stead, wherever each stands.
+    ("How long should I boil an egg in minutes?", "How many seconds should I boil an egg?"),
+    ("How much sleep does a baby need in hours?", "How many minutes of sleep does a baby need?"),
+    ("How much weight in pounds can a horse carry?", "How many kilos can a horse carry?"),
+    ("How long is a marathon in miles?", "How many kilometers is a marathon?"),
+    ("How much does a newborn weigh in kilos?", "How many pounds does a newborn weigh?"),
+    ("How long should I rest between sets?", "How many days should I rest between sets?"),  # not what "long" means here
+    ("How much RAM do I need for video editing?", "How many cores do I need for video editing?"),
+])
+def test_an_amount_in_another_unit_or_of_another_thing_is_refused(encoder, cached, asked):
+    assert not served_in_context(encoder, cached, asked)

@@ -120,7 +120,9 @@ def start_gateway(
     return Proc(proc, f"http://127.0.0.1:{port}")
 
 
-def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = None, env: dict | None = None) -> subprocess.Popen:
+def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = None, env: dict | None = None,
+           cwd: Path | None = None) -> subprocess.Popen:
+    """`python -m app ARGS` from this checkout, or from the checkout `cwd` (another commit's gateway, for an A/B)."""
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "pyinstrument", "-r", {".txt": "text", ".pstats": "pstats"}.get(profile.suffix, "html"), "--show-all",
@@ -128,4 +130,5 @@ def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = 
     cmd += ["-m", "app", *args]
     if cpus is not None:
         cmd = ["taskset", "-c", cpus, *cmd]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    return subprocess.Popen(cmd, cwd=cwd or ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})

@@ -21,7 +21,8 @@ slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequ
 each sends its next request after its answer and a think time. --dump FILE writes every request
 (when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens, the gateway's predicted TTFT and
 its own time, a burst wait included) per run. A strategy named `latency_aware/nohash` runs with
-prefix.consistent_hashing off (--no-hashing: every single-gateway one). --system-words N sets the system
+prefix.consistent_hashing off (--no-hashing: every single-gateway one); one named `NAME@base` runs its
+gateway from the checkout --base-tree (another commit), for an A/B of two commits in one run. --system-words N sets the system
 prompts' length (default 300 words, ~350 tokens; 600 read ~680 tokens a request as llama.cpp counts
 them, 900 ~960): real system prompts are often 1,000-2,000 tokens, and the longer they are, the more of
 a request a cache hit saves. Each run's line says the mean prompt tokens the servers reported.
@@ -368,7 +369,16 @@ async def _calibrate(urls: list[str], words: int = 300) -> float:
     return sum(1 / statistics.median(v) for v in times.values())
 
 
-def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, hashing: bool = True) -> list[Proc]:
+def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, hashing: bool = True,
+                   base: Path | None = None) -> list[Proc]:
+    # `latency_aware@base`: that strategy's gateway run from the checkout --base-tree (an A/B of two
+    # commits on one fleet and one schedule).
+    strategy, _, tree = strategy.partition("@")
+    cwd = None
+    if tree:
+        if tree != "base" or base is None:
+            raise SystemExit(f"{strategy}@{tree}: only @base, with --base-tree")
+        cwd = base
     # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run.
     strategy, _, flag = strategy.partition("/")
     hashing = hashing and flag != "nohash"
@@ -390,7 +400,7 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
         }
         path = tmp / f"gw-{port}.yaml"
         path.write_text(yaml.safe_dump(config))
-        proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None)
+        proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None, cwd=cwd)
         wait_listening(port, proc)
         out.append(Proc(proc, f"http://127.0.0.1:{port}"))
     return out
@@ -474,6 +484,9 @@ def main() -> None:
     ap.add_argument("--no-hashing", action="store_true",
                     help="the single-gateway runs with prefix.consistent_hashing off (what one replica can set): new "
                          "prefixes go to the lowest prediction, not to where every replica would send them")
+    ap.add_argument("--base-tree", default=None,
+                    help="a checkout of another commit (with its .venv's packages importable): a strategy named "
+                         "NAME@base runs its gateway from there, beside the others in the same run (an A/B)")
     ap.add_argument("--dump", default=None,
                     help="write every request (sent, prompt key, backend, TTFT, E2E, cached tokens) per run to this JSON file")
     args = ap.parse_args()
@@ -510,7 +523,8 @@ def main() -> None:
                     for strategy, replicas, hashing in variants[k:] + variants[:k]:
                         label = strategy if replicas == 1 else f"{strategy} x{replicas}" + ("" if hashing else " no hashing")
                         fleet.clear_caches()
-                        gws = start_gateways(tmp, fleet, strategy, replicas, hashing)
+                        gws = start_gateways(tmp, fleet, strategy, replicas, hashing,
+                                             Path(args.base_tree) if args.base_tree else None)
                         try:
                             salt = f"{wl}-{label}-{rep}-{time.time()}"
                             workload = make_workload(wl, random.Random(args.seed + rep), salt, args)
@@ -556,6 +570,15 @@ def medians(workload: str, results: dict[str, list[Run]], prefixes: int = 0) -> 
             ratios.append(statistics.fmean(b.ttft) / statistics.fmean(a.ttft))
             shares.append(a.cached_ratio)
     print("  " + "  ".join(f"{r:.2f}x / {s:.1%}" for r, s in zip(ratios, shares)))
+    for label, runs in results.items():
+        # Any other strategy of the run (an A/B's other arm), against least_inflight alike.
+        if label in (lead, "least_inflight") or not runs:
+            continue
+        other = [(statistics.fmean(b.ttft) / statistics.fmean(a.ttft), a.cached_ratio)
+                 for a, b in zip(runs, results["least_inflight"]) if a.ttft and b.ttft]
+        if other:
+            print(f"  {label}: " + "  ".join(f"{r:.2f}x / {s:.1%}" for r, s in other)
+                  + f"  (median {statistics.median(r for r, _ in other):.2f}x)")
     if prefixes:
         tops = [share_ceiling(a, prefixes) for a in results[lead]]
         print("  cached-share ceiling per repeat (each prefix cold once): " + "  ".join(f"{t:.1%}" for t in tops))

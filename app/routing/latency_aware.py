@@ -139,8 +139,17 @@ class LatencyAware:
             def untimed_rank(i: int) -> tuple:
                 if lagging[i]:
                     return True, 0, 0, scores[i]
-                held = cached.get(candidates[i].name)
-                return False, candidates[i].inflight, -(held.blocks if held is not None else 0), scores[i]
+                c = candidates[i]
+                held = cached.get(c.name)
+                blocks = held.blocks if held is not None else 0
+                # Counted are the prefills each placement leaves running there: a request held back for
+                # a sibling's copy of its prefix computes none, and neither does this one where a sibling
+                # is computing its prompt (it waits for that copy). Ranked by requests in flight, a burst's
+                # second request for a prompt went cold to the other server: two prompts prefilled on both
+                # (6 clients, 4 prompts of ~680 tokens, two llama.cpp servers: 6 cold prefills where 4
+                # were needed, the other server's own cold prompt slowed from ~7.5 s to 15 s).
+                waits = held is not None and held.leader is not None and blocks >= MIN_BURST_BLOCKS
+                return False, c.inflight - c.copy_waiters + (not waits), -blocks, scores[i]
 
             first = min(order, key=untimed_rank)
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)

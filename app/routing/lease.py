@@ -69,6 +69,7 @@ class Lease:
         "_router",
         "_ticket",
         "_uncached",
+        "_waiting",
         "burst_wait_s",
         "estimate",
         "prefix",
@@ -90,6 +91,7 @@ class Lease:
         self._uncached = 0.0
         self._prefilled: PrefixCopy | None = None
         self._prefilling = False
+        self._waiting = False  # counted in the backend's copy_waiters
         # What the ranking predicted for this backend, with every request in flight there ahead of this
         # one: nothing has changed since (the decision and the lease are one synchronous step).
         ranked = ctx.estimates.get(state.name) if ctx.estimates is not None and ahead == state.inflight else None
@@ -109,6 +111,9 @@ class Lease:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
+            if self.burst_wait_s:
+                self._waiting = True
+                state.copy_waiters += 1
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
             self._keys = ctx.prefix.keys
             self._prefilled = PrefixCopy(ctx.stream, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s)
@@ -195,6 +200,9 @@ class Lease:
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
             self._uncached = 0.0
+        if self._waiting:
+            self._waiting = False
+            self.state.copy_waiters = max(0, self.state.copy_waiters - 1)
         if self._prefilling:
             self._prefilling = False
             self.state.prefilling = max(0, self.state.prefilling - 1)

@@ -206,6 +206,9 @@ class BackendState:
     prefixes: BackendPrefixes = field(default_factory=BackendPrefixes)
     uncached_inflight: float = 0.0
     prefilling: int = 0  # requests in flight here not yet at their first token (each pays the fixed part)
+    # Of the requests in flight here, those held back for a sibling's copy of their prompt's prefix: they
+    # will reuse it, not compute one (until their first token, or their end).
+    copy_waiters: int = 0
     # When the prefill now under way began: the backend went busy, or the one before it reached its
     # first token. Time since then is work already done off the backlog.
     prefill_busy_since: float = 0.0

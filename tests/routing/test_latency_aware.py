@@ -409,3 +409,38 @@ def test_before_any_backend_is_timed_a_burst_sibling_joins_the_backend_computing
             s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since = 2, 2, 600, 1.0
         assert policy.choose(fleet, ctx_for(p0), k)[0] == 0
         assert policy.choose(fleet, ctx_for(p2), k)[0] == 1
+
+
+def test_before_any_backend_is_timed_a_sibling_waits_for_its_copy_rather_than_prefill_it_on_an_idle_one():
+    # Scripted state of a closed-loop burst (6 clients, 4 shared prompts of ~960 tokens, two real
+    # llama.cpp servers, neither timed): a computes p0 for the first request and b is idle. Ranked by
+    # requests in flight, the second p0 went cold to b beside b's own cold prompt: p0 was prefilled on
+    # both servers (46 s each on a loaded box) and the burst's sixth request queued behind two cold
+    # prefills on a. The sibling adds no prefill where it waits for the copy: it counts one fewer there.
+    p0, p3 = ask("q", "Policy zero. " * 150), ask("q", "Policy three. " * 150)
+    for k in range(4):
+        fleet = [State("a"), State("b")]
+        for s in fleet:
+            s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))  # untimed: the prior
+        a = fleet[0]
+        a.prefixes.record(ctx_for(p0).prefix.keys, now=1.0, ready_at=1.5, leader=asyncio.Event())
+        a.inflight, a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 1, 600, 1.0
+        assert LatencyAware(exploration=0).choose(fleet, ctx_for(p0), k)[0] == 0
+        # A prompt no one holds still goes where fewer are in flight.
+        assert LatencyAware(exploration=0).choose(fleet, ctx_for(p3), k)[0] == 1
+    # Later in the burst: a computes p0 and p1 and holds a second p1 waiting for its copy; b computes p3.
+    # Another p0 waits on a (two prefills there either way) rather than make b compute a second one.
+    p1 = ask("q", "Policy one. " * 150)
+    for k in range(4):
+        fleet = [State("a"), State("b")]
+        for s in fleet:
+            s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))
+        a, b = fleet
+        for body in (p0, p1):
+            a.prefixes.record(ctx_for(body).prefix.keys, now=1.0, ready_at=1.5, leader=asyncio.Event())
+        a.inflight, a.copy_waiters, a.prefilling, a.uncached_inflight, a.prefill_busy_since = 3, 1, 3, 1300, 1.0
+        b.prefixes.record(ctx_for(p3).prefix.keys, now=1.0, ready_at=1.5, leader=asyncio.Event())
+        b.inflight, b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 1, 600, 1.0
+        assert LatencyAware(exploration=0).choose(fleet, ctx_for(p0), k)[0] == 0
+        # A new prompt still goes where fewer prefills run: b.
+        assert LatencyAware(exploration=0).choose(fleet, ctx_for(ask("q", "Policy two. " * 150)), k)[0] == 1

@@ -42,6 +42,7 @@ class State:
         self.prefixes = BackendPrefixes(accuracy=accuracy)
         self.uncached_inflight = 0.0
         self.prefilling = 0
+        self.copy_waiters = 0
         self.prefill_busy_since = 0.0
 
 

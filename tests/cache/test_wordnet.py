@@ -232,6 +232,11 @@ def test_an_amount_asked_another_way_is_served_when_it_reads_alike_in_context(en
     ("How much does a newborn weigh in kilos?", "How many pounds does a newborn weigh?"),
     ("How long should I rest between sets?", "How many days should I rest between sets?"),  # not what "long" means here
     ("How much RAM do I need for video editing?", "How many cores do I need for video editing?"),
+    # A price is not a count, nor a quantity a frequency.
+    ("How much is a ticket to the Louvre?", "How many tickets to the Louvre are left?"),
+    ("How much does a ticket to the Louvre cost?", "How many tickets to the Louvre can I buy?"),
+    ("How much water does a cactus need?", "How many times a week does a cactus need water?"),
+    ("How much protein is in an egg?", "How many eggs have protein?"),
 ])
 def test_an_amount_in_another_unit_or_of_another_thing_is_refused(encoder, cached, asked):
     assert not served_in_context(encoder, cached, asked)

@@ -315,9 +315,11 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
                 everyday.add((side, t.canon))
     if any(_prefixed(x.surface, y.surface) for x in words_a for y in words_b):
         return None
-    units_a, units_b = _units(ta), _units(tb)
-    if units_a and units_b and units_a != units_b:
-        return None  # "how long in minutes" / "how many hours": a unit asked in another unit's stead
+    if _units(ta) != _units(tb):
+        # "how long in minutes" / "how many hours": a unit asked in another unit's stead; and a unit named
+        # on one side only ("how long" / "how many seconds") asks for the answer in a unit the cached
+        # answer may not be given in.
+        return None
     kept_a = [c for c in ca if c not in rest_a and (c not in lx.LIGHT or c not in only_a)]
     kept_b = [pairs.get(c, c) for c in cb if c not in rest_b and (c not in lx.LIGHT or c not in only_b)]
     if _roles(kept_a) != _roles(kept_b) or _person_swapped(ca, [pairs.get(c, c) for c in cb]):

@@ -215,15 +215,22 @@ def test_units_of_measurement_and_time(word, is_unit):
 
 @pytest.mark.parametrize("cached, asked", [
     # "how many" / "how much" ask for an amount: part of the question word, not a quantifier.
-    ("How long should I rest between sets?", "How many minutes should I rest between sets?"),
-    ("How much does a newborn weigh?", "How many pounds does a newborn weigh?"),
+    ("What is the average snowfall in Denver in March?", "How much snow does Denver get in March on average?"),
     ("How much coffee is too much?", "How many cups of coffee is too much?"),
+    ("How far is it from Berlin to Prague in kilometers?", "How many kilometers is it from Berlin to Prague?"),
 ])
 def test_an_amount_asked_another_way_is_served_when_it_reads_alike_in_context(encoder, cached, asked):
     assert served_in_context(encoder, cached, asked)
 
 
 @pytest.mark.parametrize("cached, asked", [
+    # A unit named on one side only asks for the answer in a unit the cached one may not use (played
+    # live: "How long should I steep green tea?" was served for "How many seconds ...?").
+    ("How long should I steep green tea?", "How many seconds should I steep green tea?"),
+    ("How long should I boil an egg?", "How many hours should I boil an egg?"),
+    ("How long is a football match?", "How many hours is a football match?"),
+    ("How long should I rest between sets?", "How many minutes should I rest between sets?"),
+    ("How much does a newborn weigh?", "How many pounds does a newborn weigh?"),
     # One unit asked in another's stead, wherever each stands.
     ("How long should I boil an egg in minutes?", "How many seconds should I boil an egg?"),
     ("How much sleep does a baby need in hours?", "How many minutes of sleep does a baby need?"),

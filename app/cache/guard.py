@@ -282,11 +282,6 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     What the contextual check then asks of each word is in app/cache/context.py. Identical words in
     another order are never returned: nothing differs, and the order is the point.
     """
-    why, meaning = _mismatch(cached, asked)
-    if why == "meaning":
-        # The guard aligns every word, some only by meaning: only those pairs are left to check.
-        return Unaligned((), (), tuple(t.surface for t in tokens(cached)), tuple(t.surface for t in tokens(asked)),
-                         meaning=meaning)
     ta, tb = tokens(cached), tokens(asked)
     if _question(cached) and _question(asked) and _asks_how(cached) == _asks_how(asked):
         ta, tb = _without_lone_to(ta, tb)
@@ -295,6 +290,12 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
     heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
     pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
+    if by_meaning(ta, tb, pairs):  # only then may the guard have aligned them by meaning (one more pass)
+        why, meaning = _mismatch(cached, asked)
+        if why == "meaning":
+            # The guard aligns every word, some only by meaning: only those pairs are left to check.
+            return Unaligned((), (), tuple(t.surface for t in tokens(cached)),
+                             tuple(t.surface for t in tokens(asked)), meaning=meaning)
     words_a = [t for t in ta if t.canon in rest_a]
     words_b = [t for t in tb if t.canon in rest_b]
     if not words_a and not words_b or len(words_a) + len(words_b) > CONTEXT_MAX_WORDS:

@@ -60,9 +60,9 @@ class Backend:
     adapter: Adapter
 
 
-def _router(strategy: str) -> tuple[Router, ModelAlias]:
-    backends = {f"b{i}": Backend(f"b{i}", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp",
-                                                        max_concurrency=64), adapter_for("llamacpp"))
+def _router(strategy: str, flavor: str = "llamacpp") -> tuple[Router, ModelAlias]:
+    backends = {f"b{i}": Backend(f"b{i}", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor=flavor,
+                                                        max_concurrency=64 if flavor == "llamacpp" else 1024), adapter_for(flavor))
                 for i in range(3)}
     spec = ModelAlias(backends=tuple(backends), strategy=strategy)
     return Router(backends, {"m": spec}, 1.0), spec  # type: ignore[arg-type]
@@ -193,11 +193,90 @@ def _warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: 
     return decide / n * 1e6, learn / n * 1e6, cpu / n * 1e6
 
 
+def run_peer(strategy: str, n: int, stream: bool, conc: int, seed: int = 1) -> tuple[float, float, float]:
+    """As on ../shared/peer-bench (bench/router_cpu.py): its load generator's request (a 64-character
+    prompt, 16 tokens), a closed loop of `conc` clients, three generic (OpenAI) backends answering at once,
+    so the gateway's own time per request (~300 us, virtual) is all the latency there is. Each answer is
+    fed back as app/dispatch/attempt.py feeds it: a stream's first event and progress samples, the end, the
+    outcome. (decision wall us, after-decision wall us, whole-loop CPU us) per request."""
+    box = [1000.0]
+    real = time.monotonic
+    time.monotonic = functools.partial(operator.getitem, box, 0)  # type: ignore[assignment]  # a virtual clock
+    try:
+        return _peer(strategy, n, stream, conc, seed, box)
+    finally:
+        time.monotonic = real
+
+
+def _peer(strategy: str, n: int, stream: bool, conc: int, seed: int, box: list[float]) -> tuple[float, float, float]:
+    import orjson
+
+    router, spec = _router(strategy, "openai")
+    learner = router.learner
+    body: dict = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": ("hello " * 11)[:64]}]}
+    if stream:
+        body["stream"], body["stream_options"] = True, {"include_usage": True}
+    raw = orjson.dumps(body)
+    rng = random.Random(seed)
+    per_request = 300e-6  # the gateway's own time a request: the clock's step between arrivals
+    events: list[tuple[float, int, int, _Held]] = []
+    decide = after = 0.0
+    clock = time.perf_counter
+    cpu0 = time.process_time()
+    now = box[0]
+    for number in range(n):
+        # Closed loop: a new request when one ends (the first `conc` at once).
+        if number >= conc:
+            while True:
+                at, _, kind, item = heapq.heappop(events)
+                box[0] = now = max(now, at)
+                held, rec, hctx, tokens = item
+                t0 = clock()
+                if kind == 0:
+                    held.prefilled()
+                    held.first_token()
+                    learner.first_token(rec, hctx.prompt_tokens)
+                elif kind == 1:
+                    last = rec.progress if rec.progress[1] else (1, rec.first_event)
+                    rec.progress = (PROGRESS_EVENTS, at)
+                    held.progress(PROGRESS_EVENTS)
+                    learner.progress(rec, held.state, last, PROGRESS_EVENTS, at)
+                else:
+                    rec.end = at
+                    held.release()
+                    router.report(held.state, None)
+                    learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape)
+                after += clock() - t0
+                if kind == 2:
+                    break
+        box[0] = now = now + per_request * rng.uniform(0.5, 1.5)
+        t0 = clock()
+        req = CHAT.parse(raw)
+        ctx = with_policy(route_context(req), spec)
+        lease: Lease = _drive(router.acquire("m", ctx=ctx))
+        decide += clock() - t0
+        a = AttemptRecord(number, "m", lease.state.name, "openai", "h", 1, "m", stream, now,
+                          load=lease.state.inflight, predicted=lease.estimate, prefix=lease.prefix)
+        end = now + conc * per_request * rng.uniform(0.5, 1.5)
+        a.headers = now + 0.1 * (end - now)
+        r: _Held = (lease, a, ctx, 16)
+        if stream:
+            a.first_event = now + 0.2 * (end - now)
+            heapq.heappush(events, (a.first_event, number, 0, r))
+            heapq.heappush(events, (now + 0.6 * (end - now), number, 1, r))
+        else:
+            a.first_event = end
+        heapq.heappush(events, (end, number, 2, r))
+    cpu = time.process_time() - cpu0
+    return decide / n * 1e6, after / n * 1e6, cpu / n * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--decisions", type=int, default=20000)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--modes", default="cold,warm", help="cold, warm or both")
+    ap.add_argument("--modes", default="cold,warm", help="cold, warm, peer (as on shared/peer-bench), comma-separated")
+    ap.add_argument("--peer", default="json16,stream64", help="peer mode's cells: json or stream, then the clients")
     args = ap.parse_args()
     import orjson
 
@@ -218,6 +297,12 @@ def main() -> None:
         if "warm" in modes:
             decide, learn, cpu = run_warm(s, args.decisions, bodies, which)
             print(f"  {s:<18} warm: decide {decide:6.1f} us   learn {learn:6.1f} us   loop CPU {cpu:6.1f} us per request")
+        if "peer" in modes:
+            for cell in args.peer.split(","):
+                kind = cell.rstrip("0123456789")
+                conc = int(cell[len(kind):])
+                decide, learn, cpu = run_peer(s, args.decisions, kind == "stream", conc)
+                print(f"  {s:<18} peer {cell:<9}: decide {decide:6.1f} us   after {learn:6.1f} us   loop CPU {cpu:6.1f} us per request")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

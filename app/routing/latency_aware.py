@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING
 from app.routing.lookahead import ArrivalRate, passed_on
 from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
-from app.routing.prefix_routing import MIN_BURST_BLOCKS, match, rendezvous
+from app.routing.prefix_routing import MIN_BURST_BLOCKS, matches, rendezvous
 from app.routing.reuse import ReuseTracker
 from app.routing.strategies import PredictedLatency
 
@@ -98,7 +98,7 @@ class LatencyAware:
     def choose(self, candidates, ctx: RouteContext, turn: int):
         n = len(candidates)
         if ctx.prefix is not None and ctx.prefix.keys:
-            ctx.cached = {c.name: match(c, ctx) for c in candidates}
+            ctx.cached = matches(candidates, ctx)
         elif ctx.cached is None:
             ctx.cached = {}
         estimates, raw = ranked(candidates, ctx)
@@ -113,15 +113,18 @@ class LatencyAware:
         # A backend never timed holds a GPU's prior and is ranked as good as the best measured one. If a
         # stream there has waited over SLOWER_HOME times its predicted wait for a first token, it is at
         # least that much slower than that: censored evidence, known before any answer teaches the
-        # model. Its score is scaled by it.
+        # model. Its score is scaled by it. (_untimed_lag, inline: a timed backend's lag is 1.0.)
         lagging = [False] * n
+        timed = True
         for i, c in enumerate(candidates):
-            lag = _untimed_lag(c, ctx.now)
-            if lag >= SLOWER_HOME:
-                scores[i] *= lag
-                lagging[i] = True
+            if not c.model.prefill.samples:
+                timed = False
+                lag = c.book.overdue(ctx.now, OVERDUE_SLACK_S)
+                if lag >= SLOWER_HOME:
+                    scores[i] *= lag
+                    lagging[i] = True
         order = [(turn + k) % n for k in range(n)]
-        if all(c.model.prefill.samples for c in candidates):
+        if timed:
             first = min(order, key=scores.__getitem__)
         else:
             # A candidate whose prefill was never timed prices the prompts in flight at its prior (a GPU's
@@ -135,11 +138,11 @@ class LatencyAware:
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
             cached = ctx.cached
-
-            def untimed_rank(i: int) -> tuple:
+            ranks = []
+            for i, c in enumerate(candidates):
                 if lagging[i]:
-                    return True, 0, 0, scores[i]
-                c = candidates[i]
+                    ranks.append((True, 0, 0, scores[i]))
+                    continue
                 held = cached.get(c.name)
                 blocks = held.blocks if held is not None else 0
                 # Counted are the prefills each placement leaves running there: a request held back for
@@ -149,9 +152,8 @@ class LatencyAware:
                 # (6 clients, 4 prompts of ~680 tokens, two llama.cpp servers: 6 cold prefills where 4
                 # were needed, the other server's own cold prompt slowed from ~7.5 s to 15 s).
                 waits = held is not None and held.leader is not None and blocks >= MIN_BURST_BLOCKS
-                return False, c.inflight - c.copy_waiters + (not waits), -blocks, scores[i]
-
-            first = min(order, key=untimed_rank)
+                ranks.append((False, c.inflight - c.copy_waiters + (not waits), -blocks, scores[i]))
+            first = min(order, key=ranks.__getitem__)
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)

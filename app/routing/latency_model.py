@@ -137,6 +137,11 @@ class DecayingLine:
         drift = 1.0 - math.exp(-(now - self.updated) / self.stale_tau_s)
         return (intercept + (self.prior_intercept - intercept) * drift, slope + (self.prior_slope - slope) * drift)
 
+    def fit(self) -> tuple[float, float] | None:
+        """The fitted (intercept, slope) before relaxing toward the prior (`coefficients` relaxes it by the
+        time since the last sample); None while unfed (the prior's line, at any instant)."""
+        return (self._fit or self._fitted()) if self.samples else None
+
     def _fitted(self) -> tuple[float, float]:
         w, sx, sy, sxx, sxy = self._sums
         w += self.anchor  # points at (0, 0) add weight and nothing else to the sums
@@ -369,13 +374,27 @@ class LatencyModel:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
         included): the median of recent such answers, else the TPOT line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
-        comparisons for its min() and max() (the same results; every prediction passes through)."""
-        a, b = self.decode.coefficients(now)
+        comparisons for its min() and max() (the same results; every prediction passes through);
+        `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too."""
+        d = self.decode
+        fit = d.fit()
+        if fit is None:
+            a, b = d.prior_intercept, d.prior_slope
+        else:
+            drift = 1.0 - math.exp(-(now - d.updated) / d.stale_tau_s)
+            a, b = fit[0] + (d.prior_intercept - fit[0]) * drift, fit[1] + (d.prior_slope - fit[1]) * drift
         slots = self.slots
         batch = load if slots is None or not slots < load else slots
         extra = batch - 1.0
         line = a + b * (extra if extra > 0.0 else 0.0)  # noqa: FURB136 (see above)
-        return self.answers.get(load, line if line > MIN_TPOT_S else MIN_TPOT_S, now)  # noqa: FURB136
+        if not line > MIN_TPOT_S:
+            line = MIN_TPOT_S
+        answers = self.answers
+        known = answers._medians.get(_LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load))
+        if known is None:
+            return answers.get(load, line, now)
+        median, updated = known
+        return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
         return self.prefill.at(prompt_tokens, _now(now))
@@ -417,6 +436,7 @@ def _level(load: float) -> int:
 
 
 _LEVELS = tuple(_level(n) for n in range(257))
+_NLEVELS = len(_LEVELS)
 
 
 def _now(now: float | None) -> float:

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from app.routing.predict import figure_at
+from app.routing.predict import booked_figure_at, figure_at
 
 if TYPE_CHECKING:
     from app.record import Estimate
@@ -69,12 +69,19 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
         # So one booking is simulated, not one per candidate.
         i = alone.index(unhindered)
         c = candidates[i]
-        saved = book(c, ctx, estimates[i])
-        try:
-            here = figure_at(c, ctx, later, now)
-        finally:
-            unbook(c, saved)
-        runner_up = min((a for j, a in enumerate(alone) if j != i), default=here)
+        slots = c.model.slots
+        if slots is None or c.inflight + 1 < slots:
+            # The prediction reads the in-flight book only past the slots: the booking's other fields,
+            # given as they would be, predict the same without booking and unbooking.
+            here = booked_figure_at(c, ctx, later, now)
+        else:
+            saved = book(c, ctx, estimates[i])
+            try:
+                here = figure_at(c, ctx, later, now)
+            finally:
+                unbook(c, saved)
+        others = [*alone[:i], *alone[i + 1:]]
+        runner_up = min(others) if others else here
         out[i] = max(0.0, min(here, runner_up) - unhindered)
     return out
 

@@ -9,13 +9,13 @@ the work actually ahead of it, not from an average wait per request.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import exp as _exp
 from typing import TYPE_CHECKING
 
 from app.record import Estimate
 
 if TYPE_CHECKING:
     from app.routing.context import RouteContext
-    from app.routing.latency_model import LatencyModel
     from app.routing.state import BackendState
 
 
@@ -26,10 +26,9 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
     now is about to finish, but one due before the arrival has finished by then)."""
     now = ctx.now
-    ahead = c.inflight if ahead is None else ahead
-    queue, ttft = _first_token(c, ctx, now, ahead, now if known_at is None else known_at)
-    decode_tokens = _decode_tokens(c.model, ctx, now)
-    return Estimate(queue, ttft, ttft + decode_tokens * c.model.answer_tpot(ahead + 1, now), decode_tokens)
+    queue, ttft, decode_tokens, e2e, _ = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
+                                                  now if known_at is None else known_at, True)
+    return Estimate(queue, ttft, e2e, decode_tokens)
 
 
 def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
@@ -37,19 +36,45 @@ def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -
     from `known_at`), with all that is in flight there ahead of it: the look-ahead's question, asked for
     every candidate at every decision without deriving a context for that instant. A stream ranked by
     its first token skips the decode, which that figure does not read."""
-    ahead = c.inflight
-    figure = _first_token(c, ctx, now, ahead, known_at)[1]
-    if not by_first_token(ctx):
-        m = c.model
-        figure += _decode_tokens(m, ctx, now) * m.answer_tpot(ahead + 1, now)
-    return figure * failure_penalty(c, now)
+    first = ctx.stream and ctx.stream_objective == "ttft"  # by_first_token(ctx)
+    _, ttft, _, e2e, penalty = _predict(c, ctx, now, c.inflight, known_at, not first)
+    return (ttft if first else e2e) * penalty
 
 
-def _first_token(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float) -> tuple[float, float]:
-    """(queue wait, time to first token) of `estimate`, at `now`."""
+def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
+    """`figure_at` with this request booked on `c` as `lookahead.book` books it (one more in flight, and
+    its uncached prompt tokens as prefill load there), where that prediction does not read the in-flight
+    book (`c` has fewer requests than slots with it, or no known slots): c itself is left as it is."""
+    first = ctx.stream and ctx.stream_objective == "ttft"  # by_first_token(ctx)
+    booked = None
+    if ctx.prefix is not None and ctx.prefix.keys and ctx.cached is not None:
+        held = ctx.cached.get(c.name)
+        # BackendState.start_prefill's fields after lookahead.book's call (the same arithmetic).
+        own = max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0))
+        booked = (c.prefilling + 1, c.uncached_inflight + own, c.prefill_busy_since if c.prefilling else ctx.now)
+    _, ttft, _, e2e, penalty = _predict(c, ctx, now, c.inflight + 1, known_at, not first, booked)
+    return (ttft if first else e2e) * penalty
+
+
+def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
+             booked: tuple[int, float, float] | None = None) -> tuple[float, float, float, float, float]:
+    """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
+    time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
+    `decode`, no decode is priced: 0.0 tokens, and the end-to-end time is the time to first token.
+    `booked`: the backend's (prefilling, uncached_inflight, prefill_busy_since) as a booking would
+    leave them (`booked_figure_at`), else its own.
+
+    Every decision predicts seven times (each candidate now, and the look-ahead's later), so this is one
+    function: the model's figures are read inline (`Decaying.get`, `DecayingLine.coefficients`,
+    `LatencyModel.ttft`, the decode tokens, `failure_penalty`) with the same arithmetic, and min() and
+    max() are plain comparisons with the same results. A `Decaying` figure only ever fed its prior's
+    value reads as its prior at any instant (the drift moves it by 0.0): a failure rate fed only
+    successes, a residual queue fed only no wait."""
     m = c.model
-    residual = m.queue.get(now)
-    # LatencyModel.residual_queue's max(0.0, ...), as a plain comparison (the same result; see below).
+    x = m.queue
+    residual = (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+                if x.samples and x.value != x.prior else x.prior)
+    # LatencyModel.residual_queue's max(0.0, ...).
     queue = residual = residual if residual > 0.0 else 0.0  # noqa: FURB136
     slots = m.slots
     if slots is not None and ahead >= slots:
@@ -64,22 +89,26 @@ def _first_token(c: BackendState, ctx: RouteContext, now: float, ahead: int, kno
         queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
     prompt = ctx.prompt_tokens
     # The prefill line, read once: the backlog below and this prompt's own prefill both price with it.
-    line = fixed, per_token = m.prefill.coefficients(now)
+    line = m.prefill
+    fit = line.fit()
+    if fit is None:
+        fixed, per_token = line.prior_intercept, line.prior_slope
+    else:
+        drift = 1.0 - _exp(-(now - line.updated) / line.stale_tau_s)
+        fixed, per_token = fit[0] + (line.prior_intercept - fit[0]) * drift, fit[1] + (line.prior_slope - fit[1]) * drift
     held = ctx.cached
     if held is not None:
         # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
         # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
         # prefilling the same prefix has finished it. A request that waits for a slot finds most of
         # that backlog done when it gets one: the longer of the two waits counts, not their sum.
-        # (Plain comparisons for min() and max() here, with the same results: every candidate of every
-        # decision, and of its look-ahead, passes through.)
-        prefilling = c.prefilling
-        backlog = prefilling * fixed + c.uncached_inflight * per_token
+        prefilling, uncached, busy = booked or (c.prefilling, c.uncached_inflight, c.prefill_busy_since)
+        backlog = prefilling * fixed + uncached * per_token
         if backlog:
             # The prefill under way has been running since the backend went busy or the one before it
             # reached its first token; at most its own share of the backlog is done.
             share = backlog / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
-            done = now - c.prefill_busy_since
+            done = now - busy
             backlog -= share if share < done else done  # noqa: FURB136
             if not backlog > 0.0:
                 backlog = 0.0
@@ -87,19 +116,30 @@ def _first_token(c: BackendState, ctx: RouteContext, now: float, ahead: int, kno
         queue = residual + (backlog if backlog > slot_wait else slot_wait)  # noqa: FURB136
         cached = held.get(c.name) if held else None
         if cached is not None and cached.tokens > 0:
-            prompt = max(1, round(prompt - cached.tokens))
+            prompt = round(prompt - cached.tokens)
+            if not prompt > 1:
+                prompt = 1
             ready = cached.ready_at - now
             if ready > queue:  # noqa: PLR1730
                 queue = ready
-    return queue, m.ttft(prompt, now, queue, line)
-
-
-def _decode_tokens(m: LatencyModel, ctx: RouteContext, now: float) -> float:
-    """The answer's tokens after the first: the expected length, capped by (or exactly) max_tokens."""
+    x = m.net
+    net = (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+           if x.samples and x.value != x.prior else x.prior)
+    ttft = net + queue + (fixed + per_token * prompt)
+    x = m.failure_rate
+    penalty = 1.0 + 4.0 * (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+                           if x.samples and x.value != x.prior else x.prior)
+    if not decode:
+        return queue, ttft, 0.0, ttft, penalty
+    # The answer's tokens after the first: the expected length, capped by (or exactly) max_tokens.
     n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
-    if ctx.max_tokens:
-        n = ctx.max_tokens if ctx.exact_output else min(n, ctx.max_tokens)
-    return max(0.0, n - 1)
+    cap = ctx.max_tokens
+    if cap:
+        n = cap if ctx.exact_output or cap < n else n  # min(n, cap) unless exact
+    n -= 1
+    if not n > 0.0:
+        n = 0.0
+    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:
@@ -131,9 +171,11 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     kept: dict[str, Estimate] = {}
     now, first = ctx.now, by_first_token(ctx)
     for c in candidates:
-        e = kept[c.name] = estimate(c, ctx)
+        # estimate(c, ctx), keeping the failure penalty its reads brought.
+        queue, ttft, decode_tokens, e2e, penalty = _predict(c, ctx, now, c.inflight, now, True)
+        e = kept[c.name] = Estimate(queue, ttft, e2e, decode_tokens)
         estimates.append(e)
-        figures.append((e.ttft_s if first else e.e2e_s) * failure_penalty(c, now))  # objective's
+        figures.append((ttft if first else e2e) * penalty)  # objective's, failure_penalty's
     ctx.estimates = kept
     return estimates, figures
 

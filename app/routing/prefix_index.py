@@ -135,7 +135,9 @@ class BackendPrefixes:
             n = len(keys)
         if n:
             first = self._blocks[keys[0]]
-            busy = _busy_until(first)
+            # _busy_until's first test, inline: a prefix no request holds a copy of (every prefix on a
+            # backend whose cache is shared) needs no call.
+            busy = _busy_until(first) if first.users and first.copies else None
             if busy is not None and (leader is None or busy[0] > ready):
                 ready, leader = busy
         return n, ready, leader, float(self._written - oldest)

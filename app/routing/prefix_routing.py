@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from app.config import PrefixPolicy
 from app.routing.predict import ranked
-from app.routing.prefix_index import BLOCK_CHARS
+from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
@@ -44,6 +44,29 @@ class PrefixMatch:
     ready_at: float = 0.0  # when a sibling still prefilling them is predicted to finish (past: settled)
     leader: asyncio.Event | None = None  # set when that sibling's first token came
     turnover: float = 0.0  # tokens sent to the backend since the matched blocks were last used
+
+
+def matches(candidates, ctx: RouteContext) -> dict[str, PrefixMatch]:
+    """`match` for each candidate, by name: what one decision asks of every candidate, with what does not
+    depend on the candidate read once (the same arithmetic)."""
+    prompt = ctx.prefix
+    if not prompt:
+        return {c.name: match(c, ctx) for c in candidates}
+    keys, now, tokens, chars = prompt.keys, ctx.now, prompt.tokens, prompt.chars
+    soon = now + _OVERDUE_S
+    out = {}
+    for c in candidates:
+        prefixes = c.prefixes
+        blocks_, ready_at, leader, turnover = prefixes.match(keys, now)
+        # PromptBlocks.tokens_in, inline; scaled to the request's own token estimate, as `match` does.
+        covered = blocks_ * BLOCK_CHARS
+        matched = (covered if covered < chars else chars) / CHARS_PER_TOKEN  # noqa: FURB136
+        if tokens:
+            matched = matched * ctx.prompt_tokens / tokens
+        pending = leader if leader is not None and not leader.is_set() else None
+        ready = max(ready_at, soon) if pending else 0.0
+        out[c.name] = PrefixMatch(blocks_, matched, matched * prefixes.accuracy, ready, pending, turnover)
+    return out
 
 
 def match(c: BackendState, ctx: RouteContext) -> PrefixMatch:

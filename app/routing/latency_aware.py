@@ -10,7 +10,9 @@ less than computing it again elsewhere, and a busy warm backend sheds the prefix
 then holds it too.
 
 Each candidate is also charged the delay it passes on: the lowest prediction a like request arriving
-one mean gap later would get with this one placed there (app/routing/lookahead.py). A request that
+one mean gap later would get with this one placed there (app/routing/lookahead.py), and, on a server
+whose running decodes stop for a newcomer's prefill (llama.cpp), that prefill once for each request
+still running there. A request that
 takes the quick server's last slot for itself, when a slower server has room, leaves the next arrival
 to wait or to go slow. Unpriced, half the quick server's requests waited for a slot there and the
 default lost to least_inflight at the median on unequal real servers (issue 24); priced, about a fifth.
@@ -58,7 +60,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
-from app.routing.lookahead import ArrivalRate, passed_on
+from app.routing.lookahead import ArrivalRate, imposed, passed_on
 from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, matches, rendezvous
@@ -109,6 +111,8 @@ class LatencyAware:
             # Each placement is also charged what the next arrival would be offered after it
             # (app/routing/lookahead.py): the delay it passes on, not only its own.
             raw = [r + delay for r, delay in zip(raw, passed_on(candidates, ctx, estimates, gap))]
+        # And the stall it imposes on the decodes running there, where a prefill stops them (lookahead.py).
+        raw = [r + imposed(c, ctx, e) if c.stalls_decodes else r for r, c, e in zip(raw, candidates, estimates)]
         scores = PredictedLatency._unmeasured_as_best(candidates, raw)
         # A backend never timed holds a GPU's prior and is ranked as good as the best measured one. If a
         # stream there has waited over SLOWER_HOME times its predicted wait for a first token, it is at

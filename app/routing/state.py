@@ -221,6 +221,11 @@ class BackendState:
         self.name = self.backend.name
 
     @property
+    def stalls_decodes(self) -> bool:
+        """Whether a newcomer's prefill stops the decodes running here (the server kind's adapter)."""
+        return self.backend.adapter.prefill_stalls_decodes
+
+    @property
     def has_slot(self) -> bool:
         return self.inflight < self.capacity
 

@@ -2,7 +2,7 @@
 
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.lookahead import ArrivalRate, booked, passed_on
+from app.routing.lookahead import ArrivalRate, booked, imposed, passed_on
 from app.routing.predict import estimate
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for
 
@@ -86,3 +86,44 @@ def test_pricing_the_next_arrival_leaves_every_candidate_as_it_was():
     passed_on([quick, throttled], ctx, [estimate(s, ctx) for s in (quick, throttled)], 0.3)
     assert [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book))
             for s in (quick, throttled)] == before
+
+
+LONG = ask("Summarise.", "A long document to read. " * 120)  # ~750 tokens: ~5 s to prefill at RATE
+
+
+def answering(s: State, tokens: float = 200.0) -> State:
+    """`s` with one stream decoding since 0.5 s: `tokens` more to go, well past any prefill here."""
+    s.inflight += 1
+    s.book.first_token(s.book.add(0.0, 0.3, tokens, 0.3, True), 0.5)
+    return s
+
+
+def test_a_prefill_is_charged_once_for_each_request_running_where_it_stalls_them():
+    ctx = ctx_for(LONG)
+    idle = timed(State("idle", slots=2), RATE)
+    assert imposed(idle, ctx, estimate(idle, ctx)) == 0.0  # nothing running: nothing stalled
+    busy = answering(timed(State("busy", slots=2), RATE))
+    est = estimate(busy, ctx)
+    assert abs(imposed(busy, ctx, est) - (est.ttft_s - est.queue_s)) < 1e-9  # its prefill, once
+    done = answering(timed(State("done", slots=2), RATE), tokens=10.0)  # its answer is out before
+    assert imposed(done, ctx, estimate(done, ctx)) == 0.0
+    # Three running on two slots: it waits for one, and then stalls the one other slot, not three.
+    full = answering(answering(answering(timed(State("full", slots=2), RATE), 200.0), 300.0), 400.0)
+    est = estimate(full, ctx)
+    assert est.queue_s > 0
+    assert abs(imposed(full, ctx, est) - (est.ttft_s - est.queue_s)) < 1e-9
+
+
+def test_a_long_prompt_goes_where_no_running_answer_stops_for_it_if_that_costs_less():
+    def place(stalls: bool) -> str:
+        quick = answering(timed(State("quick", slots=2), RATE))
+        other = timed(State("other", slots=2), RATE / 1.5)  # prefills 1.5 times slower, idle
+        quick.stalls_decodes = other.stalls_decodes = stalls
+        i, _ = LatencyAware(exploration=0).choose([quick, other], ctx_for(LONG), 0)
+        return (quick, other)[i].name
+
+    # For itself the quick server is best (~5 s against ~7.5 s), but there it stops a running answer
+    # for those 5 s: 10 s of waiting in all, against 7.5 s on the other server.
+    assert place(stalls=True) == "other"
+    # A server whose decodes run on through a prefill (vLLM's kind): the stall is not there to price.
+    assert place(stalls=False) == "quick"

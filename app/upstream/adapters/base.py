@@ -41,6 +41,10 @@ class Adapter:
     # block cache every running request shares (vLLM, SGLang, TGI): a sibling request reuses it only
     # once that slot is free again.
     prompt_cache_per_slot = False
+    # Whether a request taking a slot stalls the decodes running beside it for its whole prefill
+    # (llama.cpp runs a new prompt in the same steps as the running decodes, up to a batch of 2,048
+    # tokens): a placement then costs each of them that prefill (app/routing/lookahead.py, `imposed`).
+    prefill_stalls_decodes = False
     # Whether the server publishes its load (slots, running, waiting) for `discover` to read.
     publishes_load = False
     # Whether JSON clients are served from an upstream stream by default (a streamed call is the only

@@ -31,6 +31,7 @@ class LlamaCppAdapter(Adapter):
     headers_at_slot = True
     reuses_stream_connections = False
     prompt_cache_per_slot = True
+    prefill_stalls_decodes = True
 
     def report_from_body(self, obj: Mapping) -> BackendReport:
         return from_llamacpp(obj)

@@ -264,7 +264,10 @@ async def main() -> None:
                 dump[s] += [r.__dict__ for r in results]
                 row = report(s, results)
                 print(f"  run {rep + 1} {s}: TTFT p99 {row['ttft_p99']:.0f} ms, E2E p99 {row['e2e_p99']:.0f} ms, "
+                      f"TTFT p50 {row['ttft_p50']:.0f} ms, E2E p50 {row['e2e_p50']:.0f} ms, "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                if args.dump:  # after every run: a run cut short by a timeout keeps what it measured
+                    Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}))
         rows = [median_row(s, [report(s, r) for r in runs[s]]) for s in strategies]
     finally:
         stop.set()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import heapq
 import operator
@@ -28,6 +29,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,15 +113,22 @@ class _Server:
         return start, first, end, reused
 
 
-def run_warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: int = 1) -> tuple[float, float, float]:
-    """The warm router: (decision wall us, learning wall us, whole-loop CPU us) per request."""
+@contextlib.contextmanager
+def _virtual_clock() -> Iterator[list[float]]:
+    """time.monotonic reads box[0] while inside: the loops advance it themselves (a virtual clock)."""
     box = [1000.0]
     real = time.monotonic
-    time.monotonic = functools.partial(operator.getitem, box, 0)  # type: ignore[assignment]  # a virtual clock
+    time.monotonic = functools.partial(operator.getitem, box, 0)  # type: ignore[assignment]
     try:
-        return _warm(strategy, n, bodies, systems, seed, box)
+        yield box
     finally:
         time.monotonic = real
+
+
+def run_warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: int = 1) -> tuple[float, float, float]:
+    """The warm router: (decision wall us, learning wall us, whole-loop CPU us) per request."""
+    with _virtual_clock() as box:
+        return _warm(strategy, n, bodies, systems, seed, box)
 
 
 def _drive(coro):
@@ -199,13 +208,8 @@ def run_peer(strategy: str, n: int, stream: bool, conc: int, seed: int = 1) -> t
     so the gateway's own time per request (~300 us, virtual) is all the latency there is. Each answer is
     fed back as app/dispatch/attempt.py feeds it: a stream's first event and progress samples, the end, the
     outcome. (decision wall us, after-decision wall us, whole-loop CPU us) per request."""
-    box = [1000.0]
-    real = time.monotonic
-    time.monotonic = functools.partial(operator.getitem, box, 0)  # type: ignore[assignment]  # a virtual clock
-    try:
+    with _virtual_clock() as box:
         return _peer(strategy, n, stream, conc, seed, box)
-    finally:
-        time.monotonic = real
 
 
 def _peer(strategy: str, n: int, stream: bool, conc: int, seed: int, box: list[float]) -> tuple[float, float, float]:

@@ -84,7 +84,7 @@ class Attempt:
             if self.result is not None:
                 self.result.close()
         finally:
-            self.lease.release(isinstance(err, UPSTREAM_FAILURES), err is not None)
+            self.lease.release(backend_failed=isinstance(err, UPSTREAM_FAILURES), failed=err is not None)
             result_end = self.result.timing.end if self.result is not None else 0.0
             a.end = result_end or at or time.perf_counter()
             if isinstance(err, GatewayError):

@@ -37,6 +37,11 @@ class PrefixCopy(asyncio.Event):
         self.first_token_at, self.ttft_s = first_token_at, ttft_s
         self.lost: Literal["backend", "ended"] | None = None
 
+    @property
+    def computed_yet(self) -> bool:
+        """Its prefill is done: free for siblings, or (a stream) past its first token."""
+        return self.is_set() or (self.computed is not None and self.computed.is_set())
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixWait:
@@ -179,8 +184,7 @@ class Lease:
                     if bound < cap_s:
                         return PrefixWait(time.monotonic() - start, "overdue")
                     raise
-            if copy is not None and copy.lost is not None:
-                return PrefixWait(time.monotonic() - start, "lost", copy.lost == "backend")
+            # A lost copy is set when its request ends: the wait below returns at once, and says so.
             left = min(limit_s, cap_s - (time.monotonic() - start))
             if left > 0:
                 await asyncio.wait_for(leader.wait(), left)
@@ -227,9 +231,7 @@ class Lease:
         if not self._released:
             self._released = True
             copy = self._prefilled
-            uncomputed = copy is not None and not copy.is_set() and (copy.computed is None or not copy.computed.is_set())
-            if (failed or backend_failed) and uncomputed:
-                assert copy is not None  # uncomputed says so
+            if (failed or backend_failed) and copy is not None and not copy.computed_yet:
                 copy.lost = "backend" if backend_failed else "ended"
             self.prefilled(done=True)
             self.state.book.remove(self._ticket)

@@ -47,18 +47,20 @@ class PrefixMatch:
 
 
 def matches(candidates, ctx: RouteContext) -> dict[str, PrefixMatch]:
-    """`match` for each candidate, by name: what one decision asks of every candidate, with what does not
-    depend on the candidate read once (the same arithmetic)."""
+    """The prefix index's match for this request on each candidate now, by name. What does not depend
+    on the candidate is read once: every decision asks it of every candidate."""
     prompt = ctx.prefix
     if not prompt:
-        return {c.name: match(c, ctx) for c in candidates}
+        return {c.name: PrefixMatch(0, 0.0, 0.0) for c in candidates}
     keys, now, tokens, chars = prompt.keys, ctx.now, prompt.tokens, prompt.chars
+    # A sibling past its predicted end is still expected a little later, never in the past.
     soon = now + _OVERDUE_S
     out = {}
     for c in candidates:
         prefixes = c.prefixes
         blocks_, ready_at, leader, turnover = prefixes.match(keys, now)
-        # PromptBlocks.tokens_in, inline; scaled to the request's own token estimate, as `match` does.
+        # PromptBlocks.tokens_in, inline; scaled to the request's own token estimate, so the uncached
+        # part is never negative.
         covered = blocks_ * BLOCK_CHARS
         matched = (covered if covered < chars else chars) / CHARS_PER_TOKEN  # noqa: FURB136
         if tokens:
@@ -71,16 +73,7 @@ def matches(candidates, ctx: RouteContext) -> dict[str, PrefixMatch]:
 
 def match(c: BackendState, ctx: RouteContext) -> PrefixMatch:
     """The prefix index's match for this request on backend `c` now."""
-    prompt = ctx.prefix
-    blocks_, ready_at, leader, turnover = c.prefixes.match(prompt.keys, ctx.now) if prompt else (0, 0.0, None, 0.0)
-    matched = prompt.tokens_in(blocks_) if prompt else 0.0
-    # Scaled to the request's own token estimate, so the uncached part is never negative.
-    if prompt and prompt.tokens:
-        matched = matched * ctx.prompt_tokens / prompt.tokens
-    pending = leader if leader is not None and not leader.is_set() else None
-    # A sibling past its predicted end is still expected a little later, never in the past.
-    ready = max(ready_at, ctx.now + _OVERDUE_S) if pending else 0.0
-    return PrefixMatch(blocks_, matched, matched * c.prefixes.accuracy, ready, pending, turnover)
+    return matches((c,), ctx)[c.name]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,7 +87,7 @@ def prepare_prefix(candidates, ctx: RouteContext) -> None:
     """Under prefix-aware routing, each candidate's match, so predictions count only uncached tokens:
     the decision, the deadline check and /admin/route/explain then predict alike."""
     if ctx.cached is not None:
-        ctx.cached = {c.name: match(c, ctx) for c in candidates}
+        ctx.cached = matches(candidates, ctx)
 
 
 class PrefixAware:

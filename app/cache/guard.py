@@ -290,7 +290,8 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     heavy_a = Counter({w: n for w, n in only_a.items() if w not in lx.LIGHT})
     heavy_b = Counter({w: n for w, n in only_b.items() if w not in lx.LIGHT})
     pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
-    if by_meaning(ta, tb, pairs):  # only then may the guard have aligned them by meaning (one more pass)
+    paired = by_meaning(ta, tb, pairs)
+    if paired:  # only then may the guard have aligned them by meaning (one more pass)
         why, meaning = _mismatch(cached, asked)
         if why == "meaning":
             # The guard aligns every word, some only by meaning: only those pairs are left to check.
@@ -331,7 +332,7 @@ def unaligned(cached: str, asked: str) -> Unaligned | None:
     return Unaligned(tuple(t.surface for t in words_a), tuple(t.surface for t in words_b),
                      tuple(t.surface for t in ta), tuple(t.surface for t in tb),
                      frozenset([t.surface for t in words_a if (0, t.canon) in added]
-                               + [t.surface for t in words_b if (1, t.canon) in added]), by_meaning(ta, tb, pairs))
+                               + [t.surface for t in words_b if (1, t.canon) in added]), paired)
 
 
 @lru_cache(maxsize=1)

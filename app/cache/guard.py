@@ -158,6 +158,8 @@ def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     if normalise.case_conflict(a, b):
         return "case", ()
     ta, tb = tokens(a), tokens(b)
+    if _addressee_swapped(a, ta, b, tb):
+        return "role", ()
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     pairs: dict[str, str] | None = {}
     if Counter(ca) != Counter(cb):
@@ -580,6 +582,35 @@ def _person_swapped(a: list[str], b: list[str]) -> bool:
     # Only a pair that b has and a has the other way round and not also this way: "what should I do if I
     # capsize" holds both ("I", "if") and ("if", "I"), and is no swap of itself.
     return any((y, x) in pa and (x, y) not in pa for x, y in pairs(b))
+
+
+def _addressee_swapped(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, ...]) -> bool:
+    """One question asks about the asker ("I", "me", "my") where the other, with the same words around,
+    asks about the one asked ("you", "your"): "Why do I snore?" / "Why do you snore?", "How old am I?"
+    / "How old are you?", "What is my name?" / "What is your name?". To a chat assistant "you" is the
+    assistant, so the cached answer would speak of the wrong one. Only a person put in the other's
+    place: a rewording that turns the question to the assistant ("Which moisturizer should I use?" /
+    "What moisturizer do you recommend?") changes its verb too. Nor for a way of doing something
+    asked both ways ("How do I boil an egg?" / "How do you boil an egg?"): after "how" and a helping
+    verb, "you" is anyone (`_GENERIC_YOU`)."""
+    pa, pb = _persons(ta), _persons(tb)
+    if not ((pa == {1} and pb == {2}) or (pa == {2} and pb == {1})):
+        return False
+    if _GENERIC_YOU.search(a.lower()) and _GENERIC_YOU.search(b.lower()):
+        return False
+    ca, cb = [t.canon for t in ta], [t.canon for t in tb]
+    return any(op == "replace" and i2 - i1 == j2 - j1 == 1 and _persons(ta[i1:i2]) | _persons(tb[j1:j2]) == {1, 2}
+               for op, i1, i2, j1, j2 in SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes())
+
+
+def _persons(toks: tuple[Token, ...]) -> set[int]:
+    """1 for a word of the first person singular, 2 for one of the second person."""
+    return {1 if t.canon in _FIRST else 2 for t in toks if t.canon in _FIRST or t.canon in _SECOND}
+
+
+_FIRST = frozenset("i my myself".split())  # "me" and "mine" are canonical "i" and "my"
+_SECOND = frozenset("you your yours yourself yourselves".split())
+_GENERIC_YOU = re.compile(r"\bhow (?:do|does|did|can|could|should|would|will|must|might|may) (?:i|you)\b")
 
 
 def _one_block_moved(a: list[str], b: list[str]) -> bool:

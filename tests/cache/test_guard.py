@@ -162,3 +162,40 @@ def test_a_person_twice_and_a_clause_moved_whole_align(a, b):
 ])
 def test_persons_moved_between_clauses_are_caught(a, b):
     assert mismatch(a, b) is not None
+
+
+@pytest.mark.parametrize("a, b", [
+    # The asker put in place of the one asked: to a chat assistant, "you" is the assistant.
+    ("Why do I snore?", "Why do you snore?"),
+    ("Do you like pizza?", "Do I like pizza?"),
+    ("How old are you?", "How old am I?"),
+    ("Are you conscious?", "Am I conscious?"),
+    ("Where do you live?", "Where do I live?"),
+    ("What is your name?", "What is my name?"),
+    ("Should I see a doctor for my cough?", "Should you see a doctor for your cough?"),
+    ("Why do I snore so loudly?", "What makes you snore?"),
+])
+def test_the_asker_and_the_one_asked_swapped_are_a_role(a, b):
+    assert mismatch(a, b) == "role"
+    assert mismatch(b, a) == "role"
+
+
+@pytest.mark.parametrize("a, b", [
+    # "How do you ..." asks for a way, for anyone.
+    ("How do I boil an egg?", "How do you boil an egg?"),
+    ("How can I boil an egg?", "How do you boil an egg?"),
+    # "We" and "I" are both the asker's side; and a person who was there on both sides stays.
+    ("Why do we dream?", "Why do I dream?"),
+])
+def test_a_generic_you_and_the_askers_own_persons_align(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    # A question turned to the assistant with its verb reworded is no swap ("should I use" / "do you
+    # recommend"); the guard stays unsure ("words"), for the contextual check to decide.
+    ("Which moisturizer should I use?", "What moisturizer do you recommend?"),
+    ("What finish should I use?", "Which finish would you recommend?"),
+])
+def test_a_question_turned_to_the_assistant_is_no_role_swap(a, b):
+    assert mismatch(a, b) not in (None, "role")

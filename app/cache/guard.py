@@ -352,7 +352,19 @@ def english_rank() -> dict[str, int]:
 
 def _units(toks: tuple[Token, ...]) -> set[str]:
     """The units of measurement or time a question names (WordNet: app/cache/wordnet.py), canonical."""
-    return {t.canon for t in toks if t.surface.isalpha() and wordnet.unit(t.surface)}
+    out = set()
+    for i, t in enumerate(toks):
+        if not t.surface.isalpha() or t.surface in _FUNCTION or not wordnet.unit(t.surface):
+            continue
+        before, after = [u.surface for u in toks[max(0, i - 2):i]], toks[i + 1].surface if i + 1 < len(toks) else ""
+        if after == "old" or (before[-1:] and before[-1] in _FREQUENCY) or (
+                len(before) == 2 and before[1] in ("a", "per", "every") and before[0] in _FREQUENCY):
+            continue  # an age ("45 years old" / "forty-five") or a frequency's period ("how many times a week")
+        out.add(min(wordnet.lemmas(t.surface, "n") or [t.canon]))  # "feet" and "foot" are one unit
+    return out
+
+
+_FREQUENCY = frozenset("times once twice often".split())  # "a" is no token, and "how many times" reads "how often"
 
 
 def _amounts(toks: tuple[Token, ...]) -> set[Token]:

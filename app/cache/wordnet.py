@@ -131,8 +131,17 @@ def lexicon() -> Lexicon | None:
                    _units(root))
 
 
-# WordNet 3.0's noun synsets "unit_of_measurement, unit" and "time_unit, unit_of_time".
-_UNIT_ROOTS = (13583724, 15154774)
+# WordNet 3.0's noun synsets "unit_of_measurement, unit", "time_unit, unit_of_time" and "containerful"
+# (what a cup, a tablespoon or a bottle holds: the measure in a recipe).
+_UNIT_ROOTS = (13583724, 15154774, 13756125)
+# How many of a noun's senses, most frequent first, may make it a unit: a measure is often a word's
+# second sense, after a thing ("foot": the body part, then 12 inches; "tablespoon": the spoon, then
+# what it holds; "month": a month of the calendar, then "a time unit of approximately 30 days").
+UNIT_SENSES = 2
+# Spans of the calendar WordNet files as periods of time ("week": "any period of seven consecutive
+# days"), next to "summer", "Friday" and "childhood", not as units; a question asked in weeks is not
+# one asked in days.
+_CALENDAR = frozenset("week weeks fortnight fortnights year years decade decades century centuries".split())
 
 
 def _units(root: Path) -> frozenset[int]:
@@ -155,12 +164,15 @@ def _units(root: Path) -> frozenset[int]:
 
 @lru_cache(maxsize=65536)
 def unit(word: str) -> bool:
-    """The word's most frequent noun sense is a unit of measurement or of time ("minutes", "hours", "miles"),
-    for a word mostly used as a noun."""
+    """One of the word's `UNIT_SENSES` most frequent noun senses is a unit of measurement or of time or
+    a containerful ("minutes", "miles", "feet", "cups", "tablespoons"), or it is a span of the calendar
+    (`_CALENDAR`: "weeks", "years"), for a word mostly used as a noun."""
     lex = lexicon()
     if lex is None or _usual(word) != {"n"}:
         return False
-    return any(lex.senses["n"][n][0] in lex.unit_synsets for n in lemmas(word, "n"))
+    if word in _CALENDAR:
+        return True
+    return any(s in lex.unit_synsets for n in lemmas(word, "n") for s in lex.senses["n"][n][:UNIT_SENSES])
 
 
 def _tag_counts(root: Path) -> dict[tuple[str, str], int]:

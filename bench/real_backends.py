@@ -8,7 +8,10 @@ closed-loop calibration measures capacity; then each strategy gets the same Pois
 
 Prints, per strategy: p50/p99 TTFT and E2E, the quick backend's share of traffic, errors; and for
 predicted_latency the median prediction error of TTFT and E2E (x-slipstream-predicted-*-ms against
-what the client measured), and Server-Timing's network p50/p99 with the queue it shows.
+what the client measured), and Server-Timing's network p50/p99 with the queue it shows. Each run's line
+and the in-repeat ratios also give mean TTFT and E2E; on --workload mixed, each class's medians (short:
+20-80 words, long: 200-800) and its quick share: there the median request is a short one, and a strategy
+that sends longs to the slow server can win the medians while losing the means and tails.
 
     python bench/real_backends.py                   # 45 s per strategy at 70 % of capacity
     python bench/real_backends.py --seconds 30 --load 0.7 --duty 0.5
@@ -144,9 +147,12 @@ async def admin_models(url: str) -> dict:
             for b in data.get("backends", [])}
 
 
+LONG_WORDS = 200  # the mixed workload's long prompts: 200-800 words; the short ones 20-80
+
+
 def word_count(rng: random.Random, workload: str) -> int:
     if workload == "mixed" and rng.random() < 0.5:
-        return rng.randint(200, 800)
+        return rng.randint(LONG_WORDS, 800)
     return rng.randint(20, 80)
 
 
@@ -176,7 +182,16 @@ def report(name: str, results: list[Result]) -> dict:
     share = sum(1 for r in ok if r.backend == "quick") / len(ok) if ok else 0.0
     row = {"strategy": name, "requests": len(results), "errors": len(results) - len(ok), "quick_share": share,
            "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
-           "e2e_p50": percentile(e2e, 50), "e2e_p99": percentile(e2e, 99)}
+           "e2e_p50": percentile(e2e, 50), "e2e_p99": percentile(e2e, 99),
+           "ttft_mean": 1000 * statistics.fmean(ttft) if ttft else float("nan"),
+           "e2e_mean": 1000 * statistics.fmean(e2e) if e2e else float("nan")}
+    # Mixed lengths: each class's medians and its quick share (a long prompt is one of 200-800 words). With
+    # half the prompts long, the median request is a short one: whatever sends the longs to the slow
+    # server frees the quick one for the shorts, so the medians and the tails trade against each other.
+    for cls, members in (("short", [r for r in ok if r.words < LONG_WORDS]), ("long", [r for r in ok if r.words >= LONG_WORDS])):
+        row[f"{cls}_ttft_p50"] = percentile([r.ttft_s for r in members if r.stream], 50)
+        row[f"{cls}_e2e_p50"] = percentile([r.e2e_s for r in members], 50)
+        row[f"{cls}_quick"] = sum(r.backend == "quick" for r in members) / len(members) if members else float("nan")
     pt = [abs(r.predicted_ttft_s - r.ttft_s) / r.ttft_s for r in ok if r.predicted_ttft_s and r.ttft_s > 0]
     pe = [abs(r.predicted_e2e_s - r.e2e_s) / r.e2e_s for r in ok if r.predicted_e2e_s and r.e2e_s > 0]
     row["ttft_pred_err_p50"] = statistics.median(pt) if pt else float("nan")
@@ -265,6 +280,7 @@ async def main() -> None:
                 row = report(s, results)
                 print(f"  run {rep + 1} {s}: TTFT p99 {row['ttft_p99']:.0f} ms, E2E p99 {row['e2e_p99']:.0f} ms, "
                       f"TTFT p50 {row['ttft_p50']:.0f} ms, E2E p50 {row['e2e_p50']:.0f} ms, "
+                      f"TTFT mean {row['ttft_mean']:.0f} ms, E2E mean {row['e2e_mean']:.0f} ms, "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
                 if args.dump:  # after every run: a run cut short by a timeout keeps what it measured
                     Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}))
@@ -286,6 +302,12 @@ async def main() -> None:
               f"{r['ttft_p99']:>9.0f} {r['e2e_p50']:>8.0f} {r['e2e_p99']:>8.0f} {r['ttft_pred_err_p50']:>9.0%} "
               f"{r['e2e_pred_err_p50']:>8.0%} {r['network_ms_p50']:>8.2f} {r['network_ms_p99']:>8.2f} "
               f"{r['queue_ms_p50']:>9.1f} {r['queue_ms_p99']:>9.1f}")
+    if args.workload == "mixed":
+        print()
+        print("mixed lengths, by class (medians over repeats): TTFT p50 / E2E p50 ms, quick share")
+        for r in rows:
+            print(f"  {r['strategy']:<18} short {r['short_ttft_p50']:.0f} / {r['short_e2e_p50']:.0f} ({r['short_quick']:.0%}), "
+                  f"long {r['long_ttft_p50']:.0f} / {r['long_e2e_p50']:.0f} ({r['long_quick']:.0%})")
     p = rows[0]
     print()
     print(f"aims: median prediction error TTFT {p['ttft_pred_err_p50']:.0%} / E2E {p['e2e_pred_err_p50']:.0%} (<= 20 %); "
@@ -302,7 +324,7 @@ async def main() -> None:
         for other in strategies[1:]:
             parts = []
             for key, label in (("ttft_p99", "p99 TTFT"), ("e2e_p99", "p99 E2E"), ("ttft_p50", "p50 TTFT"),
-                               ("e2e_p50", "p50 E2E")):
+                               ("e2e_p50", "p50 E2E"), ("ttft_mean", "mean TTFT"), ("e2e_mean", "mean E2E")):
                 ratios = [report(first, a)[key] / report(other, b)[key] for a, b in zip(runs[first], runs[other])]
                 parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
             print(f"vs {other}, median of in-repeat ratios: " + ", ".join(parts))

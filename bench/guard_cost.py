@@ -56,6 +56,16 @@ def main() -> int:
                 for a, b in pairs:
                     getattr(g, fn)(a, b)
                 times.setdefault((name, fn), []).append((time.perf_counter() - t0) / len(pairs) * 1e6)
+    # The contextual check's own refusals (app/cache/context.py), asked where the guard hands over no words,
+    # before any model pass: this tree only.
+    from app.cache import context
+    for a, b in pairs:
+        context.soft_refused(a, b)
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for a, b in pairs:
+            context.soft_refused(a, b)
+        times.setdefault(("this tree", "context.soft_refused"), []).append((time.perf_counter() - t0) / len(pairs) * 1e6)
     print(f"{len(pairs)} pairs, load average {os.getloadavg()[0]:.2f}; median of {args.rounds} rounds, us per pair")
     for (name, fn), ts in times.items():
         print(f"  {name}: {fn} {sorted(ts)[len(ts) // 2]:.1f} (memoised)")

@@ -126,13 +126,15 @@ class Scored:
         def in_context(cached: str, asked: str, why: str | None) -> bool:
             if why is None:
                 return True
-            u = unaligned(cached, asked) if why not in HARD_REASONS else None
-            if u is None:
+            if why in HARD_REASONS:
+                return False
+            u = unaligned(cached, asked)
+            if u is None and context.soft_refused(cached, asked):
                 return False
             for t in (cached, asked):
                 if t not in states:
                     states[t] = encoder.word_states(t)
-            return context.aligned(u, states[cached], states[asked])
+            return context.served(cached, asked, u, states[cached], states[asked])
 
         self.context = np.array([in_context(p["a"], p["b"], w) for p, w in zip(pairs, self.why)])
         # A first-person statement keeping the same facts is served with the guard on, context or not

@@ -248,3 +248,58 @@ def test_a_wordnet_synonym_is_served_by_the_contextual_check_never_by_the_guard_
 
     assert run(scenario, CONTEXT) == (["calculus", "calculus", "ten", "none"], "context")
     assert run(scenario, OFF) == (["calculus", "answered anew", "ten", "none"], None)
+
+
+def soft(encoder, cached: str, asked: str) -> bool:
+    return context.soft_aligned(cached, asked, encoder.word_states(cached), encoder.word_states(asked))
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # Every word restated closely: the guard hands over nothing (a word moved into a compound, an added
+    # verb), yet each word has a counterpart at 0.9 in context.
+    ("What was the highest temperature recorded in Europe?", "What is Europe's highest recorded temperature?"),
+    ("How do hurricanes form over the ocean?", "What makes hurricanes form over the ocean?"),
+    ("When do I use ser in Spanish?", "When should ser be used in Spanish?"),
+    ("Does the clinic accept all insurance plans?", "Are all insurance plans accepted at the clinic?"),
+])
+def test_a_rewording_whose_every_word_reads_alike_in_context_is_served(encoder, cached, asked):
+    assert guard.mismatch(cached, asked) not in guard.HARD_REASONS
+    assert soft(encoder, cached, asked)
+    assert context.served(cached, asked, guard.unaligned(cached, asked), encoder.word_states(cached),
+                          encoder.word_states(asked))
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # Siblings and opposites in one slot read alike in context, but not at 0.9.
+    ("Is the library open on weekends?", "Is the library open on weekdays?"),  # 0.836, the closest on tune
+    ("Do I pay tax on money received from family abroad?", "Do I pay tax on money sent from family abroad?"),
+    ("How many pushups should a beginner do?", "How many pullups should a beginner do?"),
+    ("How often should adults get a flu shot?", "How often should adults get a tetanus shot?"),
+    ("Is the concert on friday at 8 pm?", "Is the concert on saturday at 8 pm?"),
+    ("How much exercise does a large dog need daily?", "How much exercise does a small dog need daily?"),
+    ("How do I encrypt a file on my laptop?", "How do I decrypt a file on my laptop?"),
+    ("Should I use oil on a kitchen table?", "Should I use wax on a kitchen table?"),
+])
+def test_a_word_only_near_another_never_passes_the_soft_bar(encoder, cached, asked):
+    assert not soft(encoder, cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    # The shapes a trap passes the bar with: refused before any model pass.
+    ("How do hurricanes form over the ocean?", "How do hurricanes form under the ocean?"),  # roles
+    ("Is it better to stretch before a workout?", "Is it better to stretch after a workout?"),
+    ("Can I play games from my phone on my laptop?", "Can I play games from my laptop on my phone?"),  # order
+    ("Does green tea have more caffeine than coffee?", "Does green tea have less caffeine than coffee?"),  # opposites
+    ("Is it safe to use public wifi for banking?", "Is it unsafe to use public wifi for banking?"),  # a prefix
+    ("Does the clinic accept all insurance plans?", "Does the clinic accept some insurance plans?"),  # quantifier
+    ("Is the store open on Sundays?", "Is the store not open on Sundays?"),  # a negation
+    ("How long does it take to learn Spanish?", "How many years does it take to learn Spanish?"),  # a unit
+    ("How do I recall an email in Outlook?", "How do I recall an email in Gmail?"),  # a name
+])
+def test_what_the_soft_reading_refuses_whatever_the_cosines(cached, asked):
+    assert context.soft_refused(cached, asked)
+
+
+def test_how_much_for_how_many_is_refused_but_an_amount_asked_once_is_not():
+    assert context.soft_refused("How much protein is in an egg?", "How many eggs have protein?")
+    assert not context.soft_refused("What is 12 times 3?", "How much is twelve times three?")

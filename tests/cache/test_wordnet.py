@@ -91,10 +91,13 @@ def encoder():
 def served_in_context(encoder, cached: str, asked: str) -> bool:
     from app.cache import context
 
-    if guard.mismatch(cached, asked) is None:
+    why = guard.mismatch(cached, asked)
+    if why is None:
         return True
-    u = guard.unaligned(cached, asked)
-    return u is not None and context.aligned(u, encoder.word_states(cached), encoder.word_states(asked))
+    if why in guard.HARD_REASONS:
+        return False
+    return context.served(cached, asked, guard.unaligned(cached, asked), encoder.word_states(cached),
+                          encoder.word_states(asked))
 
 
 @pytest.mark.parametrize("cached, asked", [

@@ -303,3 +303,15 @@ def test_what_the_soft_reading_refuses_whatever_the_cosines(cached, asked):
 def test_how_much_for_how_many_is_refused_but_an_amount_asked_once_is_not():
     assert context.soft_refused("How much protein is in an egg?", "How many eggs have protein?")
     assert not context.soft_refused("What is 12 times 3?", "How much is twelve times three?")
+
+
+def test_through_the_cache_a_rewording_every_word_of_which_reads_alike_is_served_and_a_sibling_not(run):
+    async def scenario(h: Harness):
+        first = await h.ask(chat(("user", "How do hurricanes form over the ocean?")), "warm water")
+        again = await h.ask(chat(("user", "What makes hurricanes form over the ocean?")), "answered anew")
+        other = await h.ask(chat(("user", "Is the library open on weekends?")), "weekends: yes")
+        trap = await h.ask(chat(("user", "Is the library open on weekdays?")), "weekdays: yes")
+        return first, again, other, trap
+
+    assert run(scenario, CONTEXT) == ("warm water", "warm water", "weekends: yes", "weekdays: yes")
+    assert run(scenario, OFF) == ("warm water", "answered anew", "weekends: yes", "weekdays: yes")

@@ -122,8 +122,12 @@ class DecayingLine:
     _fit: tuple[float, float] | None = field(init=False, default=None, repr=False, compare=False)
 
     def add(self, x: float, y: float, now: float) -> None:
-        d = math.exp(-(now - self.updated) / self.tau_s) * (1.0 - 1.0 / self.window) if self.samples else 0.0
-        w, sx, sy, sxx, sxy = (v * d for v in self._sums)
+        w, sx, sy, sxx, sxy = self._sums
+        if self.samples:
+            # Every answer feeds two lines: the fade applied term by term, not through a generator.
+            # Unfed, the sums are still zero (what fading them by 0.0 left).
+            d = math.exp(-(now - self.updated) / self.tau_s) * (1.0 - 1.0 / self.window)
+            w, sx, sy, sxx, sxy = w * d, sx * d, sy * d, sxx * d, sxy * d
         self._sums = (w + 1.0, sx + x, sy + y, sxx + x * x, sxy + x * y)
         self.updated = now
         self.samples += 1

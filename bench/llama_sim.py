@@ -1,0 +1,237 @@
+"""The real Router in front of llama.cpp-like servers on a virtual clock: many seeded runs in seconds, the
+same arrivals and prompts for every strategy, so small differences in routing show above the noise that
+real servers on a shared 2-core box add (one run's mean TTFT there moves by 20-50 % with the box's load).
+
+Each server is one llama.cpp process with `--slots` slots and one CPU thread (`-np 2 -t 1`, as
+bench/prefix_routing.py starts them): one compute step at a time, and each step processes the whole
+prompt of every slot just taken plus one token of every slot decoding. So a newcomer's prefill stalls
+the running decodes, two prompts taken together are prefilled together (both first tokens at the end),
+and a request beyond the slots waits for one (FIFO). The gateway is fed what a gateway feeds it (first
+token, a progress sample every 8 tokens, the end with llama.cpp's timings, as bench/route_cost.py's warm
+run). Rates are this box's: ~2 s to prefill a cold ~380-token prompt, ~35 ms a token at batch 1.
+
+Workloads: unique prompts (~300-word system prompts, nothing shared), `--shared K` system prompts (each
+server keeps its last `--cache` prompts), `--mixed` (half the prompts 10x shorter), `--slow F` (the last
+server F times slower). Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
+each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
+`--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
+
+    python bench/llama_sim.py --strategies latency_aware,least_inflight,round_robin --seeds 20
+    python bench/llama_sim.py --strategies latency_aware,latency_aware@/tmp/main,least_inflight,round_robin
+    python bench/llama_sim.py --mixed --slow 2.5 --rate 0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import random
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
+         "billing period credit debit statement fee waiver approval manager region currency tax record "
+         "request confirm verify identity limit transfer dispute merchant card holder notice").split()
+PER_TOKEN_S = 2.0 / 600  # a cold ~380-token prompt (~600 as the gateway estimates it) in ~2 s
+TPOT_S, GROWTH, OUTPUT, NET_S = 0.035, 0.1, 16, 0.002
+TEMPLATE_SHARE = 0.07  # what llama.cpp reports reusing of a unique prompt: the chat template and the salt
+
+
+@dataclass(eq=False)
+class _Req:
+    lease: Any
+    rec: Any
+    ctx: Any
+    sent: float
+    uncached: float
+    reused: int
+    slot_at: float | None = None
+    first: float | None = None
+    out: int = 0
+
+
+@dataclass
+class _Server:
+    speed: float
+    slots: list[_Req] = field(default_factory=list)
+    queue: list[_Req] = field(default_factory=list)
+    step: list[_Req] = field(default_factory=list)
+    busy: bool = False
+    cache: list[str] = field(default_factory=list)
+
+
+def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
+        slots: int) -> list[tuple[float, float]]:
+    """One seeded run: each request's (TTFT, E2E)."""
+    from app.config import BackendConfig, ModelAlias
+    from app.dispatch.loop import route_context, with_policy
+    from app.protocols.chat import CHAT
+    from app.record import AttemptRecord
+    from app.routing.router import Router
+    from app.upstream.adapters import BackendReport, adapter_for
+    from bench.route_cost import PROGRESS_EVENTS, Backend, _drive, _virtual_clock
+
+    backends = {f"b{i}": Backend(f"b{i}", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp",
+                                                        max_concurrency=64), adapter_for("llamacpp")) for i in range(2)}
+    spec = ModelAlias(backends=tuple(backends), strategy=strategy)
+    router = Router(backends, {"m": spec}, 1.0)  # type: ignore[arg-type]
+    for entry in router._aliases.values():
+        if hasattr(entry.strategy, "_rng"):
+            entry.strategy._rng.seed(seed)  # its exploration, the same each run
+    learner = router.learner
+    servers = [_Server(1.0), _Server(slow)]
+    rng = random.Random(seed)
+    systems = [f"[s{seed} policy {i}] " + " ".join(rng.choice(WORDS) for _ in range(300)) + "." for i in range(shared)]
+    done: list[tuple[float, float]] = []
+    events: list[tuple[float, int, int]] = []  # (at, tie, server or -1 for an arrival)
+    tie = 0
+    with _virtual_clock() as box:
+        t = box[0]
+        for _ in range(requests):
+            t += rng.expovariate(rate)
+            tie += 1
+            heapq.heappush(events, (t, tie, -1))
+
+        def start_step(s: _Server, i: int, at: float) -> None:
+            nonlocal tie
+            new = [r for r in s.slots if r.first is None]
+            decoding = [r for r in s.slots if r.first is not None]
+            s.busy = bool(new or decoding)
+            if not s.busy:
+                return
+            took = sum(r.uncached for r in new) * PER_TOKEN_S
+            if decoding:
+                took += TPOT_S * (1 + GROWTH * (len(decoding) - 1))
+            s.step = new + decoding
+            tie += 1
+            heapq.heappush(events, (at + took * s.speed, tie, i))
+
+        while events:
+            at, _, i = heapq.heappop(events)
+            box[0] = at
+            if i < 0:
+                if shared:
+                    system = rng.choice(systems)
+                else:
+                    words = 30 if mixed and rng.random() < 0.5 else 300
+                    system = f"[s{seed} {rng.random()}] " + " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+                body = orjson.dumps({"model": "m", "stream": True, "max_tokens": OUTPUT, "messages": [
+                    {"role": "system", "content": system}, {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(8))}]})
+                ctx = with_policy(route_context(CHAT.parse(body)), spec)
+                lease = _drive(router.acquire("m", ctx=ctx))
+                k = int(lease.state.name[1:])
+                s = servers[k]
+                hit = system in s.cache
+                if shared:
+                    if hit:
+                        s.cache.remove(system)
+                    s.cache = [*s.cache, system][-cache:]
+                reused = round(ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
+                rec = AttemptRecord(len(done), "m", lease.state.name, "llamacpp", "h", 1, "m", True, at,
+                                    load=lease.state.inflight, predicted=lease.estimate, prefix=lease.prefix)
+                rec.headers = at + NET_S
+                s.queue.append(_Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused))
+            else:
+                s = servers[i]
+                for r in s.step:
+                    if r.first is None:
+                        r.first = r.rec.first_event = at
+                        r.lease.prefilled()
+                        r.lease.first_token()
+                        learner.first_token(r.rec, r.ctx.prompt_tokens)
+                        r.out = 1
+                    else:
+                        r.out += 1
+                        if r.out % PROGRESS_EVENTS == 0 and r.out < OUTPUT:
+                            last = r.rec.progress if r.rec.progress[1] else (1, r.rec.first_event)
+                            r.rec.progress = (r.out, at)
+                            r.lease.progress(r.out)
+                            learner.progress(r.rec, r.lease.state, last, r.out, at)
+                    if r.out >= OUTPUT:
+                        s.slots.remove(r)
+                        r.rec.end = at
+                        r.rec.report = BackendReport(prefill_s=r.first - (r.slot_at or r.sent), decode_s=at - r.first,
+                                                     prompt_tokens=r.ctx.prompt_tokens, output_tokens=OUTPUT,
+                                                     prompt_cached=r.reused, source="llamacpp")
+                        r.lease.release()
+                        router.report(r.lease.state, None)
+                        learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape)
+                        done.append((r.first - r.sent, at - r.sent))
+                s.step = []
+                s.busy = False
+            k = int(i if i >= 0 else lease.state.name[1:])
+            s = servers[k]
+            while len(s.slots) < slots and s.queue:
+                r = s.queue.pop(0)
+                r.slot_at = at
+                s.slots.append(r)
+            if not s.busy:
+                start_step(s, k, at)
+    return done
+
+
+def _pct(v: list[float], p: float) -> float:
+    return sorted(v)[min(len(v) - 1, int(p / 100 * len(v)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--strategies", default="latency_aware,least_inflight,round_robin",
+                    help="NAME or NAME@DIR (that strategy's router from the checkout DIR)")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--requests", type=int, default=400, help="per seed")
+    ap.add_argument("--rate", type=float, default=0.65, help="arrivals a second (2 equal servers: ~1 req/s of cold prompts)")
+    ap.add_argument("--shared", type=int, default=0, help="K shared system prompts (0: every prompt unique)")
+    ap.add_argument("--cache", type=int, default=2, help="system prompts each server keeps (--shared)")
+    ap.add_argument("--slow", type=float, default=1.0, help="the second server this many times slower")
+    ap.add_argument("--mixed", action="store_true", help="half the prompts 10x shorter")
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
+    args = ap.parse_args()
+    runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots)
+                      for seed in range(args.seeds)]
+    if args.one:
+        sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
+        return
+    results: dict[str, list[list[tuple[float, float]]]] = {}
+    for label in args.strategies.split(","):
+        name, _, tree = label.partition("@")
+        argv = [a for a in sys.argv[1:] if not a.startswith("--strategies") and a != args.strategies]
+        cwd = Path(tree) if tree else Path(__file__).resolve().parent.parent
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--one", name], cwd=cwd, check=True,
+                             capture_output=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout
+        results[label] = orjson.loads(out)
+    print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
+          + (f", {args.shared} shared prompts (cache {args.cache})" if args.shared else ", unique prompts")
+          + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else ""))
+    base = [k for k in ("least_inflight", "round_robin") if k in results]
+    for label, seeds in results.items():
+        tt = [t for s in seeds for t, _ in s]
+        ee = [e for s in seeds for _, e in s]
+        line = (f"  {label:<28} TTFT mean {statistics.fmean(tt):6.3f} p50 {statistics.median(tt):6.3f} p99 {_pct(tt, 99):6.3f}"
+                f"  E2E mean {statistics.fmean(ee):6.3f} p50 {statistics.median(ee):6.3f} p99 {_pct(ee, 99):6.3f} s")
+        if base:
+            for k, col in (("TTFT", 0), ("E2E", 1)):
+                ratios = [statistics.fmean(x[col] for x in s) / min(statistics.fmean(x[col] for x in results[b][j]) for b in base) - 1
+                          for j, s in enumerate(seeds)]
+                line += f"  | {k} vs best baseline per seed: median {statistics.median(ratios):+.1%}"
+        first = next(iter(results))
+        if label != first:
+            # Paired with the first strategy on each seed (the same arrivals and prompts).
+            for k, col in (("TTFT", 0), ("E2E", 1)):
+                ratios = [statistics.fmean(x[col] for x in s) / statistics.fmean(x[col] for x in results[first][j]) - 1
+                          for j, s in enumerate(seeds)]
+                line += (f"  | {k} vs {first}: median {statistics.median(ratios):+.1%}, lower on"
+                         f" {sum(r < 0 for r in ratios)} of {len(ratios)} seeds")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

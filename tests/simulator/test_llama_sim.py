@@ -1,0 +1,18 @@
+"""bench/llama_sim.py: the real router in front of llama.cpp-like servers on a virtual clock."""
+
+from bench.llama_sim import OUTPUT, TPOT_S, run
+
+
+def test_a_cold_prompt_takes_its_prefill_and_the_answer_its_decode():
+    done = run("round_robin", 0, 40, 0.65, 0, 2, 1.0, False, 2)
+    assert len(done) == 40
+    ttft = [t for t, _ in done]
+    # ~550-600 estimated tokens, 93 % of them uncached, at 2 s per 600: no first token before ~1.7 s.
+    assert min(ttft) > 1.6
+    assert all(e - t > (OUTPUT - 1) * TPOT_S - 1e-9 for t, e in done)
+
+
+def test_a_shared_prompt_is_served_warm_where_it_ran_and_runs_repeat_exactly():
+    done = run("latency_aware", 3, 60, 0.65, 1, 2, 1.0, False, 2)
+    assert sorted(t for t, _ in done)[30] < 0.5  # the median: warm
+    assert done == run("latency_aware", 3, 60, 0.65, 1, 2, 1.0, False, 2)

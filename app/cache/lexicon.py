@@ -31,6 +31,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it ok(?:ay)? to|is it okay to|may i|could i)\b", "can i"),
     (r"\bwould it be\b", "is it"),
     (r"\bis it (?:wise|a good idea|advisable|recommended|better) to\b", "should i"),
+    # The same advice asked with its subject first: "Is cardio on an empty stomach a good idea?".
+    (r"^(?:is|are) ((?:\w+ ){1,6}?)(?:a good idea|advisable|recommended)$", r"should i \1"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

@@ -93,6 +93,8 @@ def test_a_typo_is_one_edit_from_a_known_word():
     ("Why do I wake up at 3 am?", "What's the reason I wake up at 3 am?"),  # cause
     ("How do I stop my cat from scratching the sofa?", "How can I keep my cat from scratching the sofa?"),
     ("How do I stop wood from splitting?", "How do I prevent wood from splitting?"),
+    ("Should I do cardio on an empty stomach?", "Is cardio on an empty stomach a good idea?"),  # advice
+    ("Should I take vitamin D in winter?", "Is taking vitamin D in winter recommended?"),
 ])
 def test_question_frames_that_ask_the_same_thing_align(a, b):
     assert mismatch(a, b) is None
@@ -112,6 +114,9 @@ def test_question_frames_that_ask_the_same_thing_align(a, b):
     ("Why do I wake up at 3 am?", "What's the reason I wake up at 4 am?"),
     ("How do I keep my receipts?", "How do I stop my receipts?"),  # "keep" is "stop" only before "from ...ing"
     ("How do I stop my cat from scratching the sofa?", "How can I keep my dog from scratching the sofa?"),
+    ("Should I do cardio on an empty stomach?", "Is cardio on an empty stomach a bad idea?"),
+    ("Should I do cardio on an empty stomach?", "Is cardio on a full stomach a good idea?"),
+    ("Should I take vitamin D in winter?", "Is taking vitamin D in winter dangerous?"),
 ])
 def test_a_frame_never_hides_what_changed(a, b):
     assert mismatch(a, b) is not None

@@ -83,22 +83,23 @@ class MessagesSse:
         return MESSAGES.error_event(err)
 
     def is_error(self, data: bytes) -> bool:
-        return b'"error"' in data and event_type(data) == b"error"
+        # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+        return data.find(b'"error"') != -1 and event_type(data) == b"error"
 
     def has_usage(self, data: bytes) -> bool:
-        return b'"usage"' in data
+        return data.find(b'"usage"') != -1
 
     def finish_reasons(self, data: bytes) -> list[bytes]:
-        if b'"stop_reason"' not in data or event_type(data) != b"message_delta":
+        if data.find(b'"stop_reason"') == -1 or event_type(data) != b"message_delta":
             return []
         reason = MESSAGES.stop_reason(data)
         return [reason.encode()] if reason else []
 
     def model(self, data: bytes) -> re.Match[bytes] | None:
-        return _MODEL.search(data) if b'"message_start"' in data and event_type(data) == b"message_start" else None
+        return _MODEL.search(data) if data.find(b'"message_start"') != -1 and event_type(data) == b"message_start" else None
 
     def is_content(self, data: bytes) -> bool:
-        return b'"content_block_delta"' in data and event_type(data) == b"content_block_delta"
+        return data.find(b'"content_block_delta"') != -1 and event_type(data) == b"content_block_delta"
 
 
 class MessagesProtocol(ClientProtocol):
@@ -240,7 +241,7 @@ class MessagesProtocol(ClientProtocol):
         if kind == b"content_block_delta":
             return EventKind.CONTENT
         if kind == b"message_delta":
-            return EventKind.FINISH | EventKind.USAGE if b'"stop_reason"' in data else EventKind.USAGE
+            return EventKind.FINISH | EventKind.USAGE if data.find(b'"stop_reason"') != -1 else EventKind.USAGE
         if kind == b"message_start":
             return EventKind.USAGE
         if kind == b"message_stop":

@@ -39,10 +39,11 @@ class OpenAISse:
         return data.startswith(b'{"error"')
 
     def has_usage(self, data: bytes) -> bool:
-        return b'"usage"' in data
+        # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+        return data.find(b'"usage"') != -1
 
     def finish_reasons(self, data: bytes) -> list[bytes]:
-        return _FINISH_REASON.findall(data) if b'"finish_reason"' in data else _NONE
+        return _FINISH_REASON.findall(data) if data.find(b'"finish_reason"') != -1 else _NONE
 
     def model(self, data: bytes) -> re.Match[bytes] | None:
         return MODEL_FIELD.search(data)

@@ -74,7 +74,8 @@ class BackendReports:
         self._report, self._adapter = report, adapter
 
     def on_data(self, data: bytes) -> bytes | None:
-        if b'"timings"' in data or b'"cached_tokens"' in data:
+        # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+        if data.find(b'"timings"') != -1 or data.find(b'"cached_tokens"') != -1:
             try:
                 obj = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -193,7 +194,7 @@ class UsageFilter:
                 self._held = None
                 return _with_timings(held, hidden)
             data = shown
-        if self._seen != seen and not self._wanted and b'"timings"' not in data:
+        if self._seen != seen and not self._wanted and data.find(b'"timings"') == -1:
             self._held = data  # until the next event: llama.cpp sends the usage chunk right after
             return held
         if held is not None:
@@ -236,7 +237,7 @@ class UsageFilter:
 
 def _with_timings(chunk: bytes, usage_chunk: bytes) -> bytes:
     """The finishing chunk with the backend's `timings` from the usage chunk the client does not see."""
-    if b'"timings"' not in usage_chunk:
+    if usage_chunk.find(b'"timings"') == -1:
         return chunk
     try:
         timings = orjson.loads(usage_chunk).get("timings")
@@ -259,7 +260,7 @@ class StreamUsage:
         self._result, self._protocol = result, protocol
 
     def on_data(self, data: bytes) -> bytes | None:
-        if b'"usage"' in data and self._protocol.classify(data) & EventKind.USAGE:
+        if data.find(b'"usage"') != -1 and self._protocol.classify(data) & EventKind.USAGE:
             self._result.usage = self._protocol.stream_usage(data, self._result.usage)
         return data
 

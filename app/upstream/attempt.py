@@ -245,7 +245,8 @@ def json_object(data: bytes, backend: Backend) -> dict:
 def redact_events(events: list[bytes], secret: bytes) -> list[bytes]:
     """The events with the backend's key blanked out: the transport redacts every event it hands on, so
     no consumer (relay, cache, collector) has to."""
-    return [e.replace(secret, b"[redacted]") if secret in e else e for e in events]
+    # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+    return [e.replace(secret, b"[redacted]") if e.find(secret) != -1 else e for e in events]
 
 
 def redact(data: bytes, backend: Backend) -> bytes:

@@ -38,7 +38,8 @@ async def collect_json(stream: EventStream, assembler: Assembler) -> JsonReply:
             if data.startswith(b'{"error"'):
                 json_object(data, stream.backend)  # raises the backend's error, classified by its adapter
             assembler.feed(data)
-            if b'"timings"' in data:
+            # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+            if data.find(b'"timings"') != -1:
                 _keep(extras, data, "timings")
         if done:
             break

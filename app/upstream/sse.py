@@ -20,7 +20,10 @@ class EventSplitter:
     def feed(self, chunk: bytes) -> list[bytes]:
         """Return the complete events (without their terminating blank line) now buffered."""
         buf = self._buf + chunk if self._buf else chunk
-        if b"\r" not in buf:  # the common case: plain \n line endings, split without the regex
+        # bytes.find, not `in`, on every event's path here and in the relay: on Python 3.11 `needle in data`
+        # first tries the needle as an integer and builds (and drops) a formatted TypeError. A 16-token
+        # stream made ~97 such tests, ~110k of the gateway's 2.22M instructions a stream (issue 24).
+        if buf.find(b"\r") == -1:  # the common case: plain \n line endings, split without the regex
             events = buf.split(b"\n\n")
             self._buf = events.pop()
             return events
@@ -40,11 +43,11 @@ class EventSplitter:
 
 def event_data(event: bytes) -> bytes | None:
     """The joined `data:` lines of an event, or None for comments and data-less events."""
-    if event.startswith(b"data:") and b"\n" not in event:  # the usual one-line event, fast path
+    if event.startswith(b"data:") and event.find(b"\n") == -1:  # the usual one-line event, fast path
         return event[5:].lstrip(b" ")
     if event.startswith(b"event:"):  # a named event (Anthropic's Messages): its name line, then one data line
         rest = event[event.find(b"\n") + 1:]
-        if rest.startswith(b"data:") and b"\n" not in rest and b"\r" not in event:
+        if rest.startswith(b"data:") and rest.find(b"\n") == -1 and event.find(b"\r") == -1:
             return rest[5:].lstrip(b" ")
     parts = [
         line[5:].lstrip(b" ") for line in event.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")

@@ -62,7 +62,8 @@ class ResponsesSse:
         return event_type(data) in _FAILED_EVENTS
 
     def has_usage(self, data: bytes) -> bool:
-        return b'"usage"' in data
+        # bytes.find, not `in`: cheaper on every event (app/upstream/sse.py says why).
+        return data.find(b'"usage"') != -1
 
     def finish_reasons(self, data: bytes) -> list[bytes]:
         if event_type(data) not in _FINAL_EVENTS:
@@ -71,7 +72,7 @@ class ResponsesSse:
         return [reason.encode()] if reason else []
 
     def model(self, data: bytes) -> re.Match[bytes] | None:
-        return _MODEL.search(data) if b'"model"' in data else None
+        return _MODEL.search(data) if data.find(b'"model"') != -1 else None
 
     def is_content(self, data: bytes) -> bool:
         return event_type(data) in _CONTENT_EVENTS

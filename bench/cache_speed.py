@@ -18,6 +18,12 @@ are timed in process on one thread: embedding, KNN, guard.
     python bench/cache_speed.py                          # 100k entries, 300 requests of each kind
     python bench/cache_speed.py --entries 5000 --requests 200 --repeats 3
     python bench/cache_speed.py --fillers random --vector-type float32   # as measured before 2026-12-05
+    python bench/cache_speed.py --entries 5000 --requests 200 --repeats 3 --busy   # under a controlled load
+
+`--busy` is the controlled load of the loaded figures: one busy process (numpy 512x512 matrix products on
+one BLAS thread, never sleeping) pinned to each core this process may use, started 5 s before the timed
+rounds and stopped after the parts. They are this process's children (the same session, so the same
+scheduler autogroup as the gateway). The load average then reads 2 plus whatever else runs.
 
 Its temporary folder (Redis's and the gateway's logs) is removed at the end unless the run failed.
 """
@@ -134,6 +140,23 @@ def start_yes_judge(cpus: str | None) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(["taskset", "-c", cpus, *cmd] if cpus else cmd)
     wait_listening(port, proc)
     return proc, port
+
+
+BUSY = """
+import numpy as np
+a = np.random.rand(512, 512)
+while True:
+    a = (a @ a) / 512.0
+"""
+
+
+def start_busy(warm_s: float = 5.0) -> list[subprocess.Popen]:
+    """One never-sleeping process pinned to each core of this process (`--busy`), running for `warm_s` first."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(["taskset", "-c", str(c), sys.executable, "-c", BUSY], env=env)
+             for c in sorted(os.sched_getaffinity(0))]
+    time.sleep(warm_s)
+    return procs
 
 
 def own_vectors() -> np.ndarray:
@@ -263,6 +286,8 @@ def main() -> int:
     ap.add_argument("--cpus", default="0", help="cores for the gateway (taskset); the simulator gets the rest")
     ap.add_argument("--fillers", choices=FILLER_KINDS, default="perturbed", help="what fills the index (bench/fillers.py)")
     ap.add_argument("--vector-type", choices=["float16", "float32"], default="float16", help="cache.redis_vector_type")
+    ap.add_argument("--busy", action="store_true",
+                    help="controlled load: a busy process pinned to each core during the timed rounds and the parts")
     args = ap.parse_args()
     vector_type = args.vector_type.upper()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-bench-"))
@@ -280,14 +305,19 @@ def main() -> int:
     extra["backends"] = {"zero": {"base_url": f"http://127.0.0.1:{fleet.backends['zero']['port']}/v1", "model": fleet.model},
                          "yes": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "yes"}}
     gw = start_gateway(tmp, fleet, cpus=args.cpus, models=models, extra=extra)
-    load = [os.getloadavg()[0]]
+    busy: list[subprocess.Popen] = []
     ok = False
     try:
+        busy = start_busy() if args.busy else []
+        load = [os.getloadavg()[0]]
         runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats, args.fillers, vector_type))
         load.append(os.getloadavg()[0])
         rows = asyncio.run(parts(port, args.requests, vector_type))
         ok = True
     finally:
+        for p in busy:
+            p.kill()
+            p.wait()
         gw.stop()
         fleet.stop()
         judge_proc.terminate()
@@ -300,7 +330,8 @@ def main() -> int:
     print(f"\nshipped defaults: {EmbeddingConfig().quantization} embeddings, threshold "
           f"{SemanticCachePolicy().threshold}, guard; {args.entries} {args.fillers} fillers, {vector_type} vectors; "
           f"gateway on core(s) {args.cpus}; "
-          f"load average {load[0]:.2f} -> {load[1]:.2f} over the timed rounds\n")
+          + (f"{len(busy)} busy processes (--busy), one pinned to each core; " if busy else "")
+          + f"load average {load[0]:.2f} -> {load[1]:.2f} over the timed rounds\n")
     med = lambda xs: statistics.median(xs)
     print(f"End to end, medians of {len(runs)} rounds ({' / '.join(str(len(r['exact hit'])) for r in runs)} exact hits timed)\n")
     print("| what | p50 ms | p90 ms | p99 ms | p50 per round |\n|---|---|---|---|---|")

@@ -79,14 +79,17 @@ def test_parse_verdict():
 def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
     """End to end: the judge alias is a simulator backend, whose text is never yes/no: fail closed."""
     config = cache_config(fleet, "memory", None)
-    judged = {**CACHE_POLICY, "semantic": {**CACHE_POLICY["semantic"], "judge": {"alias": "chat", "timeout_ms": 2000}}}
+    # Threshold 0.85, not the module's 0.9: the rewording below reads 0.89-0.93 with the topic's random
+    # letters (300 drawn), and one topic in 25 fell under 0.9, so the judge was never asked (a flake).
+    judged = {**CACHE_POLICY, "semantic": {**CACHE_POLICY["semantic"], "threshold": 0.85,
+                                           "judge": {"alias": "chat", "timeout_ms": 2000}}}
     config["models"]["judged"] = {"backends": ["fast"], "cache": judged}
     gw = start_gateway(tmp_path, fleet, config)
     try:
         topic = uuid.uuid4().hex[:6]
         ask(gw, f"How do I reset my router model {topic}?", model="judged")
         settle(gw)
-        # A rewording the guard cannot align (similarity ~0.91): put to the judge, which says no.
+        # A rewording the guard cannot align (similarity 0.89-0.93): put to the judge, which says no.
         h, _ = ask(gw, f"Whats the procedure for factory resetting the router model {topic}?", model="judged")
         assert h["x-slipstream-cache"] == "miss"
         metrics = httpx.get(f"{gw.url}/metrics").text

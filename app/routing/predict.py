@@ -108,8 +108,12 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
             # The prefill under way has been running since the backend went busy or the one before it
             # reached its first token; at most its own share of the backlog is done.
             share = backlog / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
-            done = now - busy
+            done = known_at - busy
             backlog -= share if share < done else done  # noqa: FURB136
+            if now > known_at:
+                # Predicted for a later instant (the look-ahead's next arrival): the backend works
+                # through the rest of its backlog meanwhile, not only the prefill under way when known.
+                backlog -= now - known_at
             if not backlog > 0.0:
                 backlog = 0.0
         slot_wait = queue - residual

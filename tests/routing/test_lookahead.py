@@ -127,3 +127,25 @@ def test_a_long_prompt_goes_where_no_running_answer_stops_for_it_if_that_costs_l
     assert place(stalls=True) == "other"
     # A server whose decodes run on through a prefill (vLLM's kind): the stall is not there to price.
     assert place(stalls=False) == "quick"
+
+
+def prefilling(s: State, prompts: int, tokens: float, since: float = 0.9) -> State:
+    """`s` with `prompts` cold prompts of `tokens` sent at `since`, none at its first token yet: in its
+    book (each prefilling for its own share of the time, in its slot) and in its prefill backlog."""
+    for _ in range(prompts):
+        s.inflight += 1
+        s.book.add(since, tokens / RATE, 20.0, tokens / RATE, True)
+        s.start_prefill(tokens, since)
+    return s
+
+
+def test_a_later_arrival_finds_the_prefill_backlog_worked_through_meanwhile():
+    # Three cold prompts of ~5 s each, the first under way since 0.9 s. Known at 1.0, an arrival 10 s
+    # later finds ~5 s of the backlog left, not 10 (only the first prefill done): the look-ahead read a
+    # busy server's queue as lasting longer than it does, and priced the idle one's next arrival against it.
+    s = prefilling(timed(State("s", slots=8), RATE), 3, 750.0)
+    backlog = 3 * 750.0 / RATE
+    assert abs(estimate(s, ctx_for(BODY), known_at=1.0).queue_s - (backlog - 0.1)) < 0.05
+    later = estimate(s, ctx_for(BODY, now=11.0), known_at=1.0).queue_s
+    assert abs(later - (backlog - 10.1)) < 0.05
+    assert estimate(s, ctx_for(BODY, now=20.0), known_at=1.0).queue_s == 0.0

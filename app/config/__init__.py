@@ -268,6 +268,10 @@ class ModelAlias(Strict):
     strategy: Literal["latency_aware", "predicted_latency", "prefix_aware", "least_inflight", "lowest_latency", "round_robin",
                       "weighted"] = "latency_aware"
     prefix: PrefixPolicy = PrefixPolicy()
+    # Share of placements that try the idle backend heard from least recently, so one that recovered
+    # is measured again (latency_aware and predicted_latency only). Unset: the strategy's own (1 % and
+    # 2 %); 0 makes every placement the predicted best (tests that pin a placement, replays).
+    exploration: float | None = Field(None, ge=0, le=1)
     timeouts: TimeoutOverrides = TimeoutOverrides()
     retry: RetryPolicy = RetryPolicy()
     # Aliases tried in order when this one cannot answer (retries exhausted, timeouts, 5xx).

@@ -45,12 +45,19 @@ class _Alias:
     turn: int = 0
 
 
-def make_strategy(name: str) -> Strategy:
+def make_strategy(name: str, exploration: float | None = None) -> Strategy:
+    """The alias's strategy; `exploration` (a share of placements) replaces the default of the strategies
+    that explore (latency_aware, predicted_latency) and is ignored by the others."""
+    if exploration is not None and name in _EXPLORING:
+        return _EXPLORING[name](exploration)
     made: dict[str, Callable[[], Strategy]] = {
         "latency_aware": LatencyAware, "prefix_aware": PrefixAware,
         "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
         "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
     return made[name]()
+
+
+_EXPLORING: dict[str, Callable[[float], Strategy]] = {"latency_aware": LatencyAware, "predicted_latency": PredictedLatency}
 
 
 def _is_429(err: GatewayError) -> bool:
@@ -73,7 +80,7 @@ class Router:
             for name, b in backends.items()
         }
         self._aliases = {
-            alias: _Alias(tuple(self.states[n] for n in spec.backends), make_strategy(spec.strategy))
+            alias: _Alias(tuple(self.states[n] for n in spec.backends), make_strategy(spec.strategy, spec.exploration))
             for alias, spec in models.items()
         }
         # Ordered by priority, then fair share across tenants, then deadline: app/admission/wait_queue.py.

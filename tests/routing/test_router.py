@@ -309,3 +309,14 @@ def test_a_sibling_waiting_for_a_busy_copy_releases_it_when_predicted_not_a_cold
             lease.release()
 
     asyncio.run(main())
+
+
+def test_an_alias_may_set_its_strategys_exploration():
+    from app.routing.router import make_strategy
+
+    assert make_strategy("latency_aware").exploration == 0.01
+    assert make_strategy("latency_aware", 0.0).exploration == 0.0
+    assert make_strategy("predicted_latency", 0.1).exploration == 0.1
+    assert make_strategy("least_inflight", 0.5).name == "least_inflight"  # explores nothing: ignored
+    with pytest.raises(ValueError, match="exploration"):
+        ModelAlias(backends=("a",), exploration=1.5)

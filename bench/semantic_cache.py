@@ -129,12 +129,13 @@ class Scored:
             if why in HARD_REASONS:
                 return False
             u = unaligned(cached, asked)
-            if u is None and context.soft_refused(cached, asked):
+            refused = context.refused_before_reading(cached, asked, u)
+            if refused:
                 return False
             for t in (cached, asked):
                 if t not in states:
                     states[t] = encoder.word_states(t)
-            return context.served(cached, asked, u, states[cached], states[asked])
+            return context.served(cached, asked, u, states[cached], states[asked], refused=refused)
 
         self.context = np.array([in_context(p["a"], p["b"], w) for p, w in zip(pairs, self.why)])
         # A first-person statement keeping the same facts is served with the guard on, context or not

@@ -90,10 +90,11 @@ def soft_refused(cached: str, asked: str) -> bool:
 
 
 def soft_aligned(cached: str, asked: str, cached_states: list[tuple[str, np.ndarray]],
-                 asked_states: list[tuple[str, np.ndarray]], min_cosine: float = SOFT_COSINE) -> bool:
+                 asked_states: list[tuple[str, np.ndarray]], min_cosine: float = SOFT_COSINE,
+                 refused: bool | None = None) -> bool:
     """Every content word of each question has a counterpart in the other at cosine >= min_cosine in
-    context, and nothing `soft_refused` differs."""
-    if soft_refused(cached, asked):
+    context, and nothing `soft_refused` differs (`refused`: its verdict, where the caller has it already)."""
+    if soft_refused(cached, asked) if refused is None else refused:
         return False
     vec_a, vec_b = dict(reversed(cached_states)), dict(reversed(asked_states))
     words_a = [vec_a[w] for w in _content(cached) if w in vec_a]
@@ -109,11 +110,19 @@ def _content(text: str) -> list[str]:
 
 
 def served(cached: str, asked: str, unaligned: guard.Unaligned | None, cached_states: list[tuple[str, np.ndarray]],
-           asked_states: list[tuple[str, np.ndarray]], min_cosine: float = MIN_COSINE) -> bool:
+           asked_states: list[tuple[str, np.ndarray]], min_cosine: float = MIN_COSINE,
+           refused: bool | None = None) -> bool:
     """The contextual check's verdict: the differing words align (`aligned`), or every word does, closely
-    (`soft_aligned`)."""
+    (`soft_aligned`; `refused` as there)."""
     return ((unaligned is not None and aligned(unaligned, cached_states, asked_states, min_cosine))
-            or soft_aligned(cached, asked, cached_states, asked_states))
+            or soft_aligned(cached, asked, cached_states, asked_states, refused=refused))
+
+
+def refused_before_reading(cached: str, asked: str, unaligned: guard.Unaligned | None) -> bool | None:
+    """Before any model pass: True where no word-vector reading can serve the pair (the guard hands over
+    no words, and `soft_refused` refuses); else `soft_refused`'s verdict where it was asked (False), or
+    None where it was not, for `served(refused=...)` so it is not asked twice."""
+    return soft_refused(cached, asked) if unaligned is None else None
 
 
 class ContextAligner:
@@ -128,7 +137,8 @@ class ContextAligner:
 
     async def verify(self, query: str, cached: str, timeout_s: float) -> Verdict:
         unaligned = guard.unaligned(cached, query)
-        if unaligned is None and soft_refused(cached, query):
+        refused = refused_before_reading(cached, query, unaligned)
+        if refused:
             return Verdict(False, "unaligned")
         # One more encoder pass per question: bounded like two embeddings (`Embedder.wait_s`) and by
         # the caller's time left; late is a no, never a wait on the request's whole deadline.
@@ -136,7 +146,7 @@ class ContextAligner:
         states = await asyncio.gather(*(self._states(t, deadline) for t in (cached, query)))
         if states[0] is None or states[1] is None:
             return Verdict(False, "timeout")
-        if served(cached, query, unaligned, states[0], states[1], self.min_cosine):
+        if served(cached, query, unaligned, states[0], states[1], self.min_cosine, refused):
             return Verdict(True)
         return Verdict(False, "words")
 

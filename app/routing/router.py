@@ -48,16 +48,15 @@ class _Alias:
 def make_strategy(name: str, exploration: float | None = None) -> Strategy:
     """The alias's strategy; `exploration` (a share of placements) replaces the default of the strategies
     that explore (latency_aware, predicted_latency) and is ignored by the others."""
-    if exploration is not None and name in _EXPLORING:
-        return _EXPLORING[name](exploration)
-    made: dict[str, Callable[[], Strategy]] = {
-        "latency_aware": LatencyAware, "prefix_aware": PrefixAware,
-        "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
-        "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
-    return made[name]()
+    made = _STRATEGIES[name]
+    return made(exploration) if exploration is not None and name in _EXPLORING else made()
 
 
-_EXPLORING: dict[str, Callable[[float], Strategy]] = {"latency_aware": LatencyAware, "predicted_latency": PredictedLatency}
+_STRATEGIES: dict[str, Callable[..., Strategy]] = {
+    "latency_aware": LatencyAware, "prefix_aware": PrefixAware,
+    "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
+    "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
+_EXPLORING = frozenset({"latency_aware", "predicted_latency"})
 
 
 def _is_429(err: GatewayError) -> bool:

@@ -112,10 +112,11 @@ async def in_redis(entries: int, vector_type: str, fillers: str) -> dict:
 
     from app.cache.embedder import model_id
     from app.cache.redis_store import RedisStore, connect
-    from bench.cache_speed import TOPICS, VARIANTS, own_vectors, start_redis
+    from bench.cache_speed import TOPICS, VARIANTS, own_vectors
+    from bench.harness import start_redis
 
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-memory-"))
-    proc, port = start_redis(tmp)
+    proc, port = start_redis(tmp / "redis.log")
     questions = [f"How do I {t}?" for t in TOPICS]
     own = own_vectors()  # the 20 questions, then their 160 rewordings
     seeded, reworded = own[:len(questions)], own[len(questions):]

@@ -55,7 +55,7 @@ from app.cache.redis_store import VECTOR_TYPES, RedisStore, connect
 from app.config import EmbeddingConfig, SemanticCachePolicy
 from bench.fillers import KINDS as FILLER_KINDS
 from bench.fillers import effective_dimensions, filler_vectors
-from bench.harness import ROOT, Fleet, free_port, percentile, start_gateway, wait_listening
+from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis, wait_listening
 
 PREFIX = "slipstream:"
 TOPICS = ["reset my router", "bake sourdough bread", "renew a passport", "train a puppy", "fix a flat tire",
@@ -78,19 +78,6 @@ KINDS = {"exact hit": "hit", "semantic hit": "semantic-hit", "judged hit": "sema
 def _text(value: object) -> str:
     """A Redis reply as text (the client returns bytes)."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    proc = subprocess.Popen([str(ROOT / "scripts/redis-server"), "--port", str(port), "--logfile", str(tmp / "redis.log")])
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            return proc, port
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis did not start")
 
 
 def body(content: str, model: str = "cached") -> dict:
@@ -291,7 +278,7 @@ def main() -> int:
     args = ap.parse_args()
     vector_type = args.vector_type.upper()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-bench-"))
-    redis_proc, port = start_redis(tmp)
+    redis_proc, port = start_redis(tmp / "redis.log")
     other = "1" if args.cpus == "0" else None
     fleet = Fleet.zero_latency(tmp, cpus=other)
     judge_proc, judge_port = start_yes_judge(other)

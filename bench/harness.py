@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import redis
 import yaml
 
 from app.ports import free_port
@@ -56,6 +57,29 @@ def wait_healthy(root: str, proc: subprocess.Popen, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{root} not ready after {timeout:.0f} s")
         time.sleep(0.2)
+
+
+def start_redis(log: Path | None = None, timeout: float = 60) -> tuple[subprocess.Popen, int]:
+    """scripts/redis-server (Redis Stack with vector search) on a free loopback port, once it answers PING.
+    Fails at once, with the script's exit status, if the script exits (a checkout without .venv, no
+    libssl1.1 to fetch), rather than polling a port nothing will ever open."""
+    port = free_port()
+    args = [str(ROOT / "scripts" / "redis-server"), "--port", str(port)]
+    proc = subprocess.Popen(args + (["--logfile", str(log)] if log else []), stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port, socket_connect_timeout=1)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"scripts/redis-server exited with {proc.returncode}")
+        try:
+            client.ping()
+            return proc, port
+        except redis.ConnectionError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"redis-server on {port} not answering after {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 @dataclass

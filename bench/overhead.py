@@ -54,7 +54,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway
+from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis
 
 BODY_TOKENS = 16
 
@@ -219,11 +219,8 @@ def main() -> int:
     env = dict(kv.split("=", 1) for kv in args.gateway_env)
     redis_proc = None
     if "limited-redis" in variants:
-        redis_port = free_port()
         # Not pinned: on CPU 1 it would queue behind the load generator, which is not how it runs in service.
-        redis_proc = subprocess.Popen([str(Path(__file__).resolve().parent.parent / "scripts" / "redis-server"),
-                                       "--port", str(redis_port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        time.sleep(1.0)
+        redis_proc, redis_port = start_redis()
         LIMITS["limited-redis"]["limits"]["redis_url"] = f"redis://127.0.0.1:{redis_port}/0"
     receiver = None
     if "traced" in variants:

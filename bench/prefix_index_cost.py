@@ -5,7 +5,6 @@ loopback; against the in-process index (hash, match, record).
     python bench/prefix_index_cost.py
 """
 import hashlib
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,18 +15,10 @@ import redis
 
 from app.protocols import CHAT
 from app.routing.prefix_index import BackendPrefixes, prompt_blocks
-from bench.harness import free_port
+from bench.harness import start_redis
 
-port = free_port()
-p = subprocess.Popen([str(ROOT / "scripts" / "redis-server"), "--port", str(port)], stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
+p, port = start_redis()
 r = redis.Redis(port=port)
-for _ in range(100):
-    try:
-        r.ping()
-        break
-    except redis.ConnectionError:
-        time.sleep(0.05)
 keys = [hashlib.blake2b(str(i).encode(), digest_size=12).digest() for i in range(17)]  # a ~2 KB prompt: 17 blocks
 look, rec = [], []
 for i in range(2000):

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
-from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening
+from bench.harness import Fleet, Proc, _spawn, free_port, percentile, start_redis, wait_listening
 
 TOKENS = 16
 PROMPT = "Measure the gateway, not the model."
@@ -166,11 +165,8 @@ def redis_calls(client: redis.Redis) -> int:
 
 
 def part2(tmp: Path, fleet: Fleet, args) -> None:
-    port = free_port()
-    rproc = subprocess.Popen([str(ROOT / "scripts" / "redis-server"), "--port", str(port), "--save", ""],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    rproc, port = start_redis()
     try:
-        time.sleep(1.0)
         rclient = redis.Redis(port=port)
         print(f"\nA stored chain per turn, c=1, {args.turns} turns per variant, median of {args.rounds} rounds")
         print("| store | variant | p50 ms | added p50 vs stateless ms | Redis round trips/turn |")

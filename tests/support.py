@@ -109,7 +109,10 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
         client = redis.Redis(port=self.port)
-        assert wait_until(lambda: _pings(client), timeout=10), self.log.read_text()
+        proc = self.proc
+        # A script that exits (no .venv, no libssl1.1) ends the wait at once instead of after the timeout.
+        assert wait_until(lambda: proc.poll() is not None or _pings(client), timeout=10) and proc.poll() is None, \
+            f"scripts/redis-server exited with {proc.returncode}; log: {self.log.read_text() if self.log.exists() else ''}"
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -16,6 +16,17 @@ that sends longs to the slow server can win the medians while losing the means a
     python bench/real_backends.py                   # 45 s per strategy at 70 % of capacity
     python bench/real_backends.py --seconds 30 --load 0.7 --duty 0.5
     python bench/real_backends.py --json 0.5       # half the requests JSON (ranked by their end)
+    python bench/real_backends.py --workload mixed --strategies latency_aware,latency_aware@base,least_inflight \
+        --base-tree /tmp/main-worktree             # an A/B of two commits on one pair of servers
+
+The schedule offers exactly --load of the measured capacity: Poisson gaps scaled so the last arrival
+comes at n / rate, and prompt lengths evenly spread over their range (on mixed, exactly half of them
+long), so a run's few requests neither bunch up nor come out longer than the mix (drawn freely, 20
+arrivals came at 0.62 req/s for 0.41 asked, with 329 words a prompt for 275 expected: a run meant
+for 70 % ran at ~1.3x the measured capacity, with queues of ~20 s). NAME@base runs strategy NAME on
+a second gateway started from --base-tree (another commit's checkout) over the same two servers,
+warmed by a closed-loop burst as long as the calibration (the first gateway's warm-up), and timed
+on the same schedule between the others.
 
 With --json, TTFT figures are the streams' and the E2E error is also given for the JSON requests alone.
 """
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import re
@@ -40,7 +52,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.auth import hash_key
-from bench.harness import percentile
+from bench.harness import _spawn, percentile, wait_listening
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
@@ -110,18 +122,24 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
                     mixed: bool = False) -> float:
     """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate: by
     Little's law, the clients over the mean time of every request they started (the last ones are
-    waited for, so long requests are not left out of the count as a done-per-second figure would)."""
-    times: list[float] = []
+    waited for, so long requests are not left out of the count as a done-per-second figure would).
+    On mixed lengths each client alternates short and long prompts (half the clients starting long), and
+    the mean time is each class's mean, weighed half and half: a 20 s burst holds only ~20 requests, whose
+    share of long prompts, drawn freely, is itself off by ~11 % (one standard deviation)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
     end = time.perf_counter() + seconds
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
-        async def worker():
+        async def worker(k: int):
+            long = bool(k % 2)
             while time.perf_counter() < end:
-                words = word_count(rng, "mixed") if mixed else 40
+                words = rng.randint(LONG_WORDS, 800) if mixed and long else rng.randint(20, 80) if mixed else 40
                 r = await one(session, url, "least_inflight", prompt(rng, words), max_tokens)
                 if r.ok:
-                    times.append(r.e2e_s)
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return concurrency / statistics.fmean(times) if times else 0.1
+                    times[mixed and long].append(r.e2e_s)
+                long = not long
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+    means = [statistics.fmean(v) for v in times.values() if v]
+    return concurrency / statistics.fmean(means) if means else 0.1
 
 
 async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int,
@@ -150,15 +168,36 @@ async def admin_models(url: str) -> dict:
 LONG_WORDS = 200  # the mixed workload's long prompts: 200-800 words; the short ones 20-80
 
 
-def word_count(rng: random.Random, workload: str) -> int:
-    if workload == "mixed" and rng.random() < 0.5:
-        return rng.randint(LONG_WORDS, 800)
-    return rng.randint(20, 80)
+def spread(low: int, high: int, k: int) -> list[int]:
+    """k lengths evenly spread over [low, high] (the midpoints of k equal parts): their mean is the range's."""
+    return [round(low + (high - low) * (i + 0.5) / k) for i in range(k)]
+
+
+def schedule(rng: random.Random, rate: float, n: int, workload: str) -> tuple[list[float], list[int]]:
+    """n arrival times offering exactly `rate` (Poisson gaps, scaled so the last arrival comes at n / rate)
+    and their prompts' lengths in words, in a random order: 20-80 words, and on mixed exactly half of
+    them (n // 2) long, 200-800 words, each class evenly spread over its range."""
+    gaps = [rng.expovariate(1.0) for _ in range(n)]
+    scale = n / rate / sum(gaps)
+    arrivals = list(itertools.accumulate(g * scale for g in gaps))
+    longs = n // 2 if workload == "mixed" else 0
+    lengths = spread(20, 80, n - longs) + spread(LONG_WORDS, 800, longs)
+    rng.shuffle(lengths)
+    return arrivals, lengths
+
+
+def on_base(name: str, base_tree: str | None) -> bool:
+    """Whether strategy `name` runs on the --base-tree gateway (NAME@base); its alias there is NAME."""
+    _, at, tree = name.partition("@")
+    if at and (tree != "base" or base_tree is None):
+        raise SystemExit(f"{name}: only NAME@base, with --base-tree")
+    return bool(at)
 
 
 def alias(name: str) -> dict:
-    """The alias a strategy runs under: `strategy`, or `strategy:e2e` for streams ranked by their last token."""
-    strategy, _, objective = name.partition(":")
+    """The alias a strategy runs under: `strategy`, or `strategy:e2e` for streams ranked by their last token
+    (`NAME@base`: NAME's, on the --base-tree gateway)."""
+    strategy, _, objective = name.partition("@")[0].partition(":")
     out = {"backends": ["quick", "throttled"], "strategy": strategy, "retry": {"max_attempts": 1},
            "cache": {"exact": {"enabled": False}}}
     if objective:
@@ -223,8 +262,12 @@ async def main() -> None:
     ap.add_argument("--json", type=float, default=0.0,
                     help="share of requests sent as JSON (not streamed), drawn once for every strategy")
     ap.add_argument("--dump", default=None, help="write every request's predicted and measured figures (JSON)")
+    ap.add_argument("--base-tree", default=None,
+                    help="a checkout of another commit (a git worktree): NAME@base runs strategy NAME on a second "
+                         "gateway started from there, over the same servers and schedule (an A/B in one run)")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
+    based = [s for s in strategies if on_base(s, args.base_tree)]
     llama_server_paths()
     tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
     ctx_per_slot = 2048 if args.workload == "mixed" else 1024
@@ -234,37 +277,53 @@ async def main() -> None:
     assert slow.proc is not None
     throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
     port = free_port()
-    config = {
-        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
-        "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
-        "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
-                     "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
-        "models": {s: alias(s) for s in {*strategies, "least_inflight"}},
-        "telemetry": {"scrape_interval_s": 1.0},
-    }
-    gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config))], tmp / "gateway.log")
+
+    def config(port: int, names: set[str]) -> dict:
+        return {
+            "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
+            "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
+            "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
+                         "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
+            "models": {s.partition("@")[0]: alias(s) for s in names},
+            "telemetry": {"scrape_interval_s": 1.0},
+        }
+
+    gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config(port, {*strategies, "least_inflight"} - {*based})))],
+                 tmp / "gateway.log")
     gw.wait_listening(port)
     url = f"http://127.0.0.1:{port}"
+    base_gw, base_url = None, url
+    if based:
+        base_port = free_port()
+        path = write_yaml(tmp / "gateway-base.yaml", config(base_port, {*based, "least_inflight"}))
+        base_gw = _spawn(["serve", "--config", str(path)], tmp / "gateway-base.log", None, cwd=Path(args.base_tree))
+        wait_listening(base_port, base_gw)
+        base_url = f"http://127.0.0.1:{base_port}"
+    url_of = {s: base_url if s in based else url for s in strategies}
     rng = random.Random(args.seed)
+    # The calibration draws its prompts from its own generator: the schedule does not depend on how many
+    # requests the burst got through.
+    calib_rng = random.Random(args.seed + 2)
     try:
         # Mixed: half the prompts ~10x longer; prefill dominates them, so capacity is measured on the mix.
-        capacity = await calibrate(url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, rng,
+        capacity = await calibrate(url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, calib_rng,
                                    mixed=args.workload == "mixed")
+        if based:
+            # The other gateway's models learn from a burst like the first one's calibration.
+            again = await calibrate(base_url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, calib_rng,
+                                    mixed=args.workload == "mixed")
+            print(f"base gateway ({args.base_tree}) warmed by the same burst: {again:.2f} req/s", flush=True)
         rate = capacity * args.load
         n = max(10, int(rate * args.seconds))
-        arrivals, t = [], 0.0
-        for _ in range(n):
-            t += rng.expovariate(rate)
-            arrivals.append(t)
-        lengths = [word_count(rng, args.workload) for _ in arrivals]  # one schedule for every strategy
+        arrivals, lengths = schedule(rng, rate, n, args.workload)  # one schedule for every strategy
         # Drawn from their own generator: the schedule and prompts of a run without --json stay as they were.
         pick = random.Random(args.seed + 1)
         streams = [pick.random() >= args.json for _ in arrivals]
         print(f"workload {args.workload}; load average {os.getloadavg()[0]:.1f} at start; "
               f"{sum(not x for x in streams)} of {n} requests JSON")
         print(f"capacity {capacity:.2f} req/s (closed loop, c={2 * args.slots * 2}); offered {rate:.2f} req/s "
-              f"({args.load:.0%}), {n} requests per strategy, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}",
-              flush=True)
+              f"({args.load:.0%}), {n} requests per strategy over {arrivals[-1]:.0f} s, {statistics.fmean(lengths):.0f} words "
+              f"a prompt, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}", flush=True)
         runs: dict[str, list[list[Result]]] = {s: [] for s in strategies}
         dump: dict[str, list] = {s: [] for s in strategies}
         models: list = []  # the gateway's latency models before each strategy's run (--dump)
@@ -272,9 +331,9 @@ async def main() -> None:
             order = strategies[rep % len(strategies):] + strategies[:rep % len(strategies)]
             for s in order:
                 if args.dump:
-                    models.append({"before": s, "run": rep + 1, "backends": await admin_models(url)})
+                    models.append({"before": s, "run": rep + 1, "backends": await admin_models(url_of[s])})
                 texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
-                results = await open_loop(url, s, arrivals, texts, args.max_tokens, streams)
+                results = await open_loop(url_of[s], s.partition("@")[0], arrivals, texts, args.max_tokens, streams)
                 runs[s].append(results)
                 dump[s] += [r.__dict__ for r in results]
                 row = report(s, results)
@@ -289,6 +348,9 @@ async def main() -> None:
         stop.set()
         await throttler
         gw.stop()
+        if base_gw is not None:
+            base_gw.terminate()
+            base_gw.wait(timeout=10)
         quick.stop()
         slow.stop()
     if args.dump:

@@ -134,6 +134,7 @@ def tokens(text: str) -> tuple[Token, ...]:
     t = t.strip(" \t\n?!.")
     for frame, rewrite in lx.FRAMES:
         t = frame.sub(rewrite, t).strip(" \t\n?!.,:")
+    t = _ABLE.sub(_can_verb, t)
     words = _numbers(_TOKEN.findall(t))
     out = []
     for w in words:
@@ -143,6 +144,44 @@ def tokens(text: str) -> tuple[Token, ...]:
         canon = _stem(spelled)
         out.append(Token(_SYNONYM.get(canon, canon), w))
     return tuple(out)
+
+
+# "Is/Are X V-able?" asks "Can I V X?" ("Are home office expenses deductible?" / "Can I deduct home
+# office expenses?", "Are PS4 games playable on a PS5?" / "Can I play PS4 games on a PS5?").
+_ABLE = re.compile(r"^(?:is|are) ((?:[a-z0-9'-]+ ){1,6}?)([a-z]+)(?:able|ible)\b")
+
+
+def _can_verb(m: re.Match) -> str:
+    """The "Can I V X" reading of "Is X V-able", or the text as it was. Only where the adjective is the
+    verb's "can be V-ed" (`able_verb`)."""
+    verb = able_verb(m.group(2) + m.group(0)[m.end(2):])
+    return f"can i {verb} {m.group(1).strip()}" if verb else m.group(0)
+
+
+@lru_cache(maxsize=4096)
+def able_verb(adjective: str) -> str | None:
+    """The verb an "-able"/"-ible" adjective says "can be done" of ("deductible" -> "deduct", "playable" ->
+    "play", "recyclable" -> "recycle", "forgettable" -> "forget", "reliable" -> "rely"), or None.
+
+    A suffix is productive: "X is V-able" means "X can be V-ed" when V is mostly a verb (WordNet's
+    tagged counts: "play", "deduct"; not "comfort", "value", "reason", "sense", whose adjectives say
+    "having X") and the adjective is not one WordNet gives its own meanings: at most one adjective
+    sense ("deductible", "washable"), or none (a coinage: "freezable"). "honorable", "notable",
+    "valuable", "reliable" have several and keep their own meaning. Without WordNet: None."""
+    if wordnet.lexicon() is None or not adjective.endswith(("able", "ible")) or len(adjective) < 7:
+        return None
+    if len(wordnet.lemmas(adjective, "a")) and wordnet.adjective_senses(adjective) > 1:
+        return None
+    root = adjective[:-4]
+    candidates = [root, root + "e"]
+    if len(root) > 3 and root[-1] == root[-2]:
+        candidates.append(root[:-1])  # "forgettable"
+    if root.endswith("i"):
+        candidates.append(root[:-1] + "y")  # "reliable"
+    for verb in candidates:
+        if len(verb) >= 3 and verb not in _FUNCTION and verb in wordnet.lemmas(verb, "v") and wordnet.usual(verb) == {"v"}:
+            return verb
+    return None
 
 
 def mismatch(a: str, b: str) -> str | None:

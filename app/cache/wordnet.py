@@ -336,6 +336,12 @@ NEGATING_VERBS = frozenset(
 )
 
 
+def adjective_senses(word: str) -> int:
+    """How many adjective senses WordNet gives the word (0 without it or where it is no adjective)."""
+    lex = lexicon()
+    return 0 if lex is None else max((len(lex.senses["a"][w]) for w in lemmas(word, "a")), default=0)
+
+
 def known(word: str) -> bool:
     """WordNet has the word (inflected or not) in some part of speech."""
     return lexicon() is not None and any(lemmas(word, p) for p in POS)

@@ -274,3 +274,46 @@ def test_a_frequency_or_an_age_is_no_unit(cached, asked):
 
 def test_a_unit_and_its_plural_are_one_unit():
     assert guard._units(guard.tokens("How big is a 7 cubic foot kiln?")) == guard._units(guard.tokens("How big is a 7 cubic feet kiln?")) == {"foot"}
+
+
+@pytest.mark.parametrize("adjective, verb", [
+    ("deductible", "deduct"), ("playable", "play"), ("washable", "wash"), ("recyclable", "recycle"),
+    ("drinkable", "drink"), ("forgettable", "forget"), ("freezable", "freeze"),  # a coinage WordNet lacks
+])
+def test_an_able_adjective_of_a_verb_says_it_can_be_done(adjective, verb):
+    assert guard.able_verb(adjective) == verb
+
+
+@pytest.mark.parametrize("adjective", [
+    "comfortable", "valuable", "reasonable", "sensible",  # "having comfort / value / reason": a noun's
+    "honorable", "notable", "reliable", "available",  # adjectives with meanings of their own
+    "visible", "possible", "capable", "vegetable", "table", "portable", "taxable",  # no verb of that root
+])
+def test_other_able_words_are_no_verb(adjective):
+    assert guard.able_verb(adjective) is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Can I deduct home office expenses?", "Are home office expenses deductible?"),
+    ("Can I play PS4 games on a PS5?", "Are PS4 games playable on the PS5?"),
+    ("Can I wash this jacket?", "Is this jacket washable?"),
+    ("Can I recycle pizza boxes?", "Are pizza boxes recyclable?"),
+])
+def test_is_x_v_able_asks_can_i_v_x(cached, asked):
+    assert guard.mismatch(cached, asked) is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Can I deduct home office expenses?", "Are home office expenses taxable?"),  # another verb's adjective
+    ("Can I deduct home office expenses?", "Are commuting expenses deductible?"),  # another thing
+    ("Can I deduct home office expenses?", "Are home office expenses not deductible?"),
+    ("Can I deduct home office expenses?", "Are home office expenses non-deductible?"),
+    ("Can I play PS5 games on a PS4?", "Are PS4 games playable on the PS5?"),  # the roles swapped
+    ("Can I drink tap water?", "Is tap water undrinkable?"),
+    ("Can I comfort my baby?", "Is my baby comfortable?"),  # "comfortable" is no "can be comforted"
+    ("Can I value my house?", "Is my house valuable?"),
+    ("Did I deduct my laptop?", "Is my laptop deductible?"),  # the past is no "can"
+])
+def test_an_able_adjective_keeps_everything_else(encoder, cached, asked):
+    assert guard.mismatch(cached, asked) is not None
+    assert not served_in_context(encoder, cached, asked)

@@ -43,7 +43,12 @@ class OpenAISse:
         return data.find(b'"usage"') != -1
 
     def finish_reasons(self, data: bytes) -> list[bytes]:
-        return _FINISH_REASON.findall(data) if data.find(b'"finish_reason"') != -1 else _NONE
+        # Every chunk of a stream but the last says `"finish_reason":null`, which cannot match: such a
+        # chunk (one choice) skips the regex, whose findall costs ~2,500 instructions a call even so.
+        at = data.find(b'"finish_reason"')
+        if at == -1 or data.startswith(b":null", at + 15) and data.find(b'"finish_reason"', at + 20) == -1:
+            return _NONE
+        return _FINISH_REASON.findall(data, at)
 
     def model(self, data: bytes) -> re.Match[bytes] | None:
         return MODEL_FIELD.search(data)

@@ -88,6 +88,8 @@ class Gateway:
 
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()), ask)
         telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
+        # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
+        router.scores_read = telemetry.tracing.enabled
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled

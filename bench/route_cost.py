@@ -67,7 +67,9 @@ def _router(strategy: str, flavor: str = "llamacpp") -> tuple[Router, ModelAlias
                                                         max_concurrency=64 if flavor == "llamacpp" else 1024), adapter_for(flavor))
                 for i in range(3)}
     spec = ModelAlias(backends=tuple(backends), strategy=strategy)
-    return Router(backends, {"m": spec}, 1.0), spec  # type: ignore[arg-type]
+    router = Router(backends, {"m": spec}, 1.0)  # type: ignore[arg-type]
+    router.scores_read = False  # as a gateway that does not trace (its default, and shared/peer-bench's)
+    return router, spec
 
 
 async def run(strategy: str, n: int, bodies: list[bytes]) -> tuple[float, float]:

@@ -54,6 +54,10 @@ class RouteContext:
     # believed to hold of the prompt, in `cached`), so the chosen one's lease books what was ranked
     # rather than predicting it again. Never copied: a derived context is another decision.
     estimates: dict[str, Estimate] | None = None
+    # Whether anyone reads every candidate's score (the decision's trace span, /admin/route/explain):
+    # off, a strategy may leave uncomputed the scores its pick did not need (latency_aware: NaN). Set by
+    # the router for each decision, never copied.
+    scored: bool = True
 
     def copy(self) -> RouteContext:
         """A fresh value to derive from (an explicit constructor call: ~1 us, a third of dataclasses.replace);

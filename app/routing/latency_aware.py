@@ -68,6 +68,7 @@ from app.routing.reuse import ReuseTracker
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
+    from app.record import Estimate
     from app.routing.context import RouteContext
 
 # A prefix's home may carry this many times its fair share of the requests in flight (Mirrokni et al.'s
@@ -83,6 +84,8 @@ OVERDUE_SLACK_S = 0.25
 # Below this many reused tokens a prompt's prefix is worth no detour from the best prediction (the
 # shortest prefix a burst waits for: two blocks, ~64 tokens).
 MIN_HOME_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
+# The scores returned where no one reads them and no pick needed them (RouteContext.scored): not computed.
+_UNSCORED = [math.nan]
 
 
 class LatencyAware:
@@ -103,32 +106,24 @@ class LatencyAware:
             ctx.cached = matches(candidates, ctx)
         elif ctx.cached is None:
             ctx.cached = {}
-        estimates, raw = ranked(candidates, ctx)
         gap = self.arrivals.gap(ctx.now) if n > 1 else None
         if ctx.explore:
             self.arrivals.observe(ctx.now)
-        if gap is not None:
-            # Each placement is also charged what the next arrival would be offered after it
-            # (app/routing/lookahead.py): the delay it passes on, not only its own.
-            raw = [r + delay for r, delay in zip(raw, passed_on(candidates, ctx, estimates, gap))]
-        # And the stall it imposes on the decodes running there, where a prefill stops them (lookahead.py).
-        raw = [r + imposed(c, ctx, e) if c.stalls_decodes else r for r, c, e in zip(raw, candidates, estimates)]
-        scores = PredictedLatency._unmeasured_as_best(candidates, raw)
+        order = [(turn + k) % n for k in range(n)]
         # A backend never timed holds a GPU's prior and is ranked as good as the best measured one. If a
         # stream there has waited over SLOWER_HOME times its predicted wait for a first token, it is at
         # least that much slower than that: censored evidence, known before any answer teaches the
         # model. Its score is scaled by it. (_untimed_lag, inline: a timed backend's lag is 1.0.)
-        lagging = [False] * n
+        lags = [1.0] * n
         timed = True
         for i, c in enumerate(candidates):
             if not c.model.prefill.samples:
                 timed = False
-                lag = c.book.overdue(ctx.now, OVERDUE_SLACK_S)
-                if lag >= SLOWER_HOME:
-                    scores[i] *= lag
-                    lagging[i] = True
-        order = [(turn + k) % n for k in range(n)]
+                lags[i] = c.book.overdue(ctx.now, OVERDUE_SLACK_S)
+        estimates: list[Estimate] | None = None
+        scores: list[float] | None = None
         if timed:
+            estimates, scores = self._scores(candidates, ctx, gap, lags)
             first = min(order, key=scores.__getitem__)
         else:
             # A candidate whose prefill was never timed prices the prompts in flight at its prior (a GPU's
@@ -141,41 +136,39 @@ class LatencyAware:
             # server (4.2 s, behind another cold prefill there) where the sibling's copy was 2.4 s away.
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
-            cached = ctx.cached
-            ranks = []
-            for i, c in enumerate(candidates):
-                if lagging[i]:
-                    ranks.append((True, 0, 0, scores[i]))
-                    continue
-                held = cached.get(c.name)
-                blocks = held.blocks if held is not None else 0
-                # Counted are the prefills each placement leaves running there: a request held back for
-                # a sibling's copy of its prefix computes none, and neither does this one where a sibling
-                # is computing its prompt (it waits for that copy). Ranked by requests in flight, a burst's
-                # second request for a prompt went cold to the other server: two prompts prefilled on both
-                # (6 clients, 4 prompts of ~680 tokens, two llama.cpp servers: 6 cold prefills where 4
-                # were needed, the other server's own cold prompt slowed from ~7.5 s to 15 s).
-                waits = held is not None and held.leader is not None and blocks >= MIN_BURST_BLOCKS
-                ranks.append((False, c.inflight - c.copy_waiters + (not waits), -blocks, scores[i]))
-            first = min(order, key=ranks.__getitem__)
+            keys = self._load_keys(candidates, ctx, lags)
+            lowest = min(keys)
+            if not ctx.scored and keys.count(lowest) == 1:
+                # One candidate ranks first before any score is read, and no one reads the scores (the
+                # decision is not traced): neither they nor the predictions behind them are computed (the
+                # chosen backend's lease predicts its own request, as the ranking would have).
+                first = keys.index(lowest)
+            else:
+                estimates, scores = self._scores(candidates, ctx, gap, lags)
+                ranks = [(*key, score) for key, score in zip(keys, scores)]
+                first = min(order, key=ranks.__getitem__)
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         if ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration:
             # Now and then the backend heard from least recently is tried (only an idle one, so exploring
             # never queues a request), so one that recovered gets measured again.
+            if estimates is None:
+                estimates = ranked(candidates, ctx)[0]
             idle = [i for i in range(n) if i != first and estimates[i].queue_s == 0.0]
             if idle:
-                return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores
+                return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores or _UNSCORED * n
         if not ctx.cached or n == 1:
-            return first, scores
+            return first, scores or _UNSCORED * n
         home = self._home(candidates, ctx)
         if home is not None:
-            return home, scores
+            return home, scores or _UNSCORED * n
         if matched > 0 or not ctx.prefix:
             # Something is warm: its saving is already in the predictions.
-            return first, scores
+            return first, scores or _UNSCORED * n
         # A prefix no one holds: its hashed backend, if that costs at most the expected saving.
+        if scores is None:
+            scores = self._scores(candidates, ctx, gap, lags)[1]
         best = scores[first]
         c = candidates[first]
         margin = self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
@@ -184,6 +177,48 @@ class LatencyAware:
         group = ctx.prefix.group
         within = [i for i in range(n) if scores[i] <= best + margin]
         return max(within, key=lambda i: rendezvous(group, candidates[i].name)), scores
+
+    @staticmethod
+    def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float]) -> tuple[list[Estimate], list[float]]:
+        """Every candidate's estimate (kept on `ctx` for the lease) and score: its predicted latency, plus
+        the delay it passes on to the next arrival expected `gap` from now, plus the stall it imposes on
+        the decodes running there; a candidate not yet measured as good as the best measured one; one
+        never timed whose streams lag (`lags`, over SLOWER_HOME) scaled by that lag."""
+        estimates, raw = ranked(candidates, ctx)
+        if gap is not None:
+            # Each placement is also charged what the next arrival would be offered after it
+            # (app/routing/lookahead.py): the delay it passes on, not only its own.
+            raw = [r + delay for r, delay in zip(raw, passed_on(candidates, ctx, estimates, gap))]
+        # And the stall it imposes on the decodes running there, where a prefill stops them (lookahead.py).
+        raw = [r + imposed(c, ctx, e) if c.stalls_decodes else r for r, c, e in zip(raw, candidates, estimates)]
+        scores = PredictedLatency._unmeasured_as_best(candidates, raw)
+        for i, lag in enumerate(lags):
+            if lag >= SLOWER_HOME:
+                scores[i] *= lag
+        return estimates, scores
+
+    @staticmethod
+    def _load_keys(candidates, ctx: RouteContext, lags: list[float]) -> list[tuple[bool, int, int]]:
+        """Each candidate's rank before its score, while some candidate was never timed: lagging ones
+        last (ranked among themselves by their scaled scores alone), then the prefills each placement
+        leaves running there, then the most blocks of the prompt held."""
+        cached = ctx.cached or {}
+        keys = []
+        for c, lag in zip(candidates, lags):
+            if lag >= SLOWER_HOME:
+                keys.append((True, 0, 0))
+                continue
+            held = cached.get(c.name)
+            blocks = held.blocks if held is not None else 0
+            # Counted are the prefills each placement leaves running there: a request held back for
+            # a sibling's copy of its prefix computes none, and neither does this one where a sibling
+            # is computing its prompt (it waits for that copy). Ranked by requests in flight, a burst's
+            # second request for a prompt went cold to the other server: two prompts prefilled on both
+            # (6 clients, 4 prompts of ~680 tokens, two llama.cpp servers: 6 cold prefills where 4
+            # were needed, the other server's own cold prompt slowed from ~7.5 s to 15 s).
+            waits = held is not None and held.leader is not None and blocks >= MIN_BURST_BLOCKS
+            keys.append((False, c.inflight - c.copy_waiters + (not waits), -blocks))
+        return keys
 
     def _home(self, candidates, ctx: RouteContext) -> int | None:
         """The candidate the prompt's prefix group hashes to, if affinity should hold there: this alias's

@@ -92,6 +92,9 @@ class Router:
             if isinstance(entry.strategy, LatencyAware):
                 self.learner.reuse[alias] = entry.strategy.reuse
         self._queue_timeout_s = queue_timeout_s
+        # Whether a placement's scores are read (its decision's trace span): the gateway clears it when it
+        # does not trace, and a strategy then computes only what its pick needs (RouteContext.scored).
+        self.scores_read = True
 
     @property
     def queued(self) -> int:
@@ -117,6 +120,7 @@ class Router:
         pool = free or cands
         ctx = self._for_decision(alias, ctx)  # the caller's value stays as it was
         if take_turn:
+            ctx.scored = self.scores_read
             entry.turn += 1
             i, scores = entry.strategy.choose(pool, ctx, entry.turn)
         else:

@@ -2,6 +2,9 @@
 tokens in flight, with consistent placement of new prefixes worth at most what reuse is expected to save."""
 
 import asyncio
+import json
+import math
+import time
 from collections import Counter
 
 from app.routing.latency_aware import LatencyAware
@@ -444,3 +447,32 @@ def test_before_any_backend_is_timed_a_sibling_waits_for_its_copy_rather_than_pr
         assert LatencyAware(exploration=0).choose(fleet, ctx_for(p0), k)[0] == 0
         # A new prompt still goes where fewer prefills run: b.
         assert LatencyAware(exploration=0).choose(fleet, ctx_for(ask("q", "Policy two. " * 150)), k)[0] == 1
+
+
+def test_unread_scores_leave_every_pick_and_prediction_as_pinned(monkeypatch):
+    # A gateway that does not trace reads no placement's scores (Router.scores_read off): latency_aware
+    # then skips the predictions a pick ranked by load alone does not need. Everything else the pinned
+    # script records (picks, each lease's prediction and prefix match, questions, learned figures) must
+    # be as pinned; a placement's scores are those pinned or, where skipped, NaN.
+    from tests.routing import test_pinned_decisions as pinned
+
+    make = pinned._router
+
+    def unread(strategy):
+        router = make(strategy)
+        router.scores_read = False
+        return router
+
+    clock = pinned.Clock()
+    monkeypatch.setattr(time, "monotonic", clock)
+    monkeypatch.setattr(pinned, "_router", unread)
+    got = pinned._short(json.loads(json.dumps(pinned.replay("latency_aware", clock))))
+    want = json.loads(pinned.FIXTURE.read_text())["latency_aware"]
+    assert len(got) == len(want)
+    skipped = 0
+    for g, w in zip(got, want):
+        if w[1] == "acquire" and any(isinstance(s, str) or math.isnan(s) for _, s in g[4]):
+            assert all(math.isnan(s) for _, s in g[4]) and [n for n, _ in g[4]] == [n for n, _ in w[4]]
+            g[4], skipped = w[4], skipped + 1
+        pinned._same(g, w, f"step {w[0]}")
+    assert skipped  # the script has untimed placements ranked by load alone (3)

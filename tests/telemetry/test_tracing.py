@@ -117,6 +117,12 @@ def test_streamed_request_span_tree(gw):
         assert 0 < p["slipstream.measured.ttft_s"] < p["slipstream.measured.e2e_s"] <= total / 1e9 + 0.001
 
 
+def test_a_traced_gateway_has_every_score_computed(gw):
+    # The route span lists each candidate's score; without tracing no one reads them and the router
+    # lets the default strategy skip those its pick does not need (RouteContext.scored).
+    assert gw.app.app.state.gateway.router.scores_read
+
+
 def test_tgi_json_stages_are_reported(gw):
     raw = gw.client().chat.completions.with_raw_response.create(model="tgi", messages=MSG, max_tokens=5, extra_body={"ignore_eos": True})
     spans = gw.spans_of(raw.headers["x-request-id"])

@@ -39,8 +39,9 @@ _NEGATIONS = frozenset(["not", "no", "never", "without", "none", "nothing", "nob
 # Reasons no second opinion may overrule: a number, a negation or a role (direction) that differs is
 # a different question whatever a judge says. "words" and "order" are where the guard is unsure.
 # "case": a unit or an acronym that differs in letter case or by one letter ("Mbps"/"MBps",
-# "HLOOKUP"/"VLOOKUP"; app/cache/normalise.py).
-HARD_REASONS = frozenset({"number", "negation", "role", "case"})
+# "HLOOKUP"/"VLOOKUP"; app/cache/normalise.py). "modal": what may be done against what must or should
+# be ("Can I ...?" / "Should I ...?", `_modal_changed`).
+HARD_REASONS = frozenset({"number", "negation", "role", "case", "modal"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,8 @@ def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     ta, tb = tokens(a), tokens(b)
     if _addressee_swapped(a, ta, b, tb):
         return "role", ()
+    if _modal_changed(ta, tb):
+        return "modal", ()
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     pairs: dict[str, str] | None = {}
     if Counter(ca) != Counter(cb):
@@ -652,6 +655,20 @@ def _addressee_swapped(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, .
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     return any(op == "replace" and i2 - i1 == j2 - j1 == 1 and _persons(ta[i1:i2]) | _persons(tb[j1:j2]) == {1, 2}
                for op, i1, i2, j1, j2 in SequenceMatcher(None, ca, cb, autojunk=False).get_opcodes())
+
+
+def _modal_changed(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> bool:
+    """One question asks what may or can be done ("can", and the frames read as it: "may I", "is it ok /
+    possible to"), the other what must or should be ("must", "should", "do I need to", "is it a good idea
+    to"): "Can I bring my dog?" / "Must I bring my dog?", "Can I tip in Japan?" / "Should I tip in
+    Japan?". A permission is not an obligation nor advice, so the answers differ; the contextual check
+    cannot see it (modals are function words there). "should" and "must" may stand for each other
+    ("Should I replace it?" / "Do I need to replace it?"), and a side with both or neither is no change."""
+    ma, mb = {t.canon for t in ta} & _MODALS, {t.canon for t in tb} & _MODALS
+    return (ma == {"can"} and bool(mb) and "can" not in mb) or (mb == {"can"} and bool(ma) and "can" not in ma)
+
+
+_MODALS = frozenset("can must should".split())  # "could", "may I" and "might" are read as "can" first
 
 
 def _persons(toks: tuple[Token, ...]) -> set[int]:

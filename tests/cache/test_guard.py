@@ -204,3 +204,17 @@ def test_a_generic_you_and_the_askers_own_persons_align(a, b):
 ])
 def test_a_question_turned_to_the_assistant_is_no_role_swap(a, b):
     assert mismatch(a, b) not in (None, "role")
+
+
+@pytest.mark.parametrize("a, b", [
+    # What may be done is not what must or should be: a hard refusal, whatever the context reads.
+    ("Can I tip in Japan?", "Should I tip in Japan?"),
+    ("May I bring my dog?", "Must I bring my dog?"),
+    ("Is it ok to pop pimples?", "Is it a good idea to pop pimples?"),
+    ("Is it possible to retake the exam?", "Must I retake the exam?"),
+    ("How often can I donate blood?", "How often should I donate blood?"),  # a limit is not advice
+])
+def test_a_permission_against_an_obligation_or_advice_is_a_modal(a, b):
+    assert mismatch(a, b) == "modal"
+    assert mismatch(b, a) == "modal"
+

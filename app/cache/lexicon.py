@@ -31,6 +31,15 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it ok(?:ay)? to|is it okay to|may i|could i)\b", "can i"),
     (r"\bwould it be\b", "is it"),
     (r"\bis it (?:wise|a good idea|advisable|recommended|better) to\b", "should i"),
+    # Necessity asked three ways ("Do I need to / have to X?" = "Must I X?"; "Is a visa required / necessary /
+    # needed for Japan?" = "Do I need a visa for Japan?"); advice ("should") and ability ("can") stay apart,
+    # except where the question asks for an amount or a frequency: "How often should I / do I need to
+    # inspect them?" ask for the same number.
+    (r"\b(how (?:often|frequently|long|many|much|far)\b(?: [\w'-]+){0,4}?) (?:(?:do|does) (i|we|you|one) (?:need|have) to|must (i|we|you|one))\b",
+     lambda m: f"{m.group(1)} should {m.group(2) or m.group(3)}"),
+    (r"\b(?:do|does) (i|we|you|one) (?:need|have) to\b", r"must \1"),
+    (r"\bis it (?:necessary|required) to\b", "must i"),
+    (r"^(?:is|are) ((?:[\w'-]+ ){1,5}?)(?:necessary|required|needed)\b", lambda m: f"do i need {m.group(1).strip()}"),
     # The same advice asked with its subject first: "Is cardio on an empty stomach a good idea?".
     (r"^(?:is|are) ((?:\w+ ){1,6}?)(?:a good idea|advisable|recommended)$", r"should i \1"),
     (r"\bhow frequently\b", "how often"),

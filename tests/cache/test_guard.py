@@ -210,11 +210,46 @@ def test_a_question_turned_to_the_assistant_is_no_role_swap(a, b):
     # What may be done is not what must or should be: a hard refusal, whatever the context reads.
     ("Can I tip in Japan?", "Should I tip in Japan?"),
     ("May I bring my dog?", "Must I bring my dog?"),
+    ("Can I replace it?", "Do I need to replace it?"),
     ("Is it ok to pop pimples?", "Is it a good idea to pop pimples?"),
-    ("Is it possible to retake the exam?", "Must I retake the exam?"),
+    ("Is it possible to retake the exam?", "Do I have to retake the exam?"),
     ("How often can I donate blood?", "How often should I donate blood?"),  # a limit is not advice
 ])
 def test_a_permission_against_an_obligation_or_advice_is_a_modal(a, b):
     assert mismatch(a, b) == "modal"
     assert mismatch(b, a) == "modal"
 
+
+@pytest.mark.parametrize("a, b", [
+    # Necessity asked three ways.
+    ("Do I need to file a tax return?", "Must I file a tax return?"),
+    ("Do I have to tip in Japan?", "Must I tip in Japan?"),
+    ("Is it necessary to register my bike?", "Do I need to register my bike?"),
+    ("Is a visa required for Japan?", "Do I need a visa for Japan?"),
+    ("Do we need a tent?", "Is a tent necessary?"),
+    # An amount or a frequency asked with "should" or "need to" is one number.
+    ("How often should I inspect them?", "How frequently do I need to inspect them?"),
+    ("How much water do I need to drink a day?", "How much water should I drink a day?"),
+    ("How many hours must I sleep?", "How many hours should I sleep?"),
+    ("In English, how many words do I need to know?", "How many words should I know in English?"),
+])
+def test_necessity_and_an_amounts_modal_align(a, b):
+    assert mismatch(a, b) is None
+
+
+def test_a_side_with_both_modals_changes_none():
+    # "Can anyone help? ..." (normalisation drops such openers before the guard; here it is kept).
+    assert mismatch("How much detergent should I use?", "Can anyone help? How much detergent should I use?") != "modal"
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Is a visa required for Japan?", "Is a visa required for China?"),
+    ("Is a visa required for Japan?", "Do I need a passport for Japan?"),
+    ("Is a visa required for Japan?", "Is a visa not required for Japan?"),
+    ("Is a tent necessary?", "Is a tent unnecessary?"),
+    ("Do I need to file a tax return?", "Did I need to file a tax return?"),
+    ("How often should I inspect them?", "How often do I need to clean them?"),
+    ("Should I tip in Japan?", "Do I need to tip in Japan?"),  # advice and necessity in a yes/no question: unsure
+])
+def test_necessity_keeps_what_is_needed(a, b):
+    assert mismatch(a, b) is not None

@@ -459,6 +459,9 @@ def main() -> None:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--load", type=float, default=0.7, help="arrival rate as a share of cold-prompt capacity")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="arrivals a second, in place of --load x the measured capacity (two llama.cpp servers measured "
+                         "1.00 and 0.53 req/s twenty minutes apart on this box, by two cold prompts each)")
     ap.add_argument("--prompts", type=int, default=6, help="K shared system prompts")
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--system-words", type=int, default=None,
@@ -498,7 +501,7 @@ def main() -> None:
             fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens, args.slow, args.system_words or 300)
         else:
             fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram, args.slow, args.system_words or 300)
-        rate = args.load * fleet.capacity_rps
+        rate = args.rate if args.rate is not None else args.load * fleet.capacity_rps
         print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
               f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
               + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else "")

@@ -133,8 +133,10 @@ def tokens(text: str) -> tuple[Token, ...]:
     for pattern, repl in lx.CONTRACTIONS:
         t = pattern.sub(repl, t)
     t = t.strip(" \t\n?!.")
-    for frame, rewrite in lx.FRAMES:
-        t = frame.sub(rewrite, t).strip(" \t\n?!.,:")
+    t = _frames(t)
+    topic = _topic_first(t)
+    if topic is not None:
+        t = _frames(topic)
     t = _ABLE.sub(_can_verb, t)
     words = _numbers(_TOKEN.findall(t))
     out = []
@@ -145,6 +147,32 @@ def tokens(text: str) -> tuple[Token, ...]:
         canon = _stem(spelled)
         out.append(Token(_SYNONYM.get(canon, canon), w))
     return tuple(out)
+
+
+def _frames(t: str) -> str:
+    for frame, rewrite in lx.FRAMES:
+        t = frame.sub(rewrite, t).strip(" \t\n?!.,:")
+    return t
+
+
+def _topic_first(t: str) -> str | None:
+    """A question after its topic, the topic taken up again by a pronoun ("teenagers: how many hours of
+    sleep do they need" / "how many hours of sleep do teenagers need", "green tea: how long do i steep
+    it"): the question with the topic in the pronoun's place, or None. Only for one third-person
+    pronoun ("it", "they", "them") standing once in the question, and a topic of at most six words
+    that is no question of its own; the frames ("quick question:") have gone first."""
+    m = _TOPIC.match(t)
+    if m is None:
+        return None
+    topic, question = m.group(1).strip(), m.group(2)
+    found = _RESUMPTIVE.findall(question)
+    if len(found) != 1 or _RESUMPTIVE.search(topic) or topic.split()[0] in _OPENERS:
+        return None
+    return _RESUMPTIVE.sub(topic, question, count=1)
+
+
+_TOPIC = re.compile(r"^((?:[\w'-]+ ){0,5}[\w'-]+)\s*:\s*(.+)$")
+_RESUMPTIVE = re.compile(r"\b(?:it|they|them)\b")
 
 
 # "Is/Are X V-able?" asks "Can I V X?" ("Are home office expenses deductible?" / "Can I deduct home

@@ -30,6 +30,12 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\bexplain how to\b", "how to"),
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it ok(?:ay)? to|is it okay to|may i|could i)\b", "can i"),
     (r"\bwould it be\b", "is it"),
+    # "a different" is the determiner "another" ("transfer credits to a different / another university").
+    (r"\ba different\b", "another"),
+    # An event asked about with a verb of occurrence: "When will the next eclipse happen?" = "When is the
+    # next eclipse?" (the tense stays: "did ... happen" is not rewritten).
+    (r"^(when|where) (?:will|does|do) (.+?) (?:happen|occur|take place)$", r"\1 is \2"),
+    (r"^(when|where) is (.+?) (?:happening|occurring|taking place)$", r"\1 is \2"),
     (r"\bis it (?:wise|a good idea|advisable|recommended|better) to\b", "should i"),
     # Necessity asked three ways ("Do I need to / have to X?" = "Must I X?"; "Is a visa required / necessary /
     # needed for Japan?" = "Do I need a visa for Japan?"); advice ("should") and ability ("can") stay apart,
@@ -54,8 +60,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\bhow to say\b", "what is"),
     # Cause, count and manner frames that ask the same thing ("what makes Mars red" / "why is Mars red",
     # "what is the number of moons of Jupiter" / "how many moons does Jupiter have").
-    (r"\bwhat (?:makes|causes) ((?:\w+ ){1,3})to (\w+)", r"why \1\2"),  # "what causes cats to purr"
-    (r"\bwhat (?:makes|causes|made|caused)\b", "why"),
+    (r"\bwhat (?:makes|causes|is making|is causing) ((?:\w+ ){1,3})to (\w+)", r"why \1\2"),  # "what causes cats to purr"
+    (r"\bwhat (?:makes|causes|made|caused|is making|is causing)\b", "why"),
     (r"\bwhat(?:'s| is) the reason(?: why| that)?\b", "why"),
     # "keep/prevent X from doing" is "stop X from doing" (only with "from": "keep the receipt" is not "stop" it).
     (r"\b(?:keep|prevent)\b(?=(?: \w+){1,3} from \w+ing\b)", "stop"),

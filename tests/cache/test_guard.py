@@ -253,3 +253,52 @@ def test_a_side_with_both_modals_changes_none():
 ])
 def test_necessity_keeps_what_is_needed(a, b):
     assert mismatch(a, b) is not None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I transfer credits to another university?", "Is it possible to transfer my credits to a different university?"),
+    ("Is there another way to sign in?", "Is there a different way to sign in?"),
+    ("When is the next total solar eclipse?", "When will the next total solar eclipse happen?"),
+    ("When is the meteor shower?", "When does the meteor shower occur?"),
+    ("Where is the 2028 Olympics?", "Where will the 2028 Olympics take place?"),
+    ("When is the parade?", "When is the parade happening?"),
+])
+def test_another_and_an_event_asked_with_a_verb_of_occurrence_align(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I transfer credits to another university?", "Can I transfer credits to the same university?"),
+    ("When is the next total solar eclipse?", "When did the last total solar eclipse happen?"),
+    ("When is the next total solar eclipse?", "When did the next total solar eclipse happen?"),  # the tense
+    ("When is the next solar eclipse?", "When will the next lunar eclipse happen?"),
+    ("When is the parade?", "When does the parade end?"),  # an end is no occurrence
+    ("Where is the concert?", "Where will the concert be streamed?"),
+])
+def test_another_and_an_event_keep_what_else_changed(a, b):
+    assert mismatch(a, b) is not None
+
+
+@pytest.mark.parametrize("a, b", [
+    # A topic first, taken up again by a pronoun: the question with the topic in the pronoun's place.
+    ("How many hours of sleep does a teenager need?", "Teenagers: how many hours of sleep do they need?"),
+    ("Can my dog eat grapes?", "Grapes: can my dog eat them?"),
+    ("How do I install Python?", "Python: how do I install it?"),
+    # "What is causing" is "what causes" (the frame's progressive).
+    ("Why is my browser so slow?", "What's causing my browser to be so slow?"),
+    ("Why do my knees hurt?", "What is making my knees hurt?"),
+])
+def test_a_topic_first_and_a_cause_asked_in_the_progressive_align(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can my dog eat grapes?", "Grapes: can my cat eat them?"),
+    ("Can my dog eat grapes?", "Raisins: can my dog eat them?"),
+    ("How do I install Python?", "Python: how do I uninstall it?"),
+    ("How do I install Python?", "Python: it is installed, how do I update it?"),  # two pronouns: no rewrite
+    ("Quick question: how do I reset it?", "How do I reset the router?"),  # a frame, not a topic
+    ("Why is my browser so slow?", "What's causing my browser to be so fast?"),
+])
+def test_a_topic_first_keeps_what_else_changed(a, b):
+    assert mismatch(a, b) is not None

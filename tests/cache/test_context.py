@@ -67,7 +67,8 @@ def test_what_is_never_handed_over(cached, asked):
     ("How often should adults get a tetanus shot?", "How often should adults get a flu shot?"),  # a sibling
     ("Is it safe to drive in freezing rain?", "Is it dangerous to drive in freezing rain?"),
     # The price: a rewording that only puts a synonym in a word's place looks the same, and misses.
-    ("Can I transfer credits to another university?", "Is it possible to transfer my credits to a different university?"),
+    # ("another" / "a different" is now one determiner, a frame in app/cache/lexicon.py.)
+    ("Should I add an index?", "Should I create an index?"),
 ])
 def test_one_word_in_another_words_place_is_never_handed_over(cached, asked):
     assert guard.unaligned(cached, asked) is None

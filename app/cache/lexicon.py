@@ -30,6 +30,9 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\bexplain how to\b", "how to"),
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it ok(?:ay)? to|is it okay to|may i|could i)\b", "can i"),
     (r"\bwould it be\b", "is it"),
+    # The additive particle after the question is "also" before its verb ("Can I use vitamin C as well /
+    # too?" = "Can I also use vitamin C?"); "too" elsewhere is a degree ("too late") and stays.
+    (r"(?:,?\s+(?:as well|too))$", " also"),
     # "a different" is the determiner "another" ("transfer credits to a different / another university").
     (r"\ba different\b", "another"),
     # An event asked about with a verb of occurrence: "When will the next eclipse happen?" = "When is the

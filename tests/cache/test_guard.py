@@ -302,3 +302,21 @@ def test_a_topic_first_and_a_cause_asked_in_the_progressive_align(a, b):
 ])
 def test_a_topic_first_keeps_what_else_changed(a, b):
     assert mismatch(a, b) is not None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I also use vitamin C?", "Is it okay to use vitamin C as well?"),
+    ("Can I also use vitamin C?", "Can I use vitamin C too?"),
+    ("Should I also water the roots?", "Should I water the roots, too?"),
+])
+def test_an_additive_particle_after_the_question_is_also(a, b):
+    assert mismatch(a, b) is None
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I also use vitamin C?", "Can I use retinol too?"),
+    ("Is it late to plant tulips?", "Is it too late to plant tulips?"),  # "too" before a word is a degree
+    ("Can I also use vitamin C?", "Can I not use vitamin C as well?"),
+])
+def test_an_additive_particle_keeps_what_else_changed(a, b):
+    assert mismatch(a, b) is not None

@@ -44,9 +44,11 @@ class OpenAISse:
 
     def finish_reasons(self, data: bytes) -> list[bytes]:
         # Every chunk of a stream but the last says `"finish_reason":null`, which cannot match: such a
-        # chunk (one choice) skips the regex, whose findall costs ~2,500 instructions a call even so.
+        # chunk (one choice: the key's first occurrence is its last) skips the regex, ~3,100 instructions
+        # a call even so. A slice and rfind are the cheapest checks (callgrind: startswith and find with
+        # a start offset parse their arguments the slow way, ~1,200 each).
         at = data.find(b'"finish_reason"')
-        if at == -1 or data.startswith(b":null", at + 15) and data.find(b'"finish_reason"', at + 20) == -1:
+        if at == -1 or data[at + 15:at + 20] == b":null" and data.rfind(b'"finish_reason"') == at:
             return _NONE
         return _FINISH_REASON.findall(data, at)
 

@@ -103,6 +103,21 @@ def test_the_same_question_after_another_history_misses(cached_gateway, travel, 
     assert chat.say("What should I pack?") == "miss"
 
 
+def test_the_same_words_in_another_order_are_another_history(cached_gateway):
+    # Who bit whom: every word and fact is kept, and the turns read at cosine ~0.97.
+    system = f"You are a vet's assistant for clinic {uuid.uuid4().hex[:6]}."
+    first = Chat(cached_gateway, system)
+    first.say("My dog bit my cat.", reply="I'm sorry to hear that.")
+    assert first.say("What should I do?") == "miss"
+    settle(cached_gateway)
+    same = Chat(cached_gateway, system)
+    same.say("My dog bit my cat.", reply="I'm sorry to hear that.")
+    assert same.say("What should I do?") == "hit"
+    swapped = Chat(cached_gateway, system)
+    swapped.say("My cat bit my dog.", reply="I'm sorry to hear that.")
+    assert swapped.say("What should I do?") == "miss"
+
+
 def test_another_system_prompt_misses(cached_gateway, travel):
     chat = Chat(cached_gateway, travel + " Answer as a pirate.")
     chat.say("I'm flying to Tokyo next week.", reply="Great, Tokyo is lovely in spring.")

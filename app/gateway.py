@@ -72,8 +72,11 @@ class Gateway:
         """
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
+        telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
+        # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
-                        WaitQueue(config.limits.queue.max_waiting, config.limits.queue.fair))
+                        WaitQueue(config.limits.queue.max_waiting, config.limits.queue.fair),
+                        scores_read=telemetry.tracing.enabled)
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()
@@ -87,9 +90,6 @@ class Gateway:
             return await ask_alias(gw, alias, body, timeout_s)
 
         cache = build_cache(config.cache, any(m.cache.semantic.enabled for m in config.models.values()), ask)
-        telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
-        # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
-        router.scores_read = telemetry.tracing.enabled
         hedge_budgets = {
             alias: RetryBudgetTracker(RetryBudget(ratio=spec.hedge.budget_ratio, min_per_s=0.0))
             for alias, spec in config.models.items() if spec.hedge.enabled

@@ -67,8 +67,8 @@ def _router(strategy: str, flavor: str = "llamacpp") -> tuple[Router, ModelAlias
                                                         max_concurrency=64 if flavor == "llamacpp" else 1024), adapter_for(flavor))
                 for i in range(3)}
     spec = ModelAlias(backends=tuple(backends), strategy=strategy)
-    router = Router(backends, {"m": spec}, 1.0)  # type: ignore[arg-type]
-    router.scores_read = False  # as a gateway that does not trace (its default, and shared/peer-bench's)
+    # scores_read off: as a gateway that does not trace (its default, and shared/peer-bench's).
+    router = Router(backends, {"m": spec}, 1.0, scores_read=False)  # type: ignore[arg-type]
     return router, spec
 
 

@@ -68,7 +68,7 @@ class Router:
         self, backends: dict[str, Backend], models: dict[str, ModelAlias], queue_timeout_s: float,
         breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
         queue: WaitQueue | None = None,
-        prefixes: dict[str, BackendPrefixes] | None = None,
+        prefixes: dict[str, BackendPrefixes] | None = None, scores_read: bool = True,
     ) -> None:
         breaker = breaker or BreakerConfig()
         latency = latency if latency is not None else {name: LatencyModel() for name in backends}
@@ -92,9 +92,9 @@ class Router:
             if isinstance(entry.strategy, LatencyAware):
                 self.learner.reuse[alias] = entry.strategy.reuse
         self._queue_timeout_s = queue_timeout_s
-        # Whether a placement's scores are read (its decision's trace span): the gateway clears it when it
-        # does not trace, and a strategy then computes only what its pick needs (RouteContext.scored).
-        self.scores_read = True
+        # Whether a placement's scores are read (its decision's trace span): off in a gateway that does not
+        # trace, and a strategy then computes only what its pick needs (RouteContext.scored).
+        self.scores_read = scores_read
 
     @property
     def queued(self) -> int:

@@ -55,6 +55,7 @@ class _Req:
     slot_at: float | None = None
     first: float | None = None
     out: int = 0
+    burst: bool = False
 
 
 @dataclass
@@ -68,8 +69,11 @@ class _Server:
 
 
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
-        slots: int) -> list[tuple[float, float]]:
-    """One seeded run: each request's (TTFT, E2E)."""
+        slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False) -> list[tuple[float, ...]]:
+    """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
+    E2E, sent, 1 for a burst request else 0), in the order they ended. With `burst_s`, `clients` send
+    closed-loop for that long first (each again as soon as its answer ends, as bench/real_backends.py's
+    calibration does), and the `requests` arrivals begin when the burst's last answer has ended."""
     from app.config import BackendConfig, ModelAlias
     from app.dispatch.loop import route_context, with_policy
     from app.protocols.chat import CHAT
@@ -89,15 +93,26 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
     servers = [_Server(1.0), _Server(slow)]
     rng = random.Random(seed)
     systems = [f"[s{seed} policy {i}] " + " ".join(rng.choice(WORDS) for _ in range(300)) + "." for i in range(shared)]
-    done: list[tuple[float, float]] = []
-    events: list[tuple[float, int, int]] = []  # (at, tie, server or -1 for an arrival)
+    done: list[tuple[float, ...]] = []
+    events: list[tuple[float, int, int]] = []  # (at, tie, server, or -1 for an arrival, -2 a burst's)
     tie = 0
     with _virtual_clock() as box:
-        t = box[0]
-        for _ in range(requests):
-            t += rng.expovariate(rate)
-            tie += 1
-            heapq.heappush(events, (t, tie, -1))
+        burst_end = box[0] + burst_s
+        bursting = 0  # the burst's requests not yet ended
+
+        def schedule(t: float) -> None:
+            nonlocal tie
+            for _ in range(requests):
+                t += rng.expovariate(rate)
+                tie += 1
+                heapq.heappush(events, (t, tie, -1))
+
+        if burst_s > 0:
+            for _ in range(clients):
+                tie += 1
+                heapq.heappush(events, (box[0], tie, -2))
+        else:
+            schedule(box[0])
 
         def start_step(s: _Server, i: int, at: float) -> None:
             nonlocal tie
@@ -117,6 +132,8 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             at, _, i = heapq.heappop(events)
             box[0] = at
             if i < 0:
+                burst = i == -2
+                bursting += burst
                 if shared:
                     system = rng.choice(systems)
                 else:
@@ -136,8 +153,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 reused = round(ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
                 rec = AttemptRecord(len(done), "m", lease.state.name, "llamacpp", "h", 1, "m", True, at,
                                     load=lease.state.inflight, predicted=lease.estimate, prefix=lease.prefix)
-                rec.headers = at + NET_S
-                s.queue.append(_Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused))
+                s.queue.append(_Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused, burst=burst))
             else:
                 s = servers[i]
                 for r in s.step:
@@ -163,7 +179,16 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         r.lease.release()
                         router.report(r.lease.state, None)
                         learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape)
-                        done.append((r.first - r.sent, at - r.sent))
+                        p = r.rec.predicted
+                        done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst)) if detail
+                                    else (r.first - r.sent, at - r.sent))
+                        if r.burst:
+                            bursting -= 1
+                            if at < burst_end:
+                                tie += 1
+                                heapq.heappush(events, (at, tie, -2))
+                            elif not bursting:
+                                schedule(at)
                 s.step = []
                 s.busy = False
             k = int(i if i >= 0 else lease.state.name[1:])
@@ -171,6 +196,8 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             while len(s.slots) < slots and s.queue:
                 r = s.queue.pop(0)
                 r.slot_at = at
+                # llama.cpp sends a stream's headers when a slot takes it (the wait before is queue).
+                r.rec.headers = at + NET_S
                 s.slots.append(r)
             if not s.busy:
                 start_step(s, k, at)

@@ -182,3 +182,42 @@ def test_a_chat_template_the_server_reuses_of_every_prompt_is_learned_as_routing
                                  prompt_cached=30)
         t.learn(a, prompt_hint=hint, output=10)
     assert model.prefill_s(90) == pytest.approx(0.3, rel=0.1)
+
+
+def test_a_decode_stalled_by_a_neighbours_prefill_teaches_the_rate_without_the_stall():
+    # llama.cpp runs a newcomer's prompt in the same step as the running answers' next tokens: an answer
+    # that stood still 1 s for it decoded 10 tokens at 0.02 s in 1.2 s. The rate of its batch is 0.02;
+    # what an answer sent in that state took, stall and all, is 0.12 a token.
+    t, model = telemetry("llamacpp")
+    state = t.states["b"]
+    state.inflight = 2
+    for k in range(4):
+        base = 100.0 + 10 * k
+        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
+        a.start, a.headers, a.first_event = base, base, base + 0.1
+        t.first_token(a, prompt_tokens=50)
+        other = stream_attempt(load=2, wait=1.0, flavor="llamacpp")
+        other.start, other.headers, other.first_event = base + 0.2, base + 0.2, base + 1.2  # prefilled 1 s
+        t.first_token(other, prompt_tokens=400)
+        # A stretch over the stall, sampled as the neighbour's first token comes: learned at the next.
+        t.progress(a, state, (1, a.first_event), 5, base + 1.16)
+        a.end = base + 1.3
+        t.learn(a, prompt_hint=50, output=11)
+    assert model.answers.snapshot(0.0)["unstalled"]["1"]["tpot_s"] == pytest.approx(0.02, rel=0.01)
+    assert model.decode.at(0.0, time.monotonic()) > 0.05  # the line that prices the book keeps the stalls
+    assert model.answers.snapshot(0.0)["answers"]["1"]["tpot_s"] == pytest.approx(0.12, rel=0.01)
+    assert model.answers.snapshot(0.0)["stall_s"]["median"] == pytest.approx(1.0)
+    # The stretch: 5 events from 0.1 s to 1.16 s, 0.96 s of it the neighbour's prefill.
+    assert model.answers.snapshot(0.0)["stretches"]["2"]["tpot_s"] == pytest.approx(0.025, rel=0.01)
+
+
+def test_prefills_that_overlap_each_other_stall_a_decode_once():
+    t, _ = telemetry("llamacpp")
+    log = t.states["b"].prefills
+    log.add(10.0, 12.0, 100)
+    log.add(11.0, 13.0, 100)
+    log.add(20.0, 21.0, 100)
+    assert log.stalled(9.0, 14.0) == pytest.approx(3.0)
+    assert log.stalled(12.5, 20.5) == pytest.approx(1.0)
+    assert log.stalled(13.0, 20.0) == 0.0
+    assert log.arrivals(21.0) > log.arrivals(60.0) > 0.0

@@ -29,6 +29,13 @@ warmed by a closed-loop burst as long as the calibration (the first gateway's wa
 on the same schedule between the others.
 
 With --json, TTFT figures are the streams' and the E2E error is also given for the JSON requests alone.
+
+`--burst S` runs S seconds of the calibration's closed loop through each strategy's own gateway right
+before each of its runs; every run prints the prediction error of its first --after requests (median
+signed and absolute, TTFT and E2E) beside the rest's: the issue's "no over-prediction after a burst",
+in every run, not only in the first one after the calibration.
+
+    python bench/real_backends.py --strategies latency_aware,latency_aware@base --base-tree /tmp/main --burst 10
 """
 
 from __future__ import annotations
@@ -119,7 +126,7 @@ async def throttle(pid: int, duty: float, stop: asyncio.Event) -> None:
 
 
 async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int, rng: random.Random,
-                    mixed: bool = False) -> float:
+                    mixed: bool = False, alias: str = "least_inflight") -> float:
     """Requests per second the pair sustains closed-loop (least_inflight), the capacity estimate: by
     Little's law, the clients over the mean time of every request they started (the last ones are
     waited for, so long requests are not left out of the count as a done-per-second figure would).
@@ -133,7 +140,7 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
             long = bool(k % 2)
             while time.perf_counter() < end:
                 words = rng.randint(LONG_WORDS, 800) if mixed and long else rng.randint(20, 80) if mixed else 40
-                r = await one(session, url, "least_inflight", prompt(rng, words), max_tokens)
+                r = await one(session, url, alias, prompt(rng, words), max_tokens)
                 if r.ok:
                     times[mixed and long].append(r.e2e_s)
                 long = not long
@@ -214,6 +221,22 @@ def median_row(name: str, rows: list[dict]) -> dict:
     return out
 
 
+def errors(results: list[Result]) -> dict[str, float]:
+    """Median signed and absolute relative prediction error, TTFT and E2E (positive: over-predicted)."""
+    ok = [r for r in results if r.ok]
+    out = {}
+    for key, pairs in (("ttft", [(r.predicted_ttft_s, r.ttft_s) for r in ok if r.predicted_ttft_s and r.ttft_s > 0]),
+                       ("e2e", [(r.predicted_e2e_s, r.e2e_s) for r in ok if r.predicted_e2e_s and r.e2e_s > 0])):
+        signed = [(p - m) / m for p, m in pairs]
+        out[f"{key}_signed"] = statistics.median(signed) if signed else float("nan")
+        out[f"{key}_abs"] = statistics.median(abs(x) for x in signed) if signed else float("nan")
+    return out
+
+
+def error_text(e: dict[str, float]) -> str:
+    return f"TTFT {e['ttft_signed']:+.0%} / {e['ttft_abs']:.0%}, E2E {e['e2e_signed']:+.0%} / {e['e2e_abs']:.0%}"
+
+
 def report(name: str, results: list[Result]) -> dict:
     ok = [r for r in results if r.ok]
     # A JSON request has no first token of its own: TTFT figures are the streams'.
@@ -265,6 +288,9 @@ async def main() -> None:
     ap.add_argument("--base-tree", default=None,
                     help="a checkout of another commit (a git worktree): NAME@base runs strategy NAME on a second "
                          "gateway started from there, over the same servers and schedule (an A/B in one run)")
+    ap.add_argument("--burst", type=float, default=0.0,
+                    help="seconds of closed loop through each strategy's gateway right before each of its runs")
+    ap.add_argument("--after", type=int, default=8, help="a run's first requests, whose prediction error is printed apart")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     based = [s for s in strategies if on_base(s, args.base_tree)]
@@ -325,11 +351,15 @@ async def main() -> None:
               f"({args.load:.0%}), {n} requests per strategy over {arrivals[-1]:.0f} s, {statistics.fmean(lengths):.0f} words "
               f"a prompt, max_tokens {args.max_tokens}, throttled duty {args.duty:.0%}", flush=True)
         runs: dict[str, list[list[Result]]] = {s: [] for s in strategies}
+        first_rest: dict[str, list[tuple[dict, dict]]] = {s: [] for s in strategies}  # prediction errors
         dump: dict[str, list] = {s: [] for s in strategies}
         models: list = []  # the gateway's latency models before each strategy's run (--dump)
         for rep in range(args.repeats):
             order = strategies[rep % len(strategies):] + strategies[:rep % len(strategies)]
             for s in order:
+                if args.burst:
+                    await calibrate(url_of[s], args.burst, 2 * args.slots * 2, args.max_tokens, calib_rng,
+                                    mixed=args.workload == "mixed")
                 if args.dump:
                     models.append({"before": s, "run": rep + 1, "backends": await admin_models(url_of[s])})
                 texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
@@ -341,6 +371,11 @@ async def main() -> None:
                       f"TTFT p50 {row['ttft_p50']:.0f} ms, E2E p50 {row['e2e_p50']:.0f} ms, "
                       f"TTFT mean {row['ttft_mean']:.0f} ms, E2E mean {row['e2e_mean']:.0f} ms, "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                if any(r.predicted_e2e_s for r in results):
+                    sent = sorted(results, key=lambda r: r.at)
+                    first_rest[s].append((errors(sent[:args.after]), errors(sent[args.after:])))
+                    print(f"    prediction error (median signed / absolute): first {args.after} "
+                          f"{error_text(first_rest[s][-1][0])}; the rest {error_text(first_rest[s][-1][1])}", flush=True)
                 if args.dump:  # after every run: a run cut short by a timeout keeps what it measured
                     Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}))
         rows = [median_row(s, [report(s, r) for r in runs[s]]) for s in strategies]
@@ -390,6 +425,15 @@ async def main() -> None:
                 ratios = [report(first, a)[key] / report(other, b)[key] for a, b in zip(runs[first], runs[other])]
                 parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
             print(f"vs {other}, median of in-repeat ratios: " + ", ".join(parts))
+    if any(first_rest.values()):
+        print()
+        print(f"prediction error, median over repeats of each run's medians (signed / absolute); the first {args.after} "
+              f"requests came right after {'a burst' if args.burst else 'the run before (the calibration, in the first)'}")
+        for s, pairs in first_rest.items():
+            if pairs:
+                first = {k: statistics.median(p[0][k] for p in pairs) for k in pairs[0][0]}
+                rest = {k: statistics.median(p[1][k] for p in pairs) for k in pairs[0][1]}
+                print(f"  {s:<22} first {args.after}: {error_text(first)}; the rest: {error_text(rest)}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

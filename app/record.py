@@ -58,9 +58,6 @@ class AttemptRecord:
     headers: float = 0.0
     first_event: float = 0.0
     progress: tuple[int, float] = (0, 0.0)  # (events, instant) of the last decode-speed sample
-    # A decode-speed sample not yet learned: (tokens, from, to, batch), held until the prefills that
-    # stalled it have reached their first token (app.routing.learning.Learner.progress).
-    stretch: tuple[int, float, float, float] | None = None
     end: float = 0.0
     status: int = 0
     error_type: str | None = None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
@@ -196,13 +195,6 @@ class AnswerDecode:
     # slots): their medians bound the levels no answer has taught yet.
     _stretches: dict[int, deque[float]] = field(default_factory=dict)
     _stretch_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
-    # The same answers without the prefills that stalled them (the rate of their batch), and how long
-    # each stalled answer stood still: a level no answer has taught is priced at its rate, plus a stall
-    # where one is likelier than not at the rate prompts arrive there now.
-    _clean: dict[int, deque[float]] = field(default_factory=dict)
-    _clean_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
-    _stalls: deque[float] = field(default_factory=lambda: deque(maxlen=ANSWER_WINDOW))
-    _stall_median: float = 0.0
 
     @staticmethod
     def level(load: float) -> int:
@@ -210,19 +202,9 @@ class AnswerDecode:
             return _LEVELS[load]
         return _level(load)
 
-    def add(self, load: float, per_token_s: float, now: float, clean_s: float | None = None,
-            stalled_s: float = 0.0) -> None:
-        """A whole answer sent with `load` in flight (this one included); `clean_s` per token without the
-        `stalled_s` it stood still for other prompts' prefills (None: not known, or stalled throughout)."""
-        key = self.level(load)
-        self._fold(self._levels, self._medians, key, per_token_s, now)
-        if clean_s is not None:
-            self._fold(self._clean, self._clean_medians, key, clean_s, now)
-        if stalled_s > 0.0:
-            self._stalls.append(stalled_s)
-            ordered = sorted(self._stalls)
-            k = len(ordered)
-            self._stall_median = ordered[k // 2] if k % 2 else 0.5 * (ordered[k // 2 - 1] + ordered[k // 2])
+    def add(self, load: float, per_token_s: float, now: float) -> None:
+        """A whole answer sent with `load` in flight (this one included)."""
+        self._fold(self._levels, self._medians, self.level(load), per_token_s, now)
 
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way, decoded in a batch of `batch` running requests."""
@@ -257,53 +239,13 @@ class AnswerDecode:
                     out = min(out, self._drifted(v, line, now))
         return out
 
-    def unstalled(self, load: float, line: float, now: float, tokens: float,
-                  arrivals: Callable[[float], float] | None, prefill_s: float) -> float:
-        """`get` for a backend whose answers are seen standing still for other prompts' prefills, and an
-        answer sent with nothing else in flight there (`load` 1), which can only stand still for prompts
-        that arrive after it: the median of answers sent in that state without their stalls (`line`
-        where nothing is known, but never above what answers sent with more in flight, or stretches
-        decoded in a batch at least as large, took without theirs), plus the typical stall when one is likelier than not: when at least one prompt is
-        expected to take a slot there during this answer's prefill (`prefill_s`; one that takes a slot
-        meanwhile is prefilled in the next step, beside its first tokens) and decode of `tokens`, at
-        the `arrivals(now)` a second the backend's slots take.
-
-        Taken with their stalls, a closed-loop burst's answers (every freed slot taken at once by a
-        queued prompt) priced the first answers after it at the burst's stalls, 2-4x what they took,
-        until enough quieter answers had outnumbered the burst's at their level; and a level no answer
-        had taught was priced at the stalled line or stretches. Whether an answer stands still depends
-        on what arrives after it is sent: the rate that decides it is the rate now, which a burst's
-        end lowers within seconds. With others in flight, a level's median (stalls and all) also counts
-        how their turnover stalls an answer, which no arrival rate tells: priced that way (for every
-        level without a queue), unique prompts in bench/llama_sim.py waited 1.2 % longer on all 10 seeds
-        (streams are ranked by their end)."""
-        key = self.level(load)
-        known = self._clean_medians.get(key)
-        if known is not None:
-            out = self._drifted(known, line, now)
-        else:
-            out = line
-            for medians in (self._clean_medians, self._stretch_medians):
-                for k, v in medians.items():
-                    if k >= key:
-                        out = min(out, self._drifted(v, line, now))
-        if (tokens > 0.0 and arrivals is not None and len(self._stalls) >= ANSWER_MIN_SAMPLES
-                and arrivals(now) * (prefill_s + tokens * out) > _LN2):
-            out += self._stall_median / tokens
-        return out
-
     def snapshot(self, now: float) -> dict[str, dict]:
         """Per level (requests in flight or running, the highest of its range), each median and what it
-        rests on: of whole answers, of stretches of answers under way, and of whole answers without
-        their stalls; and the median stall of the answers that stood still for a prefill."""
-        out: dict[str, dict] = {
-            name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1)}
-                   for k, v in sorted(medians.items())}
-            for name, levels, medians in (("answers", self._levels, self._medians),
-                                          ("stretches", self._stretches, self._stretch_medians),
-                                          ("unstalled", self._clean, self._clean_medians))}
-        out["stall_s"] = {"median": self._stall_median, "samples": len(self._stalls)} if self._stalls else {}
-        return out
+        rests on: of whole answers, and of stretches of answers under way."""
+        return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1)}
+                       for k, v in sorted(medians.items())}
+                for name, levels, medians in (("answers", self._levels, self._medians),
+                                              ("stretches", self._stretches, self._stretch_medians))}
 
 
 class LatencyModel:
@@ -330,8 +272,6 @@ class LatencyModel:
                                    ridge=DECODE_RIDGE, window=LINE_WINDOW)
         # A whole answer's decode per token, per requests in flight when it was sent (medians).
         self.answers = AnswerDecode()
-        # Prompts a second taking the backend's slots now (its state's PrefillLog.arrivals), where known.
-        self.arrivals: Callable[[float], float] | None = None
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
         # Where the slot count came from: the prior, learned from queueing, or published by the server
@@ -388,24 +328,12 @@ class LatencyModel:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
-                       measured: bool = True, count_output: bool = True, stalled_s: float = 0.0) -> None:
+                       measured: bool = True, count_output: bool = True) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
         a point on the line of TPOT against the batch. `measured` says whether it was timed (a stream,
         the backend's report) or inferred from a whole answer's time; both count alike, since no sample
         replaces the estimate. A decode still under way (`count_output` off) says nothing of the
-        answer's length.
-
-        `stalled_s` of it the backend spent prefilling other prompts (the decode stood still): the
-        stretches and the whole answers' unstalled medians learn the decode without it, the rate of a
-        batch, and the stall itself is kept apart (AnswerDecode.unstalled); the line (which prices when
-        the requests in flight end) and the whole answers' medians keep it. Counted in the rate, a
-        closed-loop burst's stalls (every freed slot taken at once by a queued request, whose prefill
-        stops the decode beside it) read as a slow base rate: the line, whose slope a ridge holds near
-        the prior's while the batch hardly varies, put them in its batch-1 figure, and the stretches'
-        medians, which bound the levels no answer has taught, priced the first answers after the burst
-        at the burst's stalls (issue 24: ~2x the throttled llama.cpp server's 0.035 s a token). (A
-        second line without stalls cost ~15 us of learning a request and changed no figure the
-        stretches' medians did not bound already.)"""
+        answer's length."""
         if output_tokens > 1 and seconds > 0:
             t = _now(now)
             tpot = seconds / (output_tokens - 1)
@@ -414,15 +342,11 @@ class LatencyModel:
             # predictions stayed high for seconds after every burst.
             self.decode.add(extra, tpot, t)
             self.tpot_base.add(tpot / (1.0 + self.tpot_growth * extra), t)
-            # A decode stalled throughout says nothing of the rate.
-            rate = (seconds - stalled_s) / (output_tokens - 1) if 0.0 < stalled_s < seconds else None
-            if not stalled_s > 0.0:
-                rate = tpot
             if count_output:
                 # A whole answer (not a stretch of one still under way): a sample of what one takes.
-                self.answers.add(load, tpot, t, rate, stalled_s)
-            elif rate is not None:
-                self.answers.add_stretch(self.batch(load), rate, t)
+                self.answers.add(load, tpot, t)
+            else:
+                self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:
             self.output_tokens.add(float(output_tokens), _now(now))
 
@@ -450,15 +374,12 @@ class LatencyModel:
         batch = load if self.slots is None else min(load, self.slots)
         return max(MIN_TPOT_S, a + b * max(0.0, batch - 1.0))
 
-    def answer_tpot(self, load: float, now: float, tokens: float = 0.0, prefill_s: float = 0.0) -> float:
+    def answer_tpot(self, load: float, now: float) -> float:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
         included): the median of recent such answers, else the TPOT line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
         comparisons for its min() and max() (the same results; every prediction passes through);
-        `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too.
-        On an idle backend whose answers are seen stalling, the answer is priced without stalls (the
-        unstalled medians), plus a stall where one is likely for an answer of `tokens` (its own prefill
-        `prefill_s`) at `arrivals(now)` prompts a second (AnswerDecode.unstalled)."""
+        `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too."""
         d = self.decode
         fit = d.fit()
         if fit is None:
@@ -473,8 +394,6 @@ class LatencyModel:
         if not line > MIN_TPOT_S:
             line = MIN_TPOT_S
         answers = self.answers
-        if answers._stalls and load <= 1:
-            return answers.unstalled(load, line, now, tokens, self.arrivals, prefill_s)
         known = answers._medians.get(_LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load))
         if known is None:
             return answers.get(load, line, now)
@@ -521,7 +440,6 @@ def _level(load: float) -> int:
 
 
 _LEVELS = tuple(_level(n) for n in range(257))
-_LN2 = math.log(2.0)
 _NLEVELS = len(_LEVELS)
 
 

@@ -118,15 +118,7 @@ class Learner:
         s = self._state(a.backend)
         last_events, last_at = last
         if s is not None and last_at and now > last_at and events > last_events:
-            if not s.backend.adapter.headers_at_slot:
-                s.model.observe_decode(events - last_events + 1, now - last_at, state.inflight, count_output=False)
-                return
-            # The stretch is learned without the prefills that stalled it (PrefillLog.stalled), and a
-            # prefill ends at its first token, which may reach us after this stretch's last event (the
-            # server emits both at the end of the same step): a stretch waits for the next sample, or
-            # the answer's end, by when every prefill that overlapped it has been logged.
-            _learn_stretch(s, a.stretch)
-            a.stretch = (events - last_events + 1, last_at, now, float(state.inflight))
+            s.model.observe_decode(events - last_events + 1, now - last_at, state.inflight, count_output=False)
 
     # --- a finished request -------------------------------------------------------------------
     def learn(self, a: AttemptRecord, prompt_hint: int, output: int, blocks: PromptBlocks | None = None,
@@ -168,12 +160,7 @@ class Learner:
             elif s.backend.adapter.headers_at_slot and a.headers:
                 # The queue was before the headers: from headers to the first event was prefill.
                 model.observe_prefill(prompt, a.first_event - a.headers)
-            stalled = 0.0
-            if s.backend.adapter.headers_at_slot:
-                _learn_stretch(s, a.stretch)
-                a.stretch = None
-                stalled = s.prefills.stalled(a.first_event, a.end)
-            model.observe_decode(output, a.end - a.first_event, a.load, stalled_s=stalled)
+            model.observe_decode(output, a.end - a.first_event, a.load)
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
@@ -182,21 +169,12 @@ class Learner:
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
         if r.decode_s is not None:
-            stalled = s.prefills.stalled(a.end - r.decode_s, a.end) if s.backend.adapter.headers_at_slot else 0.0
-            model.observe_decode(r.output_tokens or output, r.decode_s, a.load, stalled_s=stalled)
+            model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
         elif output > 1:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
             model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, measured=False)
         return cached
-
-
-def _learn_stretch(s: BackendState, stretch: tuple[int, float, float, float] | None) -> None:
-    """A stretch of an answer under way (Learner.progress), less the prefills that stalled it."""
-    if stretch is not None:
-        tokens, start, end, batch = stretch
-        s.model.observe_decode(tokens, end - start, batch, count_output=False,
-                               stalled_s=s.prefills.stalled(start, end))
 
 
 def _ours_could_explain(s: BackendState, ahead: int, wait: float) -> bool:

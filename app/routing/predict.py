@@ -143,8 +143,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     n -= 1
     if not n > 0.0:
         n = 0.0
-    decode_s = m.answer_tpot(ahead + 1, now, n, fixed + per_token * prompt)
-    return queue, ttft, n, ttft + n * decode_s, penalty
+    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:

@@ -149,11 +149,6 @@ class InflightBook:
         return sorted(self.finishes(tpot_s, now, slots))[n]
 
 
-# The time constant of the rate at which prompts reach a backend's slots (PrefillLog.arrivals): the
-# decode of a typical answer is well under it, a burst's tail fades within it.
-ARRIVALS_TAU_S = 10.0
-
-
 class PrefillLog:
     """Recent prefills on one backend: (slot taken, first token, prompt tokens), to tell how many
     prompt tokens the backend processed while one request prefilled. A server that prefills two prompts
@@ -162,22 +157,14 @@ class PrefillLog:
     after a calibration burst that filled both slots of the slow server at once, its prefill was
     learned at 31 tokens/s against ~110 alone, and routing avoided it for the rest of the run)."""
 
-    __slots__ = ("_entries", "_taken", "_taken_at")
+    __slots__ = ("_entries",)
 
     def __init__(self, size: int = 32) -> None:
         self._entries: deque[tuple[float, float, float]] = deque(maxlen=size)
-        # Slots taken, each weighted exp(-age / ARRIVALS_TAU_S) at the latest of them (`_taken_at`).
-        self._taken = 0.0
-        self._taken_at = 0.0
 
     def add(self, start: float, end: float, tokens: float) -> None:
         if end > start and tokens > 0:
             self._entries.append((start, end, tokens))
-            if start > self._taken_at:
-                self._taken = self._taken * math.exp((self._taken_at - start) / ARRIVALS_TAU_S) + 1.0
-                self._taken_at = start
-            else:  # logged at its first token, after a later prompt's slot
-                self._taken += math.exp((start - self._taken_at) / ARRIVALS_TAU_S)
 
     def alongside(self, start: float, end: float) -> float:
         """Prompt tokens of other prefills processed between `start` and `end` (each spread evenly over
@@ -190,35 +177,6 @@ class PrefillLog:
             overlap = min(e, end) - max(s, start)
             if overlap > 0:
                 total += tokens * overlap / (e - s)
-        return total
-
-    def arrivals(self, now: float) -> float:
-        """Prompts a second this backend has taken into a slot lately: each counted with weight
-        exp(-age / ARRIVALS_TAU_S) from when its slot took it, over that time constant. A burst's rate
-        has faded to a third ARRIVALS_TAU_S after its last prompt, whatever came before it."""
-        if now <= self._taken_at:
-            return self._taken / ARRIVALS_TAU_S
-        return self._taken * math.exp((self._taken_at - now) / ARRIVALS_TAU_S) / ARRIVALS_TAU_S
-
-    def stalled(self, start: float, end: float) -> float:
-        """Seconds between `start` and `end` in which this backend prefilled a prompt: a decode running
-        then stood still (llama.cpp runs a newcomer's whole prompt in the same step as one token of
-        every running answer). Prefills that overlap each other count once. Entries are logged at their
-        first token, so in the order they end: the newest first, up to one that ended by `start`."""
-        spans = []
-        for s, e, _ in reversed(self._entries):
-            if e <= start:
-                break
-            if s < end:
-                spans.append((max(start, s), min(end, e)))
-        if not spans:
-            return 0.0
-        spans.sort()
-        total, reach = 0.0, start
-        for s, e in spans:
-            if e > reach:
-                total += e - (max(reach, s))
-                reach = e
         return total
 
 
@@ -261,8 +219,6 @@ class BackendState:
 
     def __post_init__(self) -> None:
         self.name = self.backend.name
-        # The rate prompts take its slots: whether an answer priced here will likely stand still for one.
-        self.model.arrivals = self.prefills.arrivals
 
     @property
     def stalls_decodes(self) -> bool:

@@ -31,6 +31,18 @@ def percentile(values: list[float], p: float) -> float:
     return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
 
 
+def base_checkout(name: str, base_tree: str | Path | None) -> Path | None:
+    """The checkout a bench runs strategy `name`'s gateway from: --base-tree for `NAME@base` (an A/B of two
+    commits on one fleet and one schedule), None (this one) for a name without `@`; anything else after
+    `@`, or `@base` without --base-tree, stops the bench."""
+    _, at, tree = name.partition("@")
+    if not at:
+        return None
+    if tree != "base" or base_tree is None:
+        raise SystemExit(f"{name}: only NAME@base, with --base-tree")
+    return Path(base_tree)
+
+
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -59,7 +59,7 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, Fleet, Proc, _spawn, free_port, percentile, wait_listening
+from bench.harness import ROOT, Fleet, Proc, _spawn, base_checkout, free_port, percentile, wait_listening
 
 STRATEGIES = ("latency_aware", "prefix_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
@@ -373,12 +373,8 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
                    base: Path | None = None) -> list[Proc]:
     # `latency_aware@base`: that strategy's gateway run from the checkout --base-tree (an A/B of two
     # commits on one fleet and one schedule).
-    strategy, _, tree = strategy.partition("@")
-    cwd = None
-    if tree:
-        if tree != "base" or base is None:
-            raise SystemExit(f"{strategy}@{tree}: only @base, with --base-tree")
-        cwd = base
+    cwd = base_checkout(strategy, base)
+    strategy = strategy.partition("@")[0]
     # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run.
     strategy, _, flag = strategy.partition("/")
     hashing = hashing and flag != "nohash"

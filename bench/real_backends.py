@@ -59,7 +59,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.auth import hash_key
-from bench.harness import _spawn, percentile, wait_listening
+from bench.harness import _spawn, base_checkout, percentile, wait_listening
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
@@ -193,14 +193,6 @@ def schedule(rng: random.Random, rate: float, n: int, workload: str) -> tuple[li
     return arrivals, lengths
 
 
-def on_base(name: str, base_tree: str | None) -> bool:
-    """Whether strategy `name` runs on the --base-tree gateway (NAME@base); its alias there is NAME."""
-    _, at, tree = name.partition("@")
-    if at and (tree != "base" or base_tree is None):
-        raise SystemExit(f"{name}: only NAME@base, with --base-tree")
-    return bool(at)
-
-
 def alias(name: str) -> dict:
     """The alias a strategy runs under: `strategy`, or `strategy:e2e` for streams ranked by their last token
     (`NAME@base`: NAME's, on the --base-tree gateway)."""
@@ -293,7 +285,8 @@ async def main() -> None:
     ap.add_argument("--after", type=int, default=8, help="a run's first requests, whose prediction error is printed apart")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
-    based = [s for s in strategies if on_base(s, args.base_tree)]
+    # NAME@base runs on the --base-tree gateway, under its alias NAME there.
+    based = [s for s in strategies if base_checkout(s, args.base_tree)]
     llama_server_paths()
     tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
     ctx_per_slot = 2048 if args.workload == "mixed" else 1024

@@ -5,7 +5,8 @@ import statistics
 
 import pytest
 
-from bench.real_backends import LONG_WORDS, alias, on_base, schedule, spread
+from bench.harness import base_checkout
+from bench.real_backends import LONG_WORDS, alias, schedule, spread
 
 
 def test_the_schedule_offers_exactly_the_rate_asked_and_the_mix_as_drawn_evenly():
@@ -23,10 +24,10 @@ def test_the_schedule_offers_exactly_the_rate_asked_and_the_mix_as_drawn_evenly(
 
 
 def test_a_strategy_at_base_runs_its_own_alias_on_the_other_checkouts_gateway():
-    assert on_base("latency_aware@base", "/tmp/main") and not on_base("latency_aware", "/tmp/main")
+    assert base_checkout("latency_aware@base", "/tmp/main") and not base_checkout("latency_aware", "/tmp/main")
     assert alias("latency_aware@base") == alias("latency_aware")
     assert alias("latency_aware:e2e@base")["stream_objective"] == "e2e"
     with pytest.raises(SystemExit):
-        on_base("latency_aware@base", None)  # no --base-tree
+        base_checkout("latency_aware@base", None)  # no --base-tree
     with pytest.raises(SystemExit):
-        on_base("latency_aware@head", "/tmp/main")
+        base_checkout("latency_aware@head", "/tmp/main")

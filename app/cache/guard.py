@@ -183,7 +183,7 @@ _ABLE = re.compile(r"^(?:is|are) ((?:[a-z0-9'-]+ ){1,6}?)([a-z]+)(?:able|ible)\b
 def _can_verb(m: re.Match) -> str:
     """The "Can I V X" reading of "Is X V-able", or the text as it was. Only where the adjective is the
     verb's "can be V-ed" (`able_verb`)."""
-    verb = able_verb(m.group(2) + m.group(0)[m.end(2):])
+    verb = able_verb(m.string[m.start(2):m.end()])
     return f"can i {verb} {m.group(1).strip()}" if verb else m.group(0)
 
 
@@ -199,7 +199,7 @@ def able_verb(adjective: str) -> str | None:
     "valuable", "reliable" have several and keep their own meaning. Without WordNet: None."""
     if wordnet.lexicon() is None or not adjective.endswith(("able", "ible")) or len(adjective) < 7:
         return None
-    if len(wordnet.lemmas(adjective, "a")) and wordnet.adjective_senses(adjective) > 1:
+    if wordnet.adjective_senses(adjective) > 1:  # 0 where WordNet has no such adjective
         return None
     root = adjective[:-4]
     candidates = [root, root + "e"]

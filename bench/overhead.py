@@ -50,6 +50,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -203,7 +204,7 @@ def main() -> int:
     ap.add_argument("--gateway-env", action="append", default=[], help="KEY=VALUE for the gateway process")
     ap.add_argument("--variants", default="default", help="comma-separated: bare, default, traced")
     args = ap.parse_args()
-    pin = not args.no_pin and shutil.which("taskset") is not None and os.cpu_count() and os.cpu_count() >= 2
+    pin = not args.no_pin and shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
     if pin:
         os.sched_setaffinity(0, {1})
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-bench-"))
@@ -292,7 +293,7 @@ def messages_config(fleet: Fleet) -> dict:
             "models": {"zero": {"backends": ["zero"]}, "native": {"backends": ["native"]}}}
 
 
-TELEMETRY = {
+TELEMETRY: dict[str, dict[str, Any]] = {
     "bare": {"metrics": False, "server_timing": False},
     "msg-native": {},
     "msg-translated": {},
@@ -306,7 +307,7 @@ TELEMETRY = {
 }
 # Limits on the open tenant that every call passes through but none reaches: the cost of checking.
 _NEVER_REACHED = {"requests_per_minute": 10**9, "tokens_per_minute": 10**12, "concurrent_requests": 10**6}
-LIMITS = {
+LIMITS: dict[str, dict[str, Any]] = {
     "console": {"auth": {"mode": "open", "admin_keys": [hashlib.sha256(CONSOLE_KEY.encode()).hexdigest()]}},
     "limited": {"limits": {"tenants": {"local": {"limits": _NEVER_REACHED}}}},
     "limited-redis": {"limits": {"store": "redis", "key_prefix": "bench:", "tenants": {"local": {"limits": _NEVER_REACHED}}}},

@@ -129,13 +129,14 @@ def part1(gw: Proc, args) -> None:
 
 def chain_turns(gw: Proc, turns: int) -> str:
     import httpx
-    previous = None
+    previous: str | None = None
     for i in range(turns):
         r = httpx.post(gw.url + "/v1/responses", json={"model": "native", "input": f"turn {i}: {PROMPT}",
                                                          "max_output_tokens": TOKENS, "previous_response_id": previous},
                        timeout=30)
         r.raise_for_status()
         previous = r.json()["id"]
+    assert previous is not None, "chain_turns needs at least one turn"
     return previous
 
 

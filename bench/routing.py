@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -33,7 +34,7 @@ from app.routing.strategies import STRATEGY_NAMES
 from bench.harness import Fleet, free_port, percentile, start_gateway
 
 GROWTH = 0.04
-FLEET = {
+FLEET: dict[str, dict[str, Any]] = {
     "fast": dict(slots=4, tpot_ms=10, prefill_tokens_per_s=20000),
     "big": dict(slots=32, tpot_ms=35, prefill_tokens_per_s=8000),
     "degrading": dict(slots=12, tpot_ms=15, prefill_tokens_per_s=12000),
@@ -187,8 +188,8 @@ def report(results: dict[tuple[float, str], list[Run]], strategies: list[str], a
             for b, n in r.backends.items():
                 counts[b] = counts.get(b, 0) + n
         print(f"  {load:.0%} {st}: " + ", ".join(f"{b} {n}" for b, n in sorted(counts.items())))
-    mine = [r for (_, st), runs in results.items() if st.startswith("predicted_latency") for r in runs]
-    e2e_err, ttft_err = _pool(mine, "e2e_err"), _pool(mine, "ttft_err")
+    predicted = [r for (_, st), runs in results.items() if st.startswith("predicted_latency") for r in runs]
+    e2e_err, ttft_err = _pool(predicted, "e2e_err"), _pool(predicted, "ttft_err")
     if e2e_err:
         print(f"\nlatency model (predicted_latency runs, single-attempt answers): median prediction error "
               f"E2E {100 * statistics.median(e2e_err):.1f} % over {len(e2e_err)} requests, "

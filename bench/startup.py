@@ -52,7 +52,8 @@ def one_start() -> tuple[float, float]:
     try:
         while True:
             if proc.poll() is not None:
-                sys.exit(f"scripts/demo exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                sys.exit(f"scripts/demo exited with {proc.returncode}: {err[-2000:]}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                     break

@@ -290,9 +290,9 @@ def pairs() -> list[dict]:
             add(i, topic, q, q, ctx, [user, r2], "same", "conversation: reply reworded")
         for k, u2 in enumerate(users):
             add(i, topic, q, qs[k % len(qs)], ctx, [u2, replies[k % len(replies)]], "same", "conversation: all reworded")
-        for k, (u2, r2, kind) in enumerate(user_traps):
-            add(i, topic, q, q, ctx, [u2, r2 or reply], "different", kind)
-            add(i, topic, q, qs[k % len(qs)], ctx, [u2, r2 or reply], "different", kind)
+        for k, (u2, trap_reply, kind) in enumerate(user_traps):
+            add(i, topic, q, q, ctx, [u2, trap_reply or reply], "different", kind)
+            add(i, topic, q, qs[k % len(qs)], ctx, [u2, trap_reply or reply], "different", kind)
         for r2, kind in reply_traps:
             add(i, topic, q, q, ctx, [user, r2], "different", kind)
             add(i, topic, q, q, ctx, [users[0], r2], "different", kind)

@@ -16,9 +16,15 @@ server F times slower). Printed per strategy: mean and median TTFT and E2E, p99s
 each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
+`--burst S` runs S seconds of closed loop (8 clients, as bench/real_backends.py's calibration) before each
+seed's arrivals; the latency figures are then the arrivals' alone, and each strategy also prints its
+prediction error (median signed and absolute, TTFT and E2E, pooled over seeds) for the first `--after`
+arrivals after the burst beside the rest's: the issue's "no over-prediction after a burst".
+
     python bench/llama_sim.py --strategies latency_aware,least_inflight,round_robin --seeds 20
     python bench/llama_sim.py --strategies latency_aware,latency_aware@/tmp/main,least_inflight,round_robin
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.8
+    python bench/llama_sim.py --mixed --slow 2.5 --rate 0.5 --requests 60 --seeds 12 --burst 20 --after 8
 """
 
 from __future__ import annotations
@@ -220,28 +226,34 @@ def main() -> None:
     ap.add_argument("--slow", type=float, default=1.0, help="the second server this many times slower")
     ap.add_argument("--mixed", action="store_true", help="half the prompts 10x shorter")
     ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--burst", type=float, default=0.0, help="seconds of closed loop (8 clients) before the arrivals")
+    ap.add_argument("--after", type=int, default=8, help="with --burst: the arrivals whose prediction error is printed apart")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
-    runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots)
+    runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
+                          burst_s=args.burst, detail=True)
                       for seed in range(args.seeds)]
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
         return
-    results: dict[str, list[list[tuple[float, float]]]] = {}
+    # Each seed's arrivals (the burst's requests left out), in the order they were sent: (TTFT, E2E, predicted
+    # TTFT, predicted E2E, sent, 0).
+    results: dict[str, list[list[tuple[float, ...]]]] = {}
     for label in args.strategies.split(","):
         name, _, tree = label.partition("@")
         argv = [a for a in sys.argv[1:] if not a.startswith("--strategies") and a != args.strategies]
         cwd = Path(tree) if tree else Path(__file__).resolve().parent.parent
         out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--one", name], cwd=cwd, check=True,
                              capture_output=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout
-        results[label] = orjson.loads(out)
+        results[label] = [sorted((x for x in seed if not x[5]), key=lambda x: x[4]) for seed in orjson.loads(out)]
     print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
           + (f", {args.shared} shared prompts (cache {args.cache})" if args.shared else ", unique prompts")
-          + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else ""))
+          + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
+          + (f", after a {args.burst:g} s closed-loop burst" if args.burst else ""))
     base = [k for k in ("least_inflight", "round_robin") if k in results]
     for label, seeds in results.items():
-        tt = [t for s in seeds for t, _ in s]
-        ee = [e for s in seeds for _, e in s]
+        tt = [x[0] for s in seeds for x in s]
+        ee = [x[1] for s in seeds for x in s]
         line = (f"  {label:<28} TTFT mean {statistics.fmean(tt):6.3f} p50 {statistics.median(tt):6.3f} p99 {_pct(tt, 99):6.3f}"
                 f"  E2E mean {statistics.fmean(ee):6.3f} p50 {statistics.median(ee):6.3f} p99 {_pct(ee, 99):6.3f} s")
         if base:
@@ -258,6 +270,23 @@ def main() -> None:
                 line += (f"  | {k} vs {first}: median {statistics.median(ratios):+.1%}, lower on"
                          f" {sum(r < 0 for r in ratios)} of {len(ratios)} seeds")
         print(line)
+    if args.burst:
+        print(f"prediction error (median signed / absolute, pooled over seeds): the first {args.after} arrivals after the"
+              " burst; the rest")
+        for label, seeds in results.items():
+            first = [x for s in seeds for x in s[:args.after]]
+            rest = [x for s in seeds for x in s[args.after:]]
+            print(f"  {label:<28} first {args.after}: {_errors(first)}; the rest: {_errors(rest)}")
+
+
+def _errors(rows: list[tuple[float, ...]]) -> str:
+    """Median signed and absolute relative error of the predicted TTFT and E2E (positive: over-predicted)."""
+    out = []
+    for name, measured, predicted in (("TTFT", 0, 2), ("E2E", 1, 3)):
+        signed = [(x[predicted] - x[measured]) / x[measured] for x in rows if x[measured] > 0]
+        out.append(f"{name} {statistics.median(signed):+.0%} / {statistics.median(abs(e) for e in signed):.0%}"
+                   if signed else f"{name} n/a")
+    return ", ".join(out)
 
 
 if __name__ == "__main__":

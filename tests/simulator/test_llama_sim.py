@@ -16,3 +16,12 @@ def test_a_shared_prompt_is_served_warm_where_it_ran_and_runs_repeat_exactly():
     done = run("latency_aware", 3, 60, 0.65, 1, 2, 1.0, False, 2)
     assert sorted(t for t, _ in done)[30] < 0.5  # the median: warm
     assert done == run("latency_aware", 3, 60, 0.65, 1, 2, 1.0, False, 2)
+
+
+def test_burst_errors_are_signed_and_absolute_medians():
+    from bench.llama_sim import _errors
+
+    # (TTFT, E2E, predicted TTFT, predicted E2E, sent, burst)
+    rows = [(1.0, 2.0, 1.1, 3.0, 0.0, 0.0), (1.0, 2.0, 0.9, 1.0, 1.0, 0.0), (1.0, 2.0, 1.0, 2.4, 2.0, 0.0)]
+    assert _errors(rows) == "TTFT +0% / 10%, E2E +20% / 50%"
+    assert _errors([]) == "TTFT n/a, E2E n/a"

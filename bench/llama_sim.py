@@ -274,9 +274,9 @@ def main() -> None:
         print(f"prediction error (median signed / absolute, pooled over seeds): the first {args.after} arrivals after the"
               " burst; the rest")
         for label, seeds in results.items():
-            first = [x for s in seeds for x in s[:args.after]]
+            early = [x for s in seeds for x in s[:args.after]]
             rest = [x for s in seeds for x in s[args.after:]]
-            print(f"  {label:<28} first {args.after}: {_errors(first)}; the rest: {_errors(rest)}")
+            print(f"  {label:<28} first {args.after}: {_errors(early)}; the rest: {_errors(rest)}")
 
 
 def _errors(rows: list[tuple[float, ...]]) -> str:

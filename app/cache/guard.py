@@ -284,9 +284,10 @@ def _filler(ta, tb, heavy_a: Counter, heavy_b: Counter) -> Counter | None:
     ..."), while every trap changes a word: so words may differ on one side only (a word swapped for
     another is never filler), at most `MAX_FILLER` of them, each a common English word (among the
     model vocabulary's `COMMON_RANK` most frequent entries, which are ordered by frequency), never a
-    number, a negation, a past tense or a role word, never in front of a word both questions share
+    number, a negation, a past tense, a role word or a quantifier that sets a scope (`_SCOPE`: "water every
+    plant" / "water the plant"), never in front of a word both questions share
     (there it qualifies that word: "walk my dog" / "walk my senior dog"; determiners such as "my",
-    "each", "can" excepted) and never after the last shared word (there it narrows the question:
+    "your", "can" excepted) and never after the last shared word (there it narrows the question:
     "is it safe to walk here" / "... at night").
     """
     if heavy_a and heavy_b:
@@ -299,7 +300,8 @@ def _filler(ta, tb, heavy_a: Counter, heavy_b: Counter) -> Counter | None:
     for i, t in enumerate(tokens_):
         if t.canon not in extra:
             continue
-        if not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS or t.surface in lx.ROLE_WORDS:
+        if (not t.surface.isalpha() or t.surface in _NEGATIONS or t.canon in lx.PAST or t.canon in lx.ROLE_WORDS
+                or t.surface in lx.ROLE_WORDS or t.surface in _SCOPE):
             return None
         if rank.get(t.surface, COMMON_RANK) >= COMMON_RANK:
             return None
@@ -310,6 +312,9 @@ def _filler(ta, tb, heavy_a: Counter, heavy_b: Counter) -> Counter | None:
     return extra
 
 
+# Quantifiers that set a scope a rewording never drops: "water every plant" / "water the plant", "check each
+# tire" / "check the tire", "only on weekends" / "on weekends" (not "more difficult" for "harder").
+_SCOPE = frozenset("every each all both only".split())
 # Tuned on the tune split of bench/data/semantic_set.jsonl (README, "Semantic cache quality").
 MAX_FILLER = 2
 COMMON_RANK = 3500

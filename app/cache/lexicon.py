@@ -10,6 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+# The periods a frequency is said in (frames below): "daily" = "every day".
+_PERIOD_OF = {"daily": "day", "nightly": "night", "weekly": "week", "monthly": "month", "yearly": "year",
+              "hourly": "hour", "annually": "year", "annual": "year"}
+# Words ending in "s" that are no plural before "a day": "How many hours is a day on Mars?" keeps its day.
+_NOT_PLURAL = frozenset("is was has does this his its as us yes plus less always perhaps whereas".split())
+
 # Question frames and politeness that carry no content; applied in order to lower-cased text.
 Replacement = str | Callable[[re.Match], str]
 _FRAMES: list[tuple[str, Replacement]] = [
@@ -40,6 +46,14 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"^(when|where) (?:will|does|do) (.+?) (?:happen|occur|take place)$", r"\1 is \2"),
     (r"^(when|where) is (.+?) (?:happening|occurring|taking place)$", r"\1 is \2"),
     (r"\bis it (?:wise|a good idea|advisable|recommended|better) to\b", "should i"),
+    # A period's frequency said five ways: "daily" = "every day" = "each day" = "per day" = "a day" after a
+    # plural ("steps a day"); after a count it stays "a day" ("twice daily" = "twice a day", "3 times a week").
+    (r"\b(daily|nightly|weekly|monthly|yearly|hourly|annually|annual)\b", lambda m: "every " + _PERIOD_OF[m.group(1)]),
+    (r"\b(?:each|per) (day|night|week|month|year|hour|minute)\b", r"every \1"),
+    (r"\b([a-z]+s) a (day|night|week|month|year|hour|minute)\b",
+     lambda m: m.group(0) if m.group(1) in _NOT_PLURAL else f"{m.group(1)} every {m.group(2)}"),
+    (r"\b(once|twice|times|\d+|one|two|three|four|five|six|seven|eight|nine|ten) every (day|night|week|month|year|hour|minute)\b",
+     r"\1 a \2"),
     # Necessity asked three ways ("Do I need to / have to X?" = "Must I X?"; "Is a visa required / necessary /
     # needed for Japan?" = "Do I need a visa for Japan?"); advice ("should") and ability ("can") stay apart,
     # except where the question asks for an amount or a frequency: "How often should I / do I need to

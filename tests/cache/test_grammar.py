@@ -51,3 +51,38 @@ def test_a_scope_dropped_is_another_question(encoder, a, b):
 def test_a_degree_word_is_still_a_rewording():
     assert guard.mismatch("Is German harder to learn than French?", "Is German more difficult to learn than French?") != "number"
     assert guard.mismatch("Do I need a visa for Japan?", "Do I need a visa for my trip to Japan?") is not None
+
+
+# A period's frequency: "daily" = "every day" = "each day" = "per day" = "a day" after a plural.
+@pytest.mark.parametrize("a, b", [
+    ("How many mg of caffeine is too much per day?", "How many mg of caffeine is too much daily?"),
+    ("How much water should I drink each day?", "How much water should I drink daily?"),
+    ("I use retinol every night.", "I use retinol nightly."),
+    ("How many steps a day should I walk?", "How many steps should I walk daily?"),
+    ("Do cats sleep 16 hours a day?", "Do cats sleep 16 hours per day?"),
+    ("What is the annual fee?", "What is the yearly fee?"),
+    ("Should I take it twice a day?", "Should I take it twice daily?"),  # after a count: "a day"
+    ("How many times a week should I exfoliate?", "How many times weekly should I exfoliate?"),
+])
+def test_a_period_said_as_an_adverb_or_with_every_each_per_a_aligns(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("How much water should I drink daily?", "How much water should I drink weekly?"),  # another period
+    ("Should I water it every day?", "Should I water it every other day?"),
+    ("Should I take it twice a day?", "Should I take it twice a week?"),
+    ("Should I take it twice daily?", "Should I take it three times daily?"),  # a number
+    ("What should I eat every day?", "What should I eat that day?"),  # a day, not every day
+    ("Do cats sleep 16 hours a day?", "Do cats sleep 16 hours a week?"),
+    ("Is it safe to take ibuprofen daily?", "Is it unsafe to take ibuprofen daily?"),
+    ("How many hours is a day on Mars?", "How many hours is a year on Mars?"),
+])
+def test_a_period_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+def test_a_day_after_a_verb_is_a_day_not_a_frequency():
+    assert "every" not in canon("How many hours is a day on Mars?")
+    assert "every" not in canon("How long does a day last?")

@@ -259,7 +259,10 @@ def main() -> int:
         judge_band = soft & judge
         if not args.judge_unsure_only:
             configs["judge alone"] = (judge, False)
-        configs["guard, then judge where the guard is unsure (shipped rule)"] = (s.guard | judge_band, True)
+        configs["guard, then judge where the guard is unsure (context: false)"] = (s.guard | judge_band, True)
+        # The pipeline as shipped (app/cache/service.py): the contextual check first, the judge only where
+        # neither the guard nor the contextual check confirmed (a soft reason; never a hard one).
+        configs["guard + context, then judge where both are unsure (shipped rule)"] = (s.context | judge_band, "context")
 
     t = default.threshold
     print(f"\n## At the shipped threshold {t:.2f}\n")

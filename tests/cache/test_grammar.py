@@ -86,3 +86,32 @@ def test_a_period_keeps_what_else_changed(encoder, a, b):
 def test_a_day_after_a_verb_is_a_day_not_a_frequency():
     assert "every" not in canon("How many hours is a day on Mars?")
     assert "every" not in canon("How long does a day last?")
+
+
+# "Is it fine / alright to X?" asks leave as "Is it okay to X?" does ("Can I X?"); "Is it good to X?" asks
+# advice as "Is it a good idea to X?" does ("Should I X?").
+@pytest.mark.parametrize("a, b", [
+    ("Is it fine to reuse tea leaves?", "Can I reuse tea leaves?"),
+    ("Is it alright to shower after a tattoo?", "Is it okay to shower after a tattoo?"),
+    ("Is it all right to freeze cooked rice?", "Can I freeze cooked rice?"),
+    ("Is it good to stretch before running?", "Should I stretch before running?"),
+    ("How many verbs should I learn per day?", "How many verbs is it good to learn each day?"),
+])
+def test_fine_and_good_frames_align(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b, why", [
+    ("Is it fine to reuse tea leaves?", "Should I reuse tea leaves?", "modal"),  # leave is not advice
+    ("Is it good to reuse tea leaves?", "Can I reuse tea leaves?", "modal"),
+    ("Is it alright to drink coffee every day?", "Must I drink coffee every day?", "modal"),
+    ("Is it good to pop pimples?", "Is it bad to pop pimples?", None),  # an opposite
+    ("Is it good to stretch before running?", "Is it good to stretch after running?", None),
+    ("Is it fine to drink coffee daily?", "Is it safe to drink coffee daily?", None),  # leave is not safety
+    ("Is it fine to eat raw eggs?", "Is it fine to eat raw fish?", None),
+])
+def test_fine_and_good_keep_what_else_changed(encoder, a, b, why):
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+    if why:
+        assert guard.mismatch(a, b) == why

@@ -137,6 +137,9 @@ def tokens(text: str) -> tuple[Token, ...]:
     topic = _topic_first(t)
     if topic is not None:
         t = _frames(topic)
+    extraposed = _GERUND_SUBJECT.sub(_extraposed, t)
+    if extraposed != t:
+        t = _frames(extraposed)
     t = _ABLE.sub(_can_verb, t)
     words = _numbers(_TOKEN.findall(t))
     out = []
@@ -173,6 +176,26 @@ def _topic_first(t: str) -> str | None:
 
 _TOPIC = re.compile(r"^((?:[\w'-]+ ){0,5}[\w'-]+)\s*:\s*(.+)$")
 _RESUMPTIVE = re.compile(r"\b(?:it|they|them)\b")
+
+
+# "Is V-ing X ADJ?" asks "Is it ADJ to V X?": English often moves such a subject behind "it" ("Is popping
+# pimples harmful?" / "Is it harmful to pop pimples?"; "Reusing tea leaves: is it fine?", once the topic is
+# taken up, reads "Is reusing tea leaves fine?" / "Is it fine to reuse tea leaves?" / "Can I reuse ...?").
+_GERUND_SUBJECT = re.compile(r"^(is|was) ([a-z]+ing(?: [\w'-]+){0,5}?) ([a-z]+|a (?:good|bad) idea)$")
+
+
+def _extraposed(m: re.Match) -> str:
+    """ "is it ADJ to V-ing X" for "is V-ing X ADJ", or the text as it was: only where the first word is a
+    verb's -ing form (WordNet: not "everything", "morning") and the last an adjective, not mostly a noun
+    or a verb ("Is swimming good exercise?"). A gerund naming a thing ("Is cooking oil healthy?") is read the
+    same way; both questions are rewritten alike, so that misreads only against one asking "Is it healthy
+    to cook oil?"."""
+    gerund, predicate = m.group(2).split()[0], m.group(3)
+    if not wordnet.lemmas(gerund, "v") or gerund in _FUNCTION:
+        return m.group(0)
+    if " " not in predicate and (wordnet.adjective_senses(predicate) == 0 or wordnet.usual(predicate) & {"n", "v"}):
+        return m.group(0)
+    return f"{m.group(1)} it {predicate} to {m.group(2)}"
 
 
 # "Is/Are X V-able?" asks "Can I V X?" ("Are home office expenses deductible?" / "Can I deduct home

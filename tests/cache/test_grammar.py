@@ -115,3 +115,40 @@ def test_fine_and_good_keep_what_else_changed(encoder, a, b, why):
     assert not served(encoder, a, b) and not served(encoder, b, a)
     if why:
         assert guard.mismatch(a, b) == why
+
+
+# "Is V-ing X ADJ?" = "Is it ADJ to V X?" (the subject moved out), and so the topic taken up by "it".
+@pytest.mark.parametrize("a, b", [
+    ("Can I reuse tea leaves?", "Reusing tea leaves: is it fine?"),
+    ("Is eating eggs every day healthy?", "Is it healthy to eat eggs every day?"),
+    ("Is taking ibuprofen with food a good idea?", "Should I take ibuprofen with food?"),
+    ("Is drinking coffee on an empty stomach bad?", "Is it bad to drink coffee on an empty stomach?"),
+    ("Is it legal to fly a drone in a park?", "Is flying a drone in a park legal?"),
+])
+def test_a_gerund_subject_reads_as_it_and_an_infinitive(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Is eating eggs every day healthy?", "Is it unhealthy to eat eggs every day?"),  # a prefix
+    ("Is eating eggs every day healthy?", "Is it healthy to eat eggs every week?"),  # another period
+    ("Is eating eggs every day healthy?", "Is it healthy to eat eggs every day?  No, not eggs: fish."),
+    ("Is taking ibuprofen with food a bad idea?", "Should I take ibuprofen with food?"),  # a bad idea
+    ("Is flying a drone in a park legal?", "Is it illegal to fly a drone in a park?"),
+    ("Is flying a drone in a park legal?", "Is flying a drone in a park not legal?"),  # a negation
+    ("Is flying a drone in a park legal?", "Can I fly a drone in a park?"),  # legal is no permission asked
+    ("Is eating 2 eggs a day healthy?", "Is it healthy to eat 3 eggs a day?"),  # a number
+])
+def test_a_gerund_subject_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+@pytest.mark.parametrize("text", [
+    "Is everything okay?",  # no verb's -ing form
+    "Is the morning better?",
+    "Is the running track open?",  # a noun first
+    "Is swimming good exercise?",  # the last word is a noun
+])
+def test_no_gerund_subject_is_read_where_there_is_none(text):
+    assert "to" not in canon(text)

@@ -1,7 +1,8 @@
 """Prefix-cache-aware routing against prefix-blind strategies, in one run, on real llama.cpp servers or
 on simulated backends with prompt caches.
 
-Workloads (open-loop Poisson arrivals at --load x the fleet's capacity for cold prompts):
+Workloads (open-loop Poisson arrivals at --load x the fleet's capacity for cold prompts, or --rate; each
+run gets exactly round(rate x seconds) of them, gaps scaled so the mean gap is 1 / rate):
   shared     K system prompts of ~2,300 characters, each request one of them plus a short question:
              359-372 prompt tokens a request as llama.cpp counts them (SmolLM2's tokenizer, chat template
              included; ~6.5 characters a token), which the gateway's 4-characters estimate reads as ~600
@@ -13,7 +14,13 @@ round_robin, each behind a fresh gateway; every run salts its prompts, so no str
 cache from another. Streams with include_usage; per strategy it prints TTFT mean/p50/p99, E2E p99, the
 reported cached-token ratio (usage.prompt_tokens_details.cached_tokens over prompt tokens), cold and warm
 requests apart, then the aims (with --repeats, per repeat and their median) and, on shared prefixes, a
-ceiling: what any placement could reach if each prefix were prefilled cold only once. With --replicas 3,
+ceiling: what any placement could reach if each prefix were prefilled cold only once. With --repeats,
+every strategy of a repeat runs on the same arrivals and prompts, one after the other (each repeat
+starting with the next strategy), and the paired figures follow: per repeat, each strategy's mean TTFT
+and E2E over each baseline's in that repeat, as the median and quartiles over repeats and how many
+repeats it was lower in. On a noisy box many short repeats resolve more than a few long ones (the
+load drifts within minutes; the strategies of one repeat run seconds apart): for unique prompts,
+`--seconds 10 --repeats 12`. With --replicas 3,
 --replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
 with and without consistent hashing, against one replica. With --slow F the last backend is F times
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import signal
@@ -167,9 +175,20 @@ class Run:
         return self.cached / self.prompt if self.prompt else float("nan")
 
 
+def arrivals(rng: random.Random, rate: float, seconds: float) -> list[float]:
+    """Open-loop arrival times that offer exactly `rate`: round(rate x seconds) Poisson gaps, scaled so the
+    last arrival comes at n / rate (about `seconds`), as bench/real_backends.py's schedule. Drawn freely
+    over `seconds`, three 25 s repeats at 0.70 req/s got 16, 22 and 23 arrivals (0.64-0.92 req/s): the
+    load moved between repeats by more than the routing did within one."""
+    n = max(1, round(rate * seconds))
+    gaps = [rng.expovariate(1.0) for _ in range(n)]
+    scale = n / rate / sum(gaps)
+    return list(itertools.accumulate(g * scale for g in gaps))
+
+
 async def drive(urls: list[str], workload, rate: float, seconds: float, seed: int, clients: int = 0,
                 think_s: float | None = None) -> Run:
-    """Open-loop Poisson arrivals for `seconds`; each request goes to a random replica in `urls`. With
+    """Open-loop Poisson arrivals for `seconds` at exactly `rate` (`arrivals`); each request goes to a random replica in `urls`. With
     `clients`, closed loop instead: that many clients start together (a burst) and each sends its next
     request when its last answer is in, after an exponential think time (mean `think_s`, by default
     clients / rate: the open loop's offered load while answers are quick, less once they queue)."""
@@ -249,9 +268,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
 
             await asyncio.gather(*(client(k) for k in range(clients)))
             return run
-        t = 0.0
-        while t < seconds:
-            t += rng.expovariate(rate)
+        for t in arrivals(rng, rate, seconds):
             await asyncio.sleep(max(0.0, start + t - time.perf_counter()))
             tasks.append(asyncio.ensure_future(one(*workload.next())))
         await asyncio.gather(*tasks)
@@ -541,6 +558,7 @@ def main() -> None:
                        args.prompts, args.repeats)
                 if args.repeats > 1:
                     medians(wl, results, args.prompts if wl == "shared" else 0)
+                    paired(wl, {k: v for k, v in results.items() if v})
         finally:
             fleet.stop()
 
@@ -583,6 +601,70 @@ def medians(workload: str, results: dict[str, list[Run]], prefixes: int = 0) -> 
         print("  cached-share ceiling per repeat (each prefix cold once): " + "  ".join(f"{t:.1%}" for t in tops))
     if ratios:
         print(f"  median: {statistics.median(ratios):.2f}x lower mean TTFT, {statistics.median(shares):.1%} cached")
+
+
+BASELINES = ("least_inflight", "round_robin")
+
+
+def spread(ratios: list[float]) -> tuple[float, float, float, int]:
+    """A list of per-repeat ratios as (median, lower quartile, upper quartile, how many are below 1)."""
+    if len(ratios) < 2:
+        r = ratios[0] if ratios else float("nan")
+        return r, r, r, sum(x < 1 for x in ratios)
+    q1, med, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return med, q1, q3, sum(x < 1 for x in ratios)
+
+
+def paired_ratios(results: dict[str, list[Run]], label: str, against: str | tuple[str, ...],
+                  figure: str = "ttft") -> list[float]:
+    """Per repeat, `label`'s mean TTFT (or E2E) over `against`'s in the same repeat: every strategy of a
+    repeat ran on the same arrivals and prompts, one after another, so only the load of a minute or two
+    moves between them. `against` a tuple of strategies: the lowest of their means in each repeat."""
+    names = (against,) if isinstance(against, str) else against
+    out = []
+    for k, run in enumerate(results[label]):
+        others = [results[b][k] for b in names if k < len(results.get(b, ()))]
+        if not run.ttft or not others or not all(o.ttft for o in others):
+            continue
+        best = min(statistics.fmean(getattr(o, figure)) for o in others)
+        out.append(statistics.fmean(getattr(run, figure)) / best)
+    return out
+
+
+def paired(workload: str, results: dict[str, list[Run]]) -> float | None:
+    """The paired comparison over repeats: for each strategy that is not a baseline, its mean TTFT and E2E
+    over each baseline's (and the lower baseline's) in the same repeat, as the median and quartiles of
+    those per-repeat ratios and the number of repeats it was lower in; an A/B arm (NAME@base) against
+    NAME too. Returns the lead's (latency_aware, else prefix_aware) median TTFT ratio over its best
+    baseline: the one it trails most (the highest median ratio), the unique-prompt aim's figure."""
+    base = tuple(b for b in BASELINES if results.get(b))
+    lead = "latency_aware" if "latency_aware" in results else "prefix_aware"
+    aim = None
+    print(f"== {workload}: paired per repeat (same arrivals and prompts; median [quartiles], repeats lower)")
+    for label, runs in results.items():
+        if label in base or not runs:
+            continue
+        pairs: list[str | tuple[str, ...]] = [*base, *([base] if len(base) > 1 else [])]
+        at = label.partition("@")[0]
+        if at != label and results.get(at):
+            pairs.append(at)
+        for against in pairs:
+            name = "the lower of " + "/".join(against) if isinstance(against, tuple) else against
+            parts = []
+            for figure in ("ttft", "e2e"):
+                r = paired_ratios(results, label, against, figure)
+                if not r:
+                    continue
+                med, q1, q3, lower = spread(r)
+                parts.append(f"mean {figure.upper()} {med:.3f}x [{q1:.3f}-{q3:.3f}], lower in {lower} of {len(r)}")
+            if parts:
+                print(f"  {label} / {name}: " + "; ".join(parts))
+        if label == lead and base:
+            aim = max(spread(paired_ratios(results, lead, b))[0] for b in base)
+    if aim is not None and workload == "unique":
+        print(f"  aim ({lead}): within 5 % of the best baseline, median of per-repeat ratios: {aim - 1:+.1%} -> "
+              f"{'met' if aim <= 1.05 else 'NOT met'}")
+    return aim
 
 
 def ceiling(runs: dict[str, Run], prefixes: int) -> None:

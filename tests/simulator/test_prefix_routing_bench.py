@@ -1,0 +1,42 @@
+"""bench/prefix_routing.py's arrival schedule and its paired comparison over repeats (no servers started)."""
+
+import random
+
+import pytest
+
+from bench.prefix_routing import Run, arrivals, paired, paired_ratios, spread
+
+
+def test_each_run_gets_exactly_the_rate_asked():
+    # Drawn freely over 25 s at 0.70 req/s, three repeats got 16, 22 and 23 arrivals.
+    for seed in range(20):
+        at = arrivals(random.Random(seed), 0.7, 25)
+        assert len(at) == 18 and at == sorted(at) and at[0] > 0
+        assert at[-1] == pytest.approx(18 / 0.7)
+    assert arrivals(random.Random(3), 0.7, 10) == arrivals(random.Random(3), 0.7, 10)
+    assert len(arrivals(random.Random(3), 0.01, 10)) == 1
+
+
+def _run(ttft: float, e2e: float | None = None) -> Run:
+    return Run(ttft=[ttft, ttft], e2e=[e2e or 2 * ttft] * 2)
+
+
+def test_paired_ratios_are_taken_within_each_repeat_and_summarised_by_median_and_quartiles(capsys):
+    # The box's load doubles from repeat to repeat: every strategy's means move, their ratios do not.
+    results = {
+        "latency_aware": [_run(1.02 * 2**k) for k in range(4)],
+        "latency_aware@base": [_run(1.10 * 2**k) for k in range(4)],
+        "least_inflight": [_run(1.00 * 2**k) for k in range(4)],
+        "round_robin": [_run(1.01 * 2**k) if k % 2 else _run(0.99 * 2**k) for k in range(4)],
+    }
+    assert paired_ratios(results, "latency_aware", "least_inflight") == pytest.approx([1.02] * 4)
+    lower = paired_ratios(results, "latency_aware", ("least_inflight", "round_robin"))
+    assert lower == pytest.approx([1.02 / 0.99, 1.02, 1.02 / 0.99, 1.02])
+    med, q1, q3, below = spread([1.1, 0.9, 1.0, 1.2, 1.3])
+    assert (med, q1, q3, below) == (1.1, 1.0, 1.2, 1)
+    # The aim's figure: against the baseline it trails most, by the median of its per-repeat ratios.
+    aim = paired("unique", results)
+    assert aim == pytest.approx(1.02 / ((0.99 + 1.01) / 2), rel=1e-3)
+    out = capsys.readouterr().out
+    assert "latency_aware@base / latency_aware: mean TTFT 1.078x" in out
+    assert "lower in 0 of 4" in out and "-> met" in out

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from bench.prefix_routing import Run, arrivals, paired, paired_ratios, spread
+from bench.prefix_routing import Run, arrivals, paired, paired_ratios, pooled_ratio, spread
 
 
 def test_each_run_gets_exactly_the_rate_asked():
@@ -30,6 +30,8 @@ def test_paired_ratios_are_taken_within_each_repeat_and_summarised_by_median_and
         "round_robin": [_run(1.01 * 2**k) if k % 2 else _run(0.99 * 2**k) for k in range(4)],
     }
     assert paired_ratios(results, "latency_aware", "least_inflight") == pytest.approx([1.02] * 4)
+    # Pooled, the repeats weigh by their load: the same 1.02 here, as every repeat's ratio is.
+    assert pooled_ratio(results, "latency_aware", "least_inflight") == pytest.approx(1.02)
     lower = paired_ratios(results, "latency_aware", ("least_inflight", "round_robin"))
     assert lower == pytest.approx([1.02 / 0.99, 1.02, 1.02 / 0.99, 1.02])
     med, q1, q3, below = spread([1.1, 0.9, 1.0, 1.2, 1.3])
@@ -38,5 +40,5 @@ def test_paired_ratios_are_taken_within_each_repeat_and_summarised_by_median_and
     aim = paired("unique", results)
     assert aim == pytest.approx(1.02 / ((0.99 + 1.01) / 2), rel=1e-3)
     out = capsys.readouterr().out
-    assert "latency_aware@base / latency_aware: mean TTFT 1.078x" in out
+    assert "latency_aware@base / latency_aware: mean TTFT 1.078x" in out and "pooled 1.078x" in out
     assert "lower in 0 of 4" in out and "-> met" in out

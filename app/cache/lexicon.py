@@ -16,6 +16,23 @@ _PERIOD_OF = {"daily": "day", "nightly": "night", "weekly": "week", "monthly": "
 # Words ending in "s" that are no plural before "a day": "How many hours is a day on Mars?" keeps its day.
 _NOT_PLURAL = frozenset("is was has does this his its as us yes plus less always perhaps whereas".split())
 
+
+def _needs_a_thing(m: re.Match) -> bool:
+    """ "What documents do I need to sell a house?": the question's object is what is needed ("need" is the
+    verb, the infinitive says what for), not what must be done ("What do I need to bring?" = "What must I
+    bring?"). Told by the infinitive's own object: after "what/which" and a noun or none, the verb after
+    "to" takes a word that is no preposition ("sell a house", "make pancakes"); a preposition or nothing
+    after it leaves the question's object to the verb ("bring", "know about taxes")."""
+    before, after = m.string[:m.start()].split(), m.string[m.end():].split()
+    if not before or before[0] not in ("what", "which") or len(before) > 4:
+        return False
+    return len(after) >= 2 and after[1] not in _PREPOSITIONS
+
+
+_PREPOSITIONS = frozenset("to from into onto in on at for about with without by of over under before after "
+                          "between through during across around near up down out off back".split())
+
+
 # Question frames and politeness that carry no content; applied in order to lower-cased text.
 Replacement = str | Callable[[re.Match], str]
 _FRAMES: list[tuple[str, Replacement]] = [
@@ -61,7 +78,7 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # inspect them?" ask for the same number.
     (r"\b(how (?:often|frequently|long|many|much|far)\b(?: [\w'-]+){0,4}?) (?:(?:do|does) (i|we|you|one) (?:need|have) to|must (i|we|you|one))\b",
      lambda m: f"{m.group(1)} should {m.group(2) or m.group(3)}"),
-    (r"\b(?:do|does) (i|we|you|one) (?:need|have) to\b", r"must \1"),
+    (r"\b(?:do|does) (i|we|you|one) (?:need|have) to\b", lambda m: m.group(0) if _needs_a_thing(m) else f"must {m.group(1)}"),
     (r"\bis it (?:necessary|required) to\b", "must i"),
     (r"^(?:is|are) ((?:[\w'-]+ ){1,5}?)(?:necessary|required|needed)\b", lambda m: f"do i need {m.group(1).strip()}"),
     # The same advice asked with its subject first: "Is cardio on an empty stomach a good idea?".

@@ -152,3 +152,23 @@ def test_a_gerund_subject_keeps_what_else_changed(encoder, a, b):
 ])
 def test_no_gerund_subject_is_read_where_there_is_none(text):
     assert "to" not in canon(text)
+
+
+# "What X do I need to V Y?": what is needed is the question's object, not what must be done.
+@pytest.mark.parametrize("text, reading", [
+    ("What documents do I need to sell a house?", "what document i need to sell hous"),
+    ("What do I need to make pancakes?", "what i need to creat pancak"),
+    ("What do I need to bring?", "what must i bring"),  # the object is what to bring
+    ("What do I need to know about taxes?", "what must i know about tax"),
+    ("Which forms do I need to file?", "what form must i fil"),
+    ("Do I need to sell my house?", "must i sell my hous"),
+])
+def test_need_with_a_thing_needed_stays_need(text, reading):
+    assert " ".join(canon(text)) == reading
+
+
+def test_what_is_needed_aligns_with_what_is_required_and_not_with_another_purpose(encoder):
+    a = "What documents do I need to sell a house?"
+    assert guard.mismatch(a, "What documents are required to sell a house?") is None
+    assert not served(encoder, a, "What documents are required to buy a house?")
+    assert not served(encoder, a, "What documents must I sell?")

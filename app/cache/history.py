@@ -15,10 +15,13 @@ or, turn by turn, match by these rules (`check`), and embed at cosine >= the thr
   "I use the Android app."; "I use the iPhone app.", "My dog is 12 weeks old.", "I'm not pregnant."
   do not;
 - an assistant turn is what the model answered the turns before it. It matches when the guard aligns
-  it, or when it states the same facts (numbers, negations, names) at cosine >= the threshold: the
-  same model rewording its answer to a matching question, which a cache serving that question again
-  already treats as one answer. A reply that says another number, name, or yes instead of no is
-  another context.
+  it, or when it states the same facts (numbers, negations, names, rare words) at cosine >= the
+  threshold: the same model rewording its answer to a matching question, which a cache serving that
+  question again already treats as one answer. Where its words are reworded too ("Using retinol every
+  night at 45 is a common routine." / "Nightly retinol at 45 is a common routine."), a reply keeping
+  the same facts goes to the contextual check, as a question does (app/cache/context.py: a word in
+  another's place, a qualifier or a scope added, an opposite, never align). A reply that says another
+  number, name, or yes instead of no is another context.
 
 A turn longer than the model's window must be the same text. Measured in the README ("Conversations").
 """
@@ -98,8 +101,11 @@ def check(role: str, cached: str, asked: str, use_guard: bool = True) -> Need:
         return Need.CONTEXT  # words WordNet pairs must also read alike in context (guard.Unaligned.meaning)
     if same_facts(cached, asked) and (same_subject(cached, asked) or _reworded(cached, asked)):
         return Need.SIMILARITY
-    # A question asked earlier may be reworded as a question is (app/cache/context.py); a statement
-    # only keeps its facts as above: in a statement an added word is a qualifier ("I fly fish").
+    # A question asked earlier may be reworded as a question is (app/cache/context.py), and so may a reply
+    # that keeps its facts (the model's own wording); a user's statement only keeps its facts as above: in
+    # a statement an added word is a qualifier ("I fly fish").
+    if role == "assistant" and same_facts(cached, asked):
+        return Need.CONTEXT
     return Need.CONTEXT if _asks(cached) and _asks(asked) else Need.NO
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cache import context, guard
+from app.cache import context, guard, history
 from app.cache.embedder import OnnxEncoder
 from app.cache.normalise import normalise
 
@@ -172,3 +172,41 @@ def test_what_is_needed_aligns_with_what_is_required_and_not_with_another_purpos
     assert guard.mismatch(a, "What documents are required to sell a house?") is None
     assert not served(encoder, a, "What documents are required to buy a house?")
     assert not served(encoder, a, "What documents must I sell?")
+
+
+def earlier_turn_matches(encoder, role: str, cached: str, asked: str) -> bool:
+    """An earlier turn as the cache compares it (app/cache/history.py, then the threshold 0.75)."""
+    need = history.check(role, cached, asked)
+    if need is history.Need.NO or float(encoder.encode([cached])[0] @ encoder.encode([asked])[0]) < 0.75:
+        return False
+    return need is history.Need.SIMILARITY or served(encoder, cached, asked)
+
+
+# A reply that keeps its facts may be reworded as a question is (the contextual check).
+@pytest.mark.parametrize("cached, asked", [
+    ("Nightly retinol at 45 is a common routine.", "Using retinol every night at 45 is a common routine."),
+    ("Retinol works well at night.", "Using retinol at night works well."),
+])
+def test_a_reply_in_other_words_matches_in_context(encoder, cached, asked):
+    assert earlier_turn_matches(encoder, "assistant", cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Oak is a great choice for a sturdy bookshelf.", "Oak is a poor choice for a sturdy bookshelf."),
+    ("Grilled salmon pairs well with white wine.", "Grilled salmon pairs well with red wine."),
+    ("Your kayak is stable in calm water.", "Your kayak is stable in rough water."),
+    ("Most beginners find it easy.", "Few beginners find it easy."),
+    ("Retinol works well at night.", "Retinol works well in the morning."),
+    ("A 10-inch blade is the most common size.", "A 10-inch blade is the least common size."),
+    ("Your water heater is near the end of its life.", "Your water heater is near the start of its life."),
+    ("That is normal for a puppy.", "That is unusual for a puppy."),
+    ("Pine is soft and easy to work.", "Pine is soft and hard to work."),
+    ("It is a good idea to feed them in winter.", "It is a bad idea to feed them in winter."),
+    ("Feed them sugar syrup in the fall.", "Feed them sugar syrup in the spring."),
+    ("Small mountain streams are great for trout.", "Small mountain streams are bad for trout."),
+    ("Two backyard hives is a nice setup.", "Two backyard hives is a nice setup for a beginner."),
+    ("You should replace it soon.", "You can replace it soon."),
+])
+def test_a_reply_that_says_otherwise_never_matches(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "assistant", cached, asked)
+    assert not earlier_turn_matches(encoder, "assistant", asked, cached)

@@ -80,3 +80,22 @@ def test_a_one_turn_statement_is_served_for_the_same_facts_only():
     # Questions keep the question rules, with or without a question mark.
     assert not same_statement("My router, how do I reset it", "My router, how can I reset it")
     assert not same_statement("How do I reset my password?", "How do I reset your password?")
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Nightly retinol at 45 is a common routine.", "Using retinol every night at 45 is a common routine."),
+    ("Small mountain streams are great for trout.", "Trout fishing in small mountain streams is great."),
+])
+def test_a_reply_reworded_with_its_facts_kept_goes_to_the_contextual_check(cached, asked):
+    assert check("assistant", cached, asked) is Need.CONTEXT
+    assert check("user", cached, asked) is Need.NO  # a user's statement: only its facts and its words
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("Stoneware is a forgiving clay.", "Stoneware is an unforgiving clay."),  # a rare word differs
+    ("Oak is a great choice.", "Oak is not a great choice."),  # a negation
+    ("A 10-inch blade cuts 3 inches deep.", "A 10-inch blade cuts 4 inches deep."),  # a number
+    ("That sounds like a northern cardinal.", "That sounds like a summer tanager."),
+])
+def test_a_reply_with_other_facts_still_never_matches(cached, asked):
+    assert check("assistant", cached, asked) is Need.NO

@@ -51,7 +51,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\bwhat are the steps to\b", "how to"),
     (r"\bis there (?:a|any) way to\b", "how to"),
     (r"\bexplain how to\b", "how to"),
-    # Leave asked ("is it okay / fine / alright to X") is "can i X"; advice ("is it good / wise to X"), "should i X".
+    # Leave asked ("is it okay / fine / alright to X") is "can i X"; advice ("is it good / wise / time to X"),
+    # "should i X".
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it (?:ok|okay|fine|alright|all right) to|may i|could i)\b", "can i"),
     (r"\bwould it be\b", "is it"),
     # The additive particle after the question is "also" before its verb ("Can I use vitamin C as well /
@@ -63,7 +64,7 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # next eclipse?" (the tense stays: "did ... happen" is not rewritten).
     (r"^(when|where) (?:will|does|do) (.+?) (?:happen|occur|take place)$", r"\1 is \2"),
     (r"^(when|where) is (.+?) (?:happening|occurring|taking place)$", r"\1 is \2"),
-    (r"\bis it (?:wise|good|a good idea|advisable|recommended|better) to\b", "should i"),
+    (r"\bis it (?:wise|good|a good idea|advisable|recommended|better|time) to\b", "should i"),
     # A period's frequency said five ways: "daily" = "every day" = "each day" = "per day" = "a day" after a
     # plural ("steps a day"); after a count it stays "a day" ("twice daily" = "twice a day", "3 times a week").
     (r"\b(daily|nightly|weekly|monthly|yearly|hourly|annually|annual)\b", lambda m: "every " + _PERIOD_OF[m.group(1)]),

@@ -88,7 +88,7 @@ def test_a_day_after_a_verb_is_a_day_not_a_frequency():
     assert "every" not in canon("How long does a day last?")
 
 
-# "Is it fine / alright to X?" asks leave as "Is it okay to X?" does ("Can I X?"); "Is it good to X?" asks
+# "Is it fine / alright to X?" asks leave as "Is it okay to X?" does ("Can I X?"); "Is it good / time to X?" asks
 # advice as "Is it a good idea to X?" does ("Should I X?").
 @pytest.mark.parametrize("a, b", [
     ("Is it fine to reuse tea leaves?", "Can I reuse tea leaves?"),
@@ -96,6 +96,7 @@ def test_a_day_after_a_verb_is_a_day_not_a_frequency():
     ("Is it all right to freeze cooked rice?", "Can I freeze cooked rice?"),
     ("Is it good to stretch before running?", "Should I stretch before running?"),
     ("How many verbs should I learn per day?", "How many verbs is it good to learn each day?"),
+    ("Should I replace it?", "Is it time to replace it?"),
 ])
 def test_fine_and_good_frames_align(encoder, a, b):
     assert guard.mismatch(a, b) is None
@@ -110,6 +111,9 @@ def test_fine_and_good_frames_align(encoder, a, b):
     ("Is it good to stretch before running?", "Is it good to stretch after running?", None),
     ("Is it fine to drink coffee daily?", "Is it safe to drink coffee daily?", None),  # leave is not safety
     ("Is it fine to eat raw eggs?", "Is it fine to eat raw fish?", None),
+    ("Is it time to replace it?", "Can I replace it?", "modal"),
+    ("Is it time to replace it?", "Is it too late to replace it?", None),
+    ("Is it time to replace my tires?", "Is it time to rotate my tires?", None),
 ])
 def test_fine_and_good_keep_what_else_changed(encoder, a, b, why):
     assert not served(encoder, a, b) and not served(encoder, b, a)

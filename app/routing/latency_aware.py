@@ -60,7 +60,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
-from app.routing.lookahead import ArrivalRate, imposed, passed_on
+from app.routing.lookahead import ArrivalRate, first_passed_on, imposed, passed_on
 from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, matches, rendezvous
@@ -115,14 +115,31 @@ class LatencyAware:
         # least that much slower than that: censored evidence, known before any answer teaches the
         # model. Its score is scaled by it. (_untimed_lag, inline: a timed backend's lag is 1.0.)
         lags = [1.0] * n
-        timed = True
+        timed = measured = True
         for i, c in enumerate(candidates):
-            if not c.model.prefill.samples:
+            m = c.model
+            if not m.prefill.samples:
                 timed = False
                 lags[i] = c.book.overdue(ctx.now, OVERDUE_SLACK_S)
+            elif m.tpot_base.samples < 2:  # PredictedLatency's _measured
+                measured = False
+        matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
+        if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
+            self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         estimates: list[Estimate] | None = None
         scores: list[float] | None = None
-        if timed:
+        ranking: tuple[list[Estimate], list[float]] | None = None
+        if timed and measured and not ctx.scored and gap is not None and (
+                matched > 0.0 or not ctx.prefix or not ctx.cached or not self.reuse.expected_share(ctx.now) > 0.0):
+            # No one reads the scores (the decision is not traced) and every candidate is measured (so none
+            # is ranked as the best measured one: each score is its own): the pick needs every candidate's
+            # prediction now, but the look-ahead's only where the delay it passes on could change the pick.
+            # (Unless the prompt's prefix is held nowhere and prefixes are being reused: then placing it by
+            # its hash, below, is likely to read every score, and they are computed whole from the start.)
+            ranking = estimates, raw = ranked(candidates, ctx)
+            stalls = [imposed(c, ctx, e) if c.stalls_decodes else None for c, e in zip(candidates, estimates)]
+            first = first_passed_on(candidates, ctx, estimates, gap, raw, stalls, order)
+        elif timed:
             estimates, scores = self._scores(candidates, ctx, gap, lags)
             first = min(order, key=scores.__getitem__)
         else:
@@ -147,9 +164,6 @@ class LatencyAware:
                 estimates, scores = self._scores(candidates, ctx, gap, lags)
                 ranks = [(*key, score) for key, score in zip(keys, scores)]
                 first = min(order, key=ranks.__getitem__)
-        matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
-        if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
-            self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         if ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration:
             # Now and then the backend heard from least recently is tried (only an idle one, so exploring
             # never queues a request), so one that recovered gets measured again.
@@ -167,24 +181,26 @@ class LatencyAware:
             # Something is warm: its saving is already in the predictions.
             return first, scores or _UNSCORED * n
         # A prefix no one holds: its hashed backend, if that costs at most the expected saving.
-        if scores is None:
-            scores = self._scores(candidates, ctx, gap, lags)[1]
-        best = scores[first]
         c = candidates[first]
         margin = self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
         if margin <= 0.0 or (ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing):
-            return first, scores
+            return first, scores or _UNSCORED * n
+        if scores is None:
+            scores = self._scores(candidates, ctx, gap, lags, ranking)[1]
+        best = scores[first]
         group = ctx.prefix.group
         within = [i for i in range(n) if scores[i] <= best + margin]
         return max(within, key=lambda i: rendezvous(group, candidates[i].name)), scores
 
     @staticmethod
-    def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float]) -> tuple[list[Estimate], list[float]]:
+    def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float],
+                ranking: tuple[list[Estimate], list[float]] | None = None) -> tuple[list[Estimate], list[float]]:
         """Every candidate's estimate (kept on `ctx` for the lease) and score: its predicted latency, plus
         the delay it passes on to the next arrival expected `gap` from now, plus the stall it imposes on
         the decodes running there; a candidate not yet measured as good as the best measured one; one
-        never timed whose streams lag (`lags`, over SLOWER_HOME) scaled by that lag."""
-        estimates, raw = ranked(candidates, ctx)
+        never timed whose streams lag (`lags`, over SLOWER_HOME) scaled by that lag. `ranking`: this
+        decision's `ranked` (estimates and figures), where it was made already."""
+        estimates, raw = ranking or ranked(candidates, ctx)
         if gap is not None:
             # Each placement is also charged what the next arrival would be offered after it
             # (app/routing/lookahead.py): the delay it passes on, not only its own.

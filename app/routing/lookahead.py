@@ -77,22 +77,65 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
         # anywhere else, this request leaves that best untouched (min(here, unhindered) - unhindered <= 0).
         # So one booking is simulated, not one per candidate.
         i = alone.index(unhindered)
-        c = candidates[i]
-        slots = c.model.slots
-        if slots is None or c.inflight + 1 < slots:
-            # The prediction reads the in-flight book only past the slots: the booking's other fields,
-            # given as they would be, predict the same without booking and unbooking.
-            here = booked_figure_at(c, ctx, later, now)
-        else:
-            saved = book(c, ctx, estimates[i])
-            try:
-                here = figure_at(c, ctx, later, now)
-            finally:
-                unbook(c, saved)
+        here = _booked_at(candidates[i], ctx, estimates[i], later, now)
         others = [*alone[:i], *alone[i + 1:]]
         runner_up = min(others) if others else here
         out[i] = max(0.0, min(here, runner_up) - unhindered)
     return out
+
+
+def _booked_at(c: BackendState, ctx: RouteContext, est: Estimate, later: float, now: float) -> float:
+    """The next arrival's figure on `c` at `later` with this request (`est`) booked there."""
+    slots = c.model.slots
+    if slots is None or c.inflight + 1 < slots:
+        # The prediction reads the in-flight book only past the slots: the booking's other fields,
+        # given as they would be, predict the same without booking and unbooking.
+        return booked_figure_at(c, ctx, later, now)
+    saved = book(c, ctx, est)
+    try:
+        return figure_at(c, ctx, later, now)
+    finally:
+        unbook(c, saved)
+
+
+def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: Sequence[Estimate],
+                    gap: float, raw: Sequence[float], stalls: Sequence[float | None], order: Sequence[int]) -> int:
+    """Which candidate ranks first once `passed_on`'s delay is charged, where no one reads the scores:
+    the first in `order` of the lowest `raw` + delay (+ `stalls`, where not None: `imposed`'s charge),
+    as every score computed would rank them, with fewer predictions.
+
+    The delay falls on one candidate at most (`passed_on`), and only raises its figure. So the first
+    without it, f, stays first unless the delay falls on f and outgrows f's lead: with f's own two
+    look-ahead figures (the next arrival's alone and with this one booked there) the delay is at most
+    their difference, and if f stays first charged that, the other candidates' look-ahead figures are
+    not predicted. Otherwise they are, and the delay is `passed_on`'s (the same arithmetic, on figures
+    predicted as it predicts them). Monotone rounding keeps each bound a bound in floats."""
+    n = len(candidates)
+    base = raw if stalls.count(None) == n else [r if s is None else r + s for r, s in zip(raw, stalls)]
+    f = min(order, key=base.__getitem__)
+    now = ctx.now
+    later = now + gap
+    c = candidates[f]
+    alone_f = figure_at(c, ctx, later, now)
+    here = _booked_at(c, ctx, estimates[f], later, now)
+    imposed_f = stalls[f]
+
+    def charged(delay: float) -> float:  # f's score with `delay` passed on, as _scores adds them up
+        r = raw[f] + delay
+        return r if imposed_f is None else r + imposed_f
+
+    scores = list(base)
+    scores[f] = charged(max(0.0, here - alone_f))
+    if min(order, key=scores.__getitem__) == f:
+        return f
+    alone = [alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n)]
+    unhindered = min(alone)
+    if alone.count(unhindered) != 1 or alone.index(unhindered) != f:
+        # The delay, if any, falls on another candidate: f stays first.
+        return f
+    runner_up = min([*alone[:f], *alone[f + 1:]])
+    scores[f] = charged(max(0.0, min(here, runner_up) - unhindered))
+    return min(order, key=scores.__getitem__)
 
 
 def imposed(c: BackendState, ctx: RouteContext, est: Estimate) -> float:

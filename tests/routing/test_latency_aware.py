@@ -451,7 +451,8 @@ def test_before_any_backend_is_timed_a_sibling_waits_for_its_copy_rather_than_pr
 
 def test_unread_scores_leave_every_pick_and_prediction_as_pinned(monkeypatch):
     # A gateway that does not trace reads no placement's scores (Router.scores_read off): latency_aware
-    # then skips the predictions a pick ranked by load alone does not need. Everything else the pinned
+    # then skips the predictions a pick ranked by load alone does not need, and in a timed decision the
+    # look-ahead's predictions that cannot change the pick (lookahead.first_passed_on). Everything else the pinned
     # script records (picks, each lease's prediction and prefix match, questions, learned figures) must
     # be as pinned; a placement's scores are those pinned or, where skipped, NaN.
     from tests.routing import test_pinned_decisions as pinned
@@ -475,4 +476,4 @@ def test_unread_scores_leave_every_pick_and_prediction_as_pinned(monkeypatch):
             assert all(math.isnan(s) for _, s in g[4]) and [n for n, _ in g[4]] == [n for n, _ in w[4]]
             g[4], skipped = w[4], skipped + 1
         pinned._same(g, w, f"step {w[0]}")
-    assert skipped  # the script has untimed placements ranked by load alone (3)
+    assert skipped  # 87 placements skip scores (3 before first_passed_on: untimed ones ranked by load alone)

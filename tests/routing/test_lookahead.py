@@ -1,9 +1,13 @@
 """The delay a placement passes on: each candidate priced with what the next arrival would be offered."""
 
+import random
+from contextlib import contextmanager
+
+from app.routing import lookahead
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.lookahead import ArrivalRate, booked, imposed, passed_on
-from app.routing.predict import estimate
+from app.routing.lookahead import ArrivalRate, booked, first_passed_on, imposed, passed_on
+from app.routing.predict import estimate, ranked
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for
 
 BODY = ask("What is the fee?", "Short prompt. " * 4)  # ~22 tokens
@@ -149,3 +153,73 @@ def test_a_later_arrival_finds_the_prefill_backlog_worked_through_meanwhile():
     later = estimate(s, ctx_for(BODY, now=11.0), known_at=1.0).queue_s
     assert abs(later - (backlog - 10.1)) < 0.05
     assert estimate(s, ctx_for(BODY, now=20.0), known_at=1.0).queue_s == 0.0
+
+
+def random_fleet(rng: random.Random) -> list[State]:
+    """Two to four timed, measured backends near enough alike that the delay passed on often decides:
+    some slots free, some full with a queue, streams decoding and prompts prefilling, some of them
+    servers whose decodes stall for a prefill."""
+    fleet = []
+    for k in range(rng.randint(2, 4)):
+        s = timed(State(f"b{k}", slots=rng.choice((None, 1, 2, 4))), RATE * rng.uniform(0.8, 1.25))
+        for _ in range(rng.randint(0, 3)):
+            s.model.observe_decode(20, 19 * 0.01 * rng.uniform(0.7, 1.5), load=rng.randint(1, 4), now=rng.uniform(0, 1))
+        for _ in range(rng.randint(0, 5)):
+            s.inflight += 1
+            ticket = s.book.add(rng.uniform(0.0, 1.0), rng.uniform(0.05, 0.6), rng.uniform(5, 60), None, rng.random() < 0.7)
+            if rng.random() < 0.5:
+                s.book.first_token(ticket, rng.uniform(0.3, 1.0))
+        if rng.random() < 0.4:
+            prefilling(s, rng.randint(1, 2), rng.uniform(20, 300), since=rng.uniform(0.5, 1.0))
+        s.stalls_decodes = rng.random() < 0.5
+        fleet.append(s)
+    return fleet
+
+
+def test_the_first_without_every_delay_predicted_is_the_first_of_every_score():
+    # Where no one reads the scores, latency_aware ranks a timed decision by first_passed_on, which
+    # predicts the look-ahead's figures only where the delay could change the pick: the same pick as
+    # every score computed (LatencyAware._scores) would make, in whatever order ties are broken, and
+    # every candidate left as it was. Both of its ways are taken, and the delay moves some picks.
+    rng = random.Random(24)
+    ways = {"bound": 0, "every figure": 0, "moved": 0}
+    predicted = {"n": 0}
+    for case in range(400):
+        fleet = random_fleet(rng)
+        n = len(fleet)
+        ctx = ctx_for(rng.choice((BODY, LONG)))
+        ctx.stream = rng.random() < 0.5
+        gap = rng.choice((0.02, 0.1, 0.3, 1.0))
+        order = [(case + k) % n for k in range(n)]
+        assert all(s.model.tpot_base.samples >= 2 for s in fleet)  # measured: each score is its own
+        estimates, raw = ranked(fleet, ctx)
+        scores = LatencyAware._scores(fleet, ctx, gap, [1.0] * n, (estimates, raw))[1]
+        want = min(order, key=scores.__getitem__)
+        before = [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet]
+        stalls = [imposed(c, ctx, e) if c.stalls_decodes else None for c, e in zip(fleet, estimates)]
+        calls = predicted["n"]
+        with patch_figures(predicted):
+            got = first_passed_on(fleet, ctx, estimates, gap, raw, stalls, order)
+        assert got == want, case
+        assert [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet] == before
+        ways["bound" if predicted["n"] - calls == 2 else "every figure"] += 1
+        ways["moved"] += want != min(order, key=[r if s is None else r + s for r, s in zip(raw, stalls)].__getitem__)
+    assert all(ways.values()), ways
+
+
+@contextmanager
+def patch_figures(counter: dict[str, int]):
+    """Counts the look-ahead's predictions (lookahead.figure_at and booked_figure_at)."""
+    saved = lookahead.figure_at, lookahead.booked_figure_at
+
+    def counted(f):
+        def call(*a, **k):
+            counter["n"] += 1
+            return f(*a, **k)
+        return call
+
+    lookahead.figure_at, lookahead.booked_figure_at = counted(saved[0]), counted(saved[1])
+    try:
+        yield
+    finally:
+        lookahead.figure_at, lookahead.booked_figure_at = saved

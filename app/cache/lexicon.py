@@ -54,6 +54,11 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # Leave asked ("is it okay / fine / alright to X") is "can i X"; advice ("is it good / wise / time to X"),
     # "should i X".
     (r"\b(?:is it possible to|am i able to|am i allowed to|is it (?:ok|okay|fine|alright|all right) to|may i|could i)\b", "can i"),
+    # Leave asked for someone else: "Is it okay for my dog to eat grapes?" = "Are grapes okay for my dog to
+    # eat?" = "Can my dog eat grapes?" (the for-phrase is the infinitive's subject).
+    (r"^is it (?:ok|okay|fine|alright|all right) for ((?:[\w'-]+ ){0,2}?[\w'-]+) to ", r"can \1 "),
+    (r"^(?:is|are) ((?:[\w'-]+ ){0,4}?[\w'-]+) (?:ok|okay|fine|alright|all right) for ((?:[\w'-]+ ){0,2}?[\w'-]+) to (\w+)$",
+     r"can \2 \3 \1"),
     (r"\bwould it be\b", "is it"),
     # The additive particle after the question is "also" before its verb ("Can I use vitamin C as well /
     # too?" = "Can I also use vitamin C?"); "too" elsewhere is a degree ("too late") and stays.

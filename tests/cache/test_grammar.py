@@ -214,3 +214,32 @@ def test_a_reply_in_other_words_matches_in_context(encoder, cached, asked):
 def test_a_reply_that_says_otherwise_never_matches(encoder, cached, asked):
     assert not earlier_turn_matches(encoder, "assistant", cached, asked)
     assert not earlier_turn_matches(encoder, "assistant", asked, cached)
+
+
+# Leave asked for someone else: the for-phrase is the infinitive's subject.
+@pytest.mark.parametrize("a, b", [
+    ("Can it eat avocado?", "Is avocado ok for it to eat?"),
+    ("Can my dog eat grapes?", "Is it okay for my dog to eat grapes?"),
+    ("Can dogs eat grapes?", "Are grapes okay for dogs to eat?"),
+    ("Can kids drink coffee?", "Is it fine for kids to drink coffee?"),
+])
+def test_leave_for_someone_else_reads_as_can_they(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Is it okay for my dog to eat grapes?", "Can my cat eat grapes?"),  # another subject
+    ("Is it okay for my dog to eat grapes?", "Can I eat grapes?"),
+    ("Is it okay for my dog to eat grapes?", "Is it okay for my dog to eat raisins?"),
+    ("Is it okay for my dog to eat grapes?", "Should my dog eat grapes?"),  # leave is not advice
+    ("Is it okay for my dog to eat grapes?", "Is it dangerous for my dog to eat grapes?"),
+    ("Are grapes okay for dogs to eat?", "Are grapes toxic for dogs to eat?"),
+    ("Is avocado ok for it to eat?", "Can it not eat avocado?"),  # a negation
+    ("Is it ok for kids to drink coffee?", "Can adults drink coffee?"),
+    ("Is it fine for my baby to sleep on her side?", "Can my baby sleep on her back?"),
+    ("Is it okay for my son to skip school?", "Must my son skip school?"),
+    ("Is it okay for 2 people to share a room?", "Can 3 people share a room?"),  # a number
+])
+def test_leave_for_someone_else_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

@@ -137,8 +137,7 @@ class LatencyAware:
             # (Unless the prompt's prefix is held nowhere and prefixes are being reused: then placing it by
             # its hash, below, is likely to read every score, and they are computed whole from the start.)
             ranking = estimates, raw = ranked(candidates, ctx)
-            stalls = [imposed(c, ctx, e) if c.stalls_decodes else None for c, e in zip(candidates, estimates)]
-            first = first_passed_on(candidates, ctx, estimates, gap, raw, stalls, order)
+            first = first_passed_on(candidates, ctx, estimates, gap, raw, order)
         elif timed:
             estimates, scores = self._scores(candidates, ctx, gap, lags)
             first = min(order, key=scores.__getitem__)

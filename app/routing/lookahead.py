@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from math import isfinite
 from typing import TYPE_CHECKING
 
 from app.routing.predict import booked_figure_at, figure_at
@@ -99,34 +100,56 @@ def _booked_at(c: BackendState, ctx: RouteContext, est: Estimate, later: float, 
 
 
 def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: Sequence[Estimate],
-                    gap: float, raw: Sequence[float], stalls: Sequence[float | None], order: Sequence[int]) -> int:
-    """Which candidate ranks first once `passed_on`'s delay is charged, where no one reads the scores:
-    the first in `order` of the lowest `raw` + delay (+ `stalls`, where not None: `imposed`'s charge),
-    as every score computed would rank them, with fewer predictions.
+                    gap: float, raw: Sequence[float], order: Sequence[int]) -> int:
+    """Which candidate ranks first once `passed_on`'s delay and, where the server stalls its decodes,
+    `imposed`'s charge are added to `raw` (latency_aware's scores, every candidate measured), where no
+    one reads the scores: the first in `order` of the lowest, as every score computed would rank them,
+    with fewer predictions.
 
-    The delay falls on one candidate at most (`passed_on`), and only raises its figure. So the first
-    without it, f, stays first unless the delay falls on f and outgrows f's lead: with f's own two
-    look-ahead figures (the next arrival's alone and with this one booked there) the delay is at most
-    their difference, and if f stays first charged that, the other candidates' look-ahead figures are
-    not predicted. Otherwise they are, and the delay is `passed_on`'s (the same arithmetic, on figures
-    predicted as it predicts them). Monotone rounding keeps each bound a bound in floats."""
+    Neither charge is negative, so `raw` bounds each score from below, and a candidate that ranks first
+    against the others' lower bounds ranks first against their scores: a stall is priced only for a
+    candidate that ranks first while unpriced. The delay falls on one candidate at most, and only raises
+    it. So the first without it, f, stays first unless the delay falls on f and outgrows f's lead: with
+    f's own two look-ahead figures (the next arrival's alone and with this one booked there) the delay
+    is at most their difference, and if f stays first charged that, the other candidates' look-ahead
+    figures are not predicted. Otherwise they are, and the delay is `passed_on`'s (the same arithmetic,
+    on figures predicted as it predicts them). Monotone rounding keeps each bound a bound in floats."""
     n = len(candidates)
-    base = raw if stalls.count(None) == n else [r if s is None else r + s for r, s in zip(raw, stalls)]
-    f = min(order, key=base.__getitem__)
+    # Each candidate's score without the delay, or, until its stall is priced, the lower bound `raw`.
+    scores = list(raw)
+    unpriced = [c.stalls_decodes for c in candidates]
+    stalls = [0.0] * n
+
+    def price(j: int) -> None:
+        unpriced[j] = False
+        stalls[j] = imposed(candidates[j], ctx, estimates[j])
+        scores[j] = raw[j] + stalls[j]
+
+    def first() -> int:
+        while True:
+            j = min(order, key=scores.__getitem__)
+            if not unpriced[j]:
+                return j
+            price(j)
+
+    if not isfinite(sum(raw)):
+        # An infinite figure's stall may read NaN (inf x 0 requests running), which no bound orders: all priced.
+        for j in range(n):
+            if unpriced[j]:
+                price(j)
+
+    def charged(delay: float) -> float:  # f's score with `delay` passed on, as _scores adds them up
+        r = raw[f] + delay
+        return r + stalls[f] if candidates[f].stalls_decodes else r
+
+    f = first()
     now = ctx.now
     later = now + gap
     c = candidates[f]
     alone_f = figure_at(c, ctx, later, now)
     here = _booked_at(c, ctx, estimates[f], later, now)
-    imposed_f = stalls[f]
-
-    def charged(delay: float) -> float:  # f's score with `delay` passed on, as _scores adds them up
-        r = raw[f] + delay
-        return r if imposed_f is None else r + imposed_f
-
-    scores = list(base)
     scores[f] = charged(max(0.0, here - alone_f))
-    if min(order, key=scores.__getitem__) == f:
+    if first() == f:
         return f
     alone = [alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n)]
     unhindered = min(alone)
@@ -135,7 +158,7 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
         return f
     runner_up = min([*alone[:f], *alone[f + 1:]])
     scores[f] = charged(max(0.0, min(here, runner_up) - unhindered))
-    return min(order, key=scores.__getitem__)
+    return first()
 
 
 def imposed(c: BackendState, ctx: RouteContext, est: Estimate) -> float:

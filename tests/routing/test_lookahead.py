@@ -178,12 +178,13 @@ def random_fleet(rng: random.Random) -> list[State]:
 
 def test_the_first_without_every_delay_predicted_is_the_first_of_every_score():
     # Where no one reads the scores, latency_aware ranks a timed decision by first_passed_on, which
-    # predicts the look-ahead's figures only where the delay could change the pick: the same pick as
-    # every score computed (LatencyAware._scores) would make, in whatever order ties are broken, and
-    # every candidate left as it was. Both of its ways are taken, and the delay moves some picks.
+    # predicts the look-ahead's figures only where the delay could change the pick, and prices a stall
+    # only for a candidate that ranks first without it: the same pick as every score computed
+    # (LatencyAware._scores) would make, in whatever order ties are broken, and every candidate left as
+    # it was. Both of its ways are taken, stalls are left unpriced, and the delay moves some picks.
     rng = random.Random(24)
-    ways = {"bound": 0, "every figure": 0, "moved": 0}
-    predicted = {"n": 0}
+    ways = {"bound": 0, "every figure": 0, "moved": 0, "stall unpriced": 0}
+    predicted = {"n": 0, "stalls": 0}
     for case in range(400):
         fleet = random_fleet(rng)
         n = len(fleet)
@@ -196,30 +197,33 @@ def test_the_first_without_every_delay_predicted_is_the_first_of_every_score():
         scores = LatencyAware._scores(fleet, ctx, gap, [1.0] * n, (estimates, raw))[1]
         want = min(order, key=scores.__getitem__)
         before = [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet]
-        stalls = [imposed(c, ctx, e) if c.stalls_decodes else None for c, e in zip(fleet, estimates)]
-        calls = predicted["n"]
+        stalls = [imposed(c, ctx, e) if c.stalls_decodes else 0.0 for c, e in zip(fleet, estimates)]
+        calls, priced = predicted["n"], predicted["stalls"]
         with patch_figures(predicted):
-            got = first_passed_on(fleet, ctx, estimates, gap, raw, stalls, order)
+            got = first_passed_on(fleet, ctx, estimates, gap, raw, order)
         assert got == want, case
         assert [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet] == before
         ways["bound" if predicted["n"] - calls == 2 else "every figure"] += 1
-        ways["moved"] += want != min(order, key=[r if s is None else r + s for r, s in zip(raw, stalls)].__getitem__)
+        ways["moved"] += want != min(order, key=[r + s for r, s in zip(raw, stalls)].__getitem__)
+        ways["stall unpriced"] += predicted["stalls"] - priced < sum(s.stalls_decodes for s in fleet)
     assert all(ways.values()), ways
 
 
 @contextmanager
 def patch_figures(counter: dict[str, int]):
-    """Counts the look-ahead's predictions (lookahead.figure_at and booked_figure_at)."""
-    saved = lookahead.figure_at, lookahead.booked_figure_at
+    """Counts the look-ahead's predictions (lookahead.figure_at and booked_figure_at, in "n") and the
+    stalls it prices (lookahead.imposed, in "stalls")."""
+    saved = lookahead.figure_at, lookahead.booked_figure_at, lookahead.imposed
 
-    def counted(f):
+    def counted(f, key="n"):
         def call(*a, **k):
-            counter["n"] += 1
+            counter[key] += 1
             return f(*a, **k)
         return call
 
     lookahead.figure_at, lookahead.booked_figure_at = counted(saved[0]), counted(saved[1])
+    lookahead.imposed = counted(saved[2], "stalls")
     try:
         yield
     finally:
-        lookahead.figure_at, lookahead.booked_figure_at = saved
+        lookahead.figure_at, lookahead.booked_figure_at, lookahead.imposed = saved

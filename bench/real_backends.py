@@ -36,6 +36,11 @@ signed and absolute, TTFT and E2E) beside the rest's: the issue's "no over-predi
 in every run, not only in the first one after the calibration.
 
     python bench/real_backends.py --strategies latency_aware,latency_aware@base --base-tree /tmp/main --burst 10
+
+A run cut short (the lock's ~10 minutes, an outer `timeout`) prints no tables; its --dump holds every run it
+finished, and `--summarise DUMP` prints the tables from it (and starts nothing):
+
+    python bench/real_backends.py --summarise run.json --workload mixed --after 4 --burst 10
 """
 
 from __future__ import annotations
@@ -283,7 +288,13 @@ async def main() -> None:
     ap.add_argument("--burst", type=float, default=0.0,
                     help="seconds of closed loop through each strategy's gateway right before each of its runs")
     ap.add_argument("--after", type=int, default=8, help="a run's first requests, whose prediction error is printed apart")
+    ap.add_argument("--summarise", metavar="DUMP", default=None,
+                    help="print the tables of a --dump (a run cut short included) and start nothing; --workload, "
+                         "--after and --burst say how to read it")
     args = ap.parse_args()
+    if args.summarise:
+        summarise(runs_from_dump(args.summarise), args.workload, args.after, bool(args.burst), args.json)
+        return
     strategies = args.strategies.split(",")
     # NAME@base runs on the --base-tree gateway, under its alias NAME there.
     based = [s for s in strategies if base_checkout(s, args.base_tree)]
@@ -371,7 +382,6 @@ async def main() -> None:
                           f"{error_text(first_rest[s][-1][0])}; the rest {error_text(first_rest[s][-1][1])}", flush=True)
                 if args.dump:  # after every run: a run cut short by a timeout keeps what it measured
                     Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}))
-        rows = [median_row(s, [report(s, r) for r in runs[s]]) for s in strategies]
     finally:
         stop.set()
         await throttler
@@ -383,6 +393,31 @@ async def main() -> None:
         slow.stop()
     if args.dump:
         Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}, option=orjson.OPT_INDENT_2))
+    summarise(runs, args.workload, args.after, bool(args.burst), args.json)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def runs_from_dump(path: str) -> dict[str, list[list[Result]]]:
+    """Each strategy's runs in a --dump (its requests in schedule order, run after run; a run begins at the
+    schedule's first arrival): what a run cut short by a timeout measured, for `summarise`."""
+    out: dict[str, list[list[Result]]] = {}
+    for name, rows in orjson.loads(Path(path).read_bytes())["requests"].items():
+        results = [Result(**r) for r in rows]
+        runs: list[list[Result]] = []
+        for r in results:
+            if not runs or r.at == results[0].at:
+                runs.append([])
+            runs[-1].append(r)
+        out[name] = runs
+    return out
+
+
+def summarise(runs: dict[str, list[list[Result]]], workload: str, after: int, burst: bool, json_share: float) -> None:
+    """The tables: each strategy's medians over its runs, the first one's ratios against the others (of the
+    medians, and the median of in-repeat ratios where repeats were paired), and the prediction error of
+    each run's first `after` requests beside the rest's."""
+    strategies = [s for s, v in runs.items() if v]
+    rows = [median_row(s, [report(s, r) for r in runs[s]]) for s in strategies]
     print()
     print("(times in ms; prediction errors are medians of |predicted - measured| / measured)")
     print(f"{'strategy':<18} {'req':>4} {'err':>4} {'quick%':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p50':>8} "
@@ -392,7 +427,7 @@ async def main() -> None:
               f"{r['ttft_p99']:>9.0f} {r['e2e_p50']:>8.0f} {r['e2e_p99']:>8.0f} {r['ttft_pred_err_p50']:>9.0%} "
               f"{r['e2e_pred_err_p50']:>8.0%} {r['network_ms_p50']:>8.2f} {r['network_ms_p99']:>8.2f} "
               f"{r['queue_ms_p50']:>9.1f} {r['queue_ms_p99']:>9.1f}")
-    if args.workload == "mixed":
+    if workload == "mixed":
         print()
         print("mixed lengths, by class (medians over repeats): TTFT p50 / E2E p50 ms, quick share")
         for r in rows:
@@ -402,32 +437,41 @@ async def main() -> None:
     print()
     print(f"aims: median prediction error TTFT {p['ttft_pred_err_p50']:.0%} / E2E {p['e2e_pred_err_p50']:.0%} (<= 20 %); "
           f"quick share {p['quick_share']:.0%} (>= 70 %); Server-Timing network p99 {p['network_ms_p99']:.2f} ms (<= 5 ms)"
-          + (f"; JSON requests' E2E error {p['json_e2e_pred_err_p50']:.0%}" if args.json else ""))
+          + (f"; JSON requests' E2E error {p['json_e2e_pred_err_p50']:.0%}" if json_share else ""))
     for other in rows[1:]:
         print(f"vs {other['strategy']}: p99 TTFT {p['ttft_p99'] / other['ttft_p99']:.2f}x, "
               f"p99 E2E {p['e2e_p99'] / other['e2e_p99']:.2f}x, p50 TTFT {p['ttft_p50'] / other['ttft_p50']:.2f}x, "
               f"p50 E2E {p['e2e_p50'] / other['e2e_p50']:.2f}x ({p['strategy']} / {other['strategy']})")
-    if args.repeats > 1:
+    if any(len(runs[s]) > 1 for s in strategies):
         # Ratios within each repeat (same box state, same schedule), then their median: the figures the
         # README reports. The lines above divide medians taken over repeats, which mixes box states.
-        first = strategies[0]
-        for other in strategies[1:]:
+        lead = strategies[0]
+        for name in strategies[1:]:
             parts = []
             for key, label in (("ttft_p99", "p99 TTFT"), ("e2e_p99", "p99 E2E"), ("ttft_p50", "p50 TTFT"),
                                ("e2e_p50", "p50 E2E"), ("ttft_mean", "mean TTFT"), ("e2e_mean", "mean E2E")):
-                ratios = [report(first, a)[key] / report(other, b)[key] for a, b in zip(runs[first], runs[other])]
+                ratios = [report(lead, a)[key] / report(name, b)[key] for a, b in zip(runs[lead], runs[name])]
+                if not ratios:
+                    continue
                 parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
-            print(f"vs {other}, median of in-repeat ratios: " + ", ".join(parts))
-    if any(first_rest.values()):
+            print(f"vs {name}, median of in-repeat ratios: " + ", ".join(parts))
+    first_rest: dict[str, list[tuple[dict, dict]]] = {}
+    for s in strategies:
+        for results in runs[s]:
+            if any(r.predicted_e2e_s for r in results):
+                sent = sorted(results, key=lambda r: r.at)
+                first_rest.setdefault(s, []).append((errors(sent[:after]), errors(sent[after:])))
+    if first_rest:
         print()
-        print(f"prediction error, median over repeats of each run's medians (signed / absolute); the first {args.after} "
-              f"requests came right after {'a burst' if args.burst else 'the run before (the calibration, in the first)'}")
+        print(f"prediction error, median over repeats of each run's medians (signed / absolute); the first {after} "
+              f"requests came right after {'a burst' if burst else 'the run before (the calibration, in the first)'}")
         for s, pairs in first_rest.items():
             if pairs:
-                first = {k: statistics.median(p[0][k] for p in pairs) for k in pairs[0][0]}
-                rest = {k: statistics.median(p[1][k] for p in pairs) for k in pairs[0][1]}
-                print(f"  {s:<22} first {args.after}: {error_text(first)}; the rest: {error_text(rest)}")
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+                early = {k: statistics.median(p[0][k] for p in pairs) for k in pairs[0][0]}
+                late = {k: statistics.median(p[1][k] for p in pairs) for k in pairs[0][1]}
+                print(f"  {s:<22} first {after}: {error_text(early)}; the rest: {error_text(late)}")
+
+
 
 
 if __name__ == "__main__":

@@ -31,3 +31,24 @@ def test_a_strategy_at_base_runs_its_own_alias_on_the_other_checkouts_gateway():
         base_checkout("latency_aware@base", None)  # no --base-tree
     with pytest.raises(SystemExit):
         base_checkout("latency_aware@head", "/tmp/main")
+
+
+def test_a_dump_cut_short_is_read_back_run_by_run_and_summarised(tmp_path, capsys):
+    import orjson
+
+    from bench.real_backends import Result, runs_from_dump, summarise
+
+    def run(scale: float, predicted: float) -> list[dict]:
+        return [Result(True, "quick", 0.5 * scale, 1.0 * scale, 0.5 * predicted, 1.0 * predicted, at=at, words=w).__dict__
+                for at, w in ((1.0, 40), (2.5, 300), (4.0, 60))]
+
+    # Two runs of the first strategy; the second strategy's second run was cut by the timeout.
+    path = tmp_path / "dump.json"
+    path.write_bytes(orjson.dumps({"requests": {"a": run(1.0, 1.5) + run(1.0, 1.0), "b": run(2.0, 2.0)}, "models": []}))
+    runs = runs_from_dump(str(path))
+    assert [len(r) for r in runs["a"]] == [3, 3] and [len(r) for r in runs["b"]] == [3]
+    assert runs["a"][1][0].at == 1.0 and runs["a"][0][1].words == 300
+    summarise(runs, "mixed", 1, True, 0.0)
+    out = capsys.readouterr().out
+    assert "vs b, median of in-repeat ratios: p99 TTFT 0.50x (0.50)" in out
+    assert "a                      first 1: TTFT +25% / 25%, E2E +25% / 25%" in out

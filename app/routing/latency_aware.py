@@ -68,6 +68,8 @@ from app.routing.reuse import ReuseTracker
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.record import Estimate
     from app.routing.context import RouteContext
 
@@ -128,16 +130,14 @@ class LatencyAware:
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
         estimates: list[Estimate] | None = None
         scores: list[float] | None = None
-        ranking: tuple[list[Estimate], list[float]] | None = None
-        if timed and measured and not ctx.scored and gap is not None and (
-                matched > 0.0 or not ctx.prefix or not ctx.cached or not self.reuse.expected_share(ctx.now) > 0.0):
+        bounds: list[float] | None = None
+        complete: Callable[[], list[float]] | None = None
+        if timed and measured and not ctx.scored and gap is not None:
             # No one reads the scores (the decision is not traced) and every candidate is measured (so none
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
             # prediction now, but the look-ahead's only where the delay it passes on could change the pick.
-            # (Unless the prompt's prefix is held nowhere and prefixes are being reused: then placing it by
-            # its hash, below, is likely to read every score, and they are computed whole from the start.)
-            ranking = estimates, raw = ranked(candidates, ctx)
-            first = first_passed_on(candidates, ctx, estimates, gap, raw, order)
+            estimates, raw = ranked(candidates, ctx)
+            first, bounds, complete = first_passed_on(candidates, ctx, estimates, gap, raw, order)
         elif timed:
             estimates, scores = self._scores(candidates, ctx, gap, lags)
             first = min(order, key=scores.__getitem__)
@@ -184,22 +184,31 @@ class LatencyAware:
         margin = self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
         if margin <= 0.0 or (ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing):
             return first, scores or _UNSCORED * n
-        if scores is None:
-            scores = self._scores(candidates, ctx, gap, lags, ranking)[1]
-        best = scores[first]
         group = ctx.prefix.group
+        hashed = [rendezvous(group, x.name) for x in candidates]
+        if bounds is not None and complete is not None:
+            # The pick is the first candidate, in hash order, whose score is within the margin of the best:
+            # those whose bounds are over it are not, and the first candidate is (first_passed_on's bounds).
+            if math.isfinite(cutoff := bounds[first] + margin):
+                for i in sorted(range(n), key=lambda i: (-hashed[i], i)):
+                    if i == first:
+                        return first, _UNSCORED * n
+                    if not bounds[i] > cutoff:
+                        break  # it may be within: every score decides
+            scores = complete()
+        elif scores is None:
+            scores = self._scores(candidates, ctx, gap, lags)[1]
+        best = scores[first]
         within = [i for i in range(n) if scores[i] <= best + margin]
-        return max(within, key=lambda i: rendezvous(group, candidates[i].name)), scores
+        return max(within, key=hashed.__getitem__), scores
 
     @staticmethod
-    def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float],
-                ranking: tuple[list[Estimate], list[float]] | None = None) -> tuple[list[Estimate], list[float]]:
+    def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float]) -> tuple[list[Estimate], list[float]]:
         """Every candidate's estimate (kept on `ctx` for the lease) and score: its predicted latency, plus
         the delay it passes on to the next arrival expected `gap` from now, plus the stall it imposes on
         the decodes running there; a candidate not yet measured as good as the best measured one; one
-        never timed whose streams lag (`lags`, over SLOWER_HOME) scaled by that lag. `ranking`: this
-        decision's `ranked` (estimates and figures), where it was made already."""
-        estimates, raw = ranking or ranked(candidates, ctx)
+        never timed whose streams lag (`lags`, over SLOWER_HOME) scaled by that lag."""
+        estimates, raw = ranked(candidates, ctx)
         if gap is not None:
             # Each placement is also charged what the next arrival would be offered after it
             # (app/routing/lookahead.py): the delay it passes on, not only its own.

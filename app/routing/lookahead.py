@@ -30,7 +30,7 @@ p99 TTFT 0.93x.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from math import isfinite
 from typing import TYPE_CHECKING
@@ -70,7 +70,13 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
     now = ctx.now
     later = now + gap
     # The in-flight book is simulated from now (what is known now), at the later instant.
-    alone = [figure_at(c, ctx, later, now) for c in candidates]
+    return _delays(candidates, ctx, estimates, [figure_at(c, ctx, later, now) for c in candidates], later)
+
+
+def _delays(candidates: Sequence[BackendState], ctx: RouteContext, estimates: Sequence[Estimate],
+            alone: list[float], later: float, known: tuple[int, float] | None = None) -> list[float]:
+    """`passed_on`'s delays, from the next arrival's figures at `later` with this request placed nowhere
+    (`alone`); `known`: a candidate's figure with this request booked there, where predicted already."""
     unhindered = min(alone)
     out = [0.0] * len(candidates)
     if alone.count(unhindered) == 1:
@@ -78,7 +84,10 @@ def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: 
         # anywhere else, this request leaves that best untouched (min(here, unhindered) - unhindered <= 0).
         # So one booking is simulated, not one per candidate.
         i = alone.index(unhindered)
-        here = _booked_at(candidates[i], ctx, estimates[i], later, now)
+        if known is not None and known[0] == i:
+            here = known[1]
+        else:
+            here = _booked_at(candidates[i], ctx, estimates[i], later, ctx.now)
         others = [*alone[:i], *alone[i + 1:]]
         runner_up = min(others) if others else here
         out[i] = max(0.0, min(here, runner_up) - unhindered)
@@ -100,7 +109,8 @@ def _booked_at(c: BackendState, ctx: RouteContext, est: Estimate, later: float, 
 
 
 def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: Sequence[Estimate],
-                    gap: float, raw: Sequence[float], order: Sequence[int]) -> int:
+                    gap: float, raw: Sequence[float], order: Sequence[int]
+                    ) -> tuple[int, list[float], Callable[[], list[float]]]:
     """Which candidate ranks first once `passed_on`'s delay and, where the server stalls its decodes,
     `imposed`'s charge are added to `raw` (latency_aware's scores, every candidate measured), where no
     one reads the scores: the first in `order` of the lowest, as every score computed would rank them,
@@ -113,7 +123,11 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
     f's own two look-ahead figures (the next arrival's alone and with this one booked there) the delay
     is at most their difference, and if f stays first charged that, the other candidates' look-ahead
     figures are not predicted. Otherwise they are, and the delay is `passed_on`'s (the same arithmetic,
-    on figures predicted as it predicts them). Monotone rounding keeps each bound a bound in floats."""
+    on figures predicted as it predicts them). Monotone rounding keeps each bound a bound in floats.
+
+    Returns the first; bounds of the scores (the first's at least its score, every other's at most its
+    own); and a function that completes every score, as latency_aware's `_scores` adds them up, from
+    what was predicted so far."""
     n = len(candidates)
     # Each candidate's score without the delay, or, until its stall is priced, the lower bound `raw`.
     scores = list(raw)
@@ -148,17 +162,28 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
     c = candidates[f]
     alone_f = figure_at(c, ctx, later, now)
     here = _booked_at(c, ctx, estimates[f], later, now)
+    alone: list[float] = []
+
+    def complete() -> list[float]:
+        if not alone:
+            alone.extend(alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n))
+        delays = _delays(candidates, ctx, estimates, alone, later, (f, here))
+        for j in range(n):
+            if unpriced[j]:
+                price(j)
+        return [r + d + s if x.stalls_decodes else r + d for r, d, s, x in zip(raw, delays, stalls, candidates)]
+
     scores[f] = charged(max(0.0, here - alone_f))
     if first() == f:
-        return f
-    alone = [alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n)]
+        return f, scores, complete
+    alone.extend(alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n))
     unhindered = min(alone)
     if alone.count(unhindered) != 1 or alone.index(unhindered) != f:
         # The delay, if any, falls on another candidate: f stays first.
-        return f
+        return f, scores, complete
     runner_up = min([*alone[:f], *alone[f + 1:]])
     scores[f] = charged(max(0.0, min(here, runner_up) - unhindered))
-    return first()
+    return first(), scores, complete
 
 
 def imposed(c: BackendState, ctx: RouteContext, est: Estimate) -> float:

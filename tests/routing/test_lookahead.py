@@ -193,15 +193,19 @@ def test_the_first_without_every_delay_predicted_is_the_first_of_every_score():
         gap = rng.choice((0.02, 0.1, 0.3, 1.0))
         order = [(case + k) % n for k in range(n)]
         assert all(s.model.tpot_base.samples >= 2 for s in fleet)  # measured: each score is its own
+        scores = LatencyAware._scores(fleet, ctx, gap, [1.0] * n)[1]
         estimates, raw = ranked(fleet, ctx)
-        scores = LatencyAware._scores(fleet, ctx, gap, [1.0] * n, (estimates, raw))[1]
         want = min(order, key=scores.__getitem__)
         before = [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet]
         stalls = [imposed(c, ctx, e) if c.stalls_decodes else 0.0 for c, e in zip(fleet, estimates)]
         calls, priced = predicted["n"], predicted["stalls"]
         with patch_figures(predicted):
-            got = first_passed_on(fleet, ctx, estimates, gap, raw, order)
+            got, bounds, complete = first_passed_on(fleet, ctx, estimates, gap, raw, order)
         assert got == want, case
+        # The first's bound is at least its score, every other's at most its own (the hashed placement's),
+        # and the scores completed are every score, to the bit.
+        assert bounds[got] >= scores[got] and all(b <= s for j, (b, s) in enumerate(zip(bounds, scores)) if j != got)
+        assert [repr(s) for s in complete()] == [repr(s) for s in scores], case
         assert [(s.inflight, s.prefilling, s.uncached_inflight, s.prefill_busy_since, len(s.book)) for s in fleet] == before
         ways["bound" if predicted["n"] - calls == 2 else "every figure"] += 1
         ways["moved"] += want != min(order, key=[r + s for r, s in zip(raw, stalls)].__getitem__)

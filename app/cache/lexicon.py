@@ -10,6 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+
+def _count(words: str) -> bool:
+    """A number in digits or in words ("45", "forty-five", "twelve")."""
+    return words.isdigit() or all(w in NUMBER_WORDS for w in re.split(r"[- ]", words))
+
+
 # The periods a frequency is said in (frames below): "daily" = "every day".
 _PERIOD_OF = {"daily": "day", "nightly": "night", "weekly": "week", "monthly": "month", "yearly": "year",
               "hourly": "hour", "annually": "year", "annual": "year"}
@@ -89,6 +95,10 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"^(?:is|are) ((?:[\w'-]+ ){1,5}?)(?:necessary|required|needed)\b", lambda m: f"do i need {m.group(1).strip()}"),
     # The same advice asked with its subject first: "Is cardio on an empty stomach a good idea?".
     (r"^(?:is|are) ((?:\w+ ){1,6}?)(?:a good idea|advisable|recommended)$", r"should i \1"),
+    # An age said without its unit is said in years: "I'm 45 and ..." = "I'm 45 years old and ..." (a number
+    # straight after the verb, ending its clause; "a 12-year-old water heater" and "12 water heaters" keep theirs).
+    (r"\b(am|is|are|was|were|be|turn|turns|turned) ([a-z]+(?:[- ][a-z]+)?|\d+)(?=\s*(?:$|[,.;!?]|\band\b|\bbut\b|\bso\b))",
+     lambda m: f"{m.group(1)} {m.group(2)} years old" if _count(m.group(2)) else m.group(0)),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

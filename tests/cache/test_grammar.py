@@ -243,3 +243,33 @@ def test_leave_for_someone_else_reads_as_can_they(encoder, a, b):
 ])
 def test_leave_for_someone_else_keeps_what_else_changed(encoder, a, b):
     assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# An age said without its unit is said in years ("I'm 45 and ..." = "I'm 45 years old and ...").
+@pytest.mark.parametrize("cached, asked", [
+    ("I'm 45 years old.", "I'm 45."),
+    ("My son is 4.", "My son is 4 years old."),
+    ("I am 45 and I use retinol nightly.", "I'm 45 years old and use retinol every night."),
+])
+def test_an_age_without_its_unit_is_in_years(encoder, cached, asked):
+    assert earlier_turn_matches(encoder, "user", cached, asked)
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I'm 45.", "I'm 45 months old."),  # another unit
+    ("I'm 45 years old.", "I'm 54."),  # another number
+    ("My dog is 12.", "My dog is 12 weeks old."),
+    ("My son is 4.", "I have 4 sons."),  # a count is no age
+    ("My water heater is 12.", "I have 12 water heaters."),
+    ("I am 45 and I use retinol nightly.", "I'm 45 years old and use retinol every week."),
+    ("I'm 45 and I use retinol.", "I'm 45 and I don't use retinol."),
+])
+def test_an_age_keeps_what_else_changed(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "user", cached, asked)
+    assert not earlier_turn_matches(encoder, "user", asked, cached)
+
+
+def test_a_number_that_is_no_bare_age_keeps_its_words():
+    assert canon("I have a 12-year-old water heater.") == ["i", "hav", "12", "year", "old", "water", "heater"]
+    assert canon("I have 12 water heaters.") == ["i", "hav", "12", "water", "heater"]
+    assert "year" not in canon("What is 5 plus 5?")

@@ -99,6 +99,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # straight after the verb, ending its clause; "a 12-year-old water heater" and "12 water heaters" keep theirs).
     (r"\b(am|is|are|was|were|be|turn|turns|turned) ([a-z]+(?:[- ][a-z]+)?|\d+)(?=\s*(?:$|[,.;!?]|\band\b|\bbut\b|\bso\b))",
      lambda m: f"{m.group(1)} {m.group(2)} years old" if _count(m.group(2)) else m.group(0)),
+    # "go V-ing" is the activity: "I go trout fishing" = "I fish for trout", "Can I go swimming?" = "Can I swim?".
+    (r"\b(?:go|goes|going) ((?:[a-z]+ )?[a-z]{2,}ing)\b", r"\1"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

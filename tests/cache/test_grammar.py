@@ -273,3 +273,28 @@ def test_a_number_that_is_no_bare_age_keeps_its_words():
     assert canon("I have a 12-year-old water heater.") == ["i", "hav", "12", "year", "old", "water", "heater"]
     assert canon("I have 12 water heaters.") == ["i", "hav", "12", "water", "heater"]
     assert "year" not in canon("What is 5 plus 5?")
+
+
+# "go V-ing" names the activity: "I go trout fishing" = "I fish for trout", "Can I go swimming?" = "Can I swim?".
+def test_go_and_an_activity_is_the_activity(encoder):
+    assert earlier_turn_matches(encoder, "user", "I go trout fishing in small mountain streams.",
+                                "I fish for trout in small mountain streams.")
+    assert earlier_turn_matches(encoder, "user", "I go fishing every weekend.", "I fish every weekend.")
+    assert guard.mismatch("Can I go swimming after eating?", "Can I swim after eating?") is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I go trout fishing in small mountain streams.", "I go fly fishing in small mountain streams."),
+    ("I go fishing in small mountain streams.", "I go swimming in small mountain streams."),
+    ("I go fishing every weekend.", "I went fishing last weekend."),
+])
+def test_go_and_an_activity_keeps_what_else_changed(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "user", cached, asked)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I go swimming after eating?", "Can I go running after eating?"),
+    ("Can I go swimming after eating?", "Can I go swimming before eating?"),
+])
+def test_go_and_an_activity_in_a_question_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

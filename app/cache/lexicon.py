@@ -101,6 +101,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
      lambda m: f"{m.group(1)} {m.group(2)} years old" if _count(m.group(2)) else m.group(0)),
     # "go V-ing" is the activity: "I go trout fishing" = "I fish for trout", "Can I go swimming?" = "Can I swim?".
     (r"\b(?:go|goes|going) ((?:[a-z]+ )?[a-z]{2,}ing)\b", r"\1"),
+    # The instrument: "I use a USB mic to record my podcast" = "I record my podcast with a USB mic".
+    (r"\b(?:use|uses|using) ((?:[\w'-]+ ){0,3}?[\w'-]+) to (\w+)\b", r"with \1 \2"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

@@ -298,3 +298,30 @@ def test_go_and_an_activity_keeps_what_else_changed(encoder, cached, asked):
 ])
 def test_go_and_an_activity_in_a_question_keeps_what_else_changed(encoder, a, b):
     assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# The instrument: "use X to V Y" = "V Y with X".
+def test_use_x_to_do_it_is_doing_it_with_x(encoder):
+    assert earlier_turn_matches(encoder, "user", "I use a USB microphone to record my podcast.",
+                                "I record my podcast with a USB microphone.")
+    assert served(encoder, "Can I use baking soda to clean my oven?", "Can I clean my oven with baking soda?")
+    assert canon("I used to smoke.") == ["i", "used", "to", "smok"]  # the habitual past is no instrument
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I use a USB microphone to record my podcast.", "I record my podcast with an XLR microphone."),
+    ("I use a USB microphone to record my podcast.", "I use my podcast to record a USB microphone."),
+    ("I use a USB microphone to record my podcast.", "I use a USB microphone to edit my podcast."),
+    ("I use my phone to record my podcast.", "I record my phone with my podcast."),  # instrument and object swapped
+])
+def test_an_instrument_keeps_what_else_changed(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "user", cached, asked)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Can I use baking soda to clean my oven?", "Can I clean baking soda with my oven?"),
+    ("Can I use baking soda to clean my oven?", "Can I use vinegar to clean my oven?"),
+    ("Can I use baking soda to clean my oven?", "Can I clean my oven without baking soda?"),
+])
+def test_an_instrument_in_a_question_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

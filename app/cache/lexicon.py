@@ -103,6 +103,10 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\b(?:go|goes|going) ((?:[a-z]+ )?[a-z]{2,}ing)\b", r"\1"),
     # The instrument: "I use a USB mic to record my podcast" = "I record my podcast with a USB mic".
     (r"\b(?:use|uses|using) ((?:[\w'-]+ ){0,3}?[\w'-]+) to (\w+)\b", r"with \1 \2"),
+    # Where a thing is, said with a verb of position: "Does Mexico City lie above sea level?" = "Is Mexico City
+    # above sea level?" (only before a preposition of place).
+    (r"^(?:does|do) (.+?) (?:lie|sit|stand) (above|below|beneath|under|in|inside|on|at|near|beside|between|within|outside)\b",
+     r"is \1 \2"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

@@ -325,3 +325,27 @@ def test_an_instrument_keeps_what_else_changed(encoder, cached, asked):
 ])
 def test_an_instrument_in_a_question_keeps_what_else_changed(encoder, a, b):
     assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# Where a thing is, said with a verb of position before a preposition of place.
+@pytest.mark.parametrize("a, b", [
+    ("Is Mexico City above sea level?", "Does Mexico City lie above sea level?"),
+    ("Is the village on a hill?", "Does the village sit on a hill?"),
+])
+def test_a_verb_of_position_reads_as_is(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Does Mexico City lie above sea level?", "Is Mexico City below sea level?"),
+    ("Does the town lie in Italy?", "Is the town in France?"),
+    ("Does the village sit on a hill?", "Is the village on a lake?"),
+    ("Does the village sit on a hill?", "Is the village near a hill?"),
+])
+def test_a_verb_of_position_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+def test_lie_without_a_place_is_lie():
+    assert canon("Does he lie about his age?") == ["he", "lie", "about", "his", "age"]

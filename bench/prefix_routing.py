@@ -20,7 +20,9 @@ starting with the next strategy), and the paired figures follow: per repeat, eac
 and E2E over each baseline's in that repeat, as the median and quartiles over repeats and how many
 repeats it was lower in. On a noisy box many short repeats resolve more than a few long ones (the
 load drifts within minutes; the strategies of one repeat run seconds apart): for unique prompts,
-`--seconds 10 --repeats 12`. With --replicas 3,
+`--seconds 10 --repeats 12`. An A/A (NAME and NAME@base at one commit) shows the floor: on the 2-core
+development box, shared with others' work, two arms of main read 1.45x apart at the median of 8 repeats
+(quartiles 1.00-1.58, 6 requests a run), far wider than a 5 % aim (README, tenth round). With --replicas 3,
 --replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
 with and without consistent hashing, against one replica. With --slow F the last backend is F times
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With

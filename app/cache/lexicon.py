@@ -107,6 +107,10 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # above sea level?" (only before a preposition of place).
     (r"^(?:does|do) (.+?) (?:lie|sit|stand) (above|below|beneath|under|in|inside|on|at|near|beside|between|within|outside)\b",
      r"is \1 \2"),
+    # A sentence opening with its subject's role: "As a beginner, I can't roll yet." = "I'm a beginner and I can't
+    # roll yet." (the appositive says what the subject is).
+    (r"^as (a|an) ((?:[\w'-]+ ){0,2}?[\w'-]+), (i|we) ",
+     lambda m: f"{m.group(3)} {'am' if m.group(3) == 'i' else 'are'} {m.group(1)} {m.group(2)} and {m.group(3)} "),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

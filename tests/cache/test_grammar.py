@@ -349,3 +349,19 @@ def test_a_verb_of_position_keeps_what_else_changed(encoder, a, b):
 
 def test_lie_without_a_place_is_lie():
     assert canon("Does he lie about his age?") == ["he", "lie", "about", "his", "age"]
+
+
+# A sentence opening with its subject's role: "As a beginner, I ..." = "I'm a beginner and I ...".
+def test_a_role_said_first_is_what_the_subject_is(encoder):
+    assert earlier_turn_matches(encoder, "user", "I'm a beginner and I can't roll yet.", "As a beginner, I can't roll yet.")
+    assert guard.mismatch("As a new parent, I worry about sleep.", "I'm a new parent and I worry about sleep.") is None
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I'm a beginner and I can't roll yet.", "As an expert, I can't roll yet."),
+    ("I'm a beginner and I can't roll yet.", "As a beginner, I can roll now."),
+    ("I'm a beginner and I can't roll yet.", "As a beginner, I can't swim yet."),
+    ("I'm a nurse and I work nights.", "As a nurse, my wife works nights."),
+])
+def test_a_role_said_first_keeps_what_else_changed(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "user", cached, asked)

@@ -111,6 +111,8 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # roll yet." (the appositive says what the subject is).
     (r"^as (a|an) ((?:[\w'-]+ ){0,2}?[\w'-]+), (i|we) ",
      lambda m: f"{m.group(3)} {'am' if m.group(3) == 'i' else 'are'} {m.group(1)} {m.group(2)} and {m.group(3)} "),
+    # A year of origin after its noun ends the phrase: "a bottle of Barolo from 2015" = "a bottle of 2015 Barolo".
+    (r"\b([a-z][\w'-]*) from ((?:19|20)\d\d)(?=\s*(?:$|[.,;!?]))", r"\2 \1"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

@@ -365,3 +365,21 @@ def test_a_role_said_first_is_what_the_subject_is(encoder):
 ])
 def test_a_role_said_first_keeps_what_else_changed(encoder, cached, asked):
     assert not earlier_turn_matches(encoder, "user", cached, asked)
+
+
+# A year of origin after its noun, at the end: "a bottle of Barolo from 2015" = "a bottle of 2015 Barolo".
+def test_a_year_after_its_noun_reads_before_it(encoder):
+    assert earlier_turn_matches(encoder, "user", "I have a bottle of 2015 Barolo.", "I own a bottle of Barolo from 2015.")
+
+
+@pytest.mark.parametrize("cached, asked", [
+    ("I have a bottle of 2015 Barolo.", "I own a bottle of Barolo from 2016."),  # another year
+    ("I have a bottle of 2015 Barolo.", "I own a bottle of Chianti from 2015."),  # another wine
+    ("I have a bottle of 2015 Barolo.", "I own a bottle of Barolo since 2015."),
+])
+def test_a_year_after_its_noun_keeps_what_else_changed(encoder, cached, asked):
+    assert not earlier_turn_matches(encoder, "user", cached, asked)
+
+
+def test_a_year_in_a_range_keeps_its_role():
+    assert guard.mismatch("Prices rose from 2015 to 2020.", "Prices rose from 2020 to 2015.") == "role"

@@ -40,7 +40,8 @@ _NEGATIONS = frozenset(["not", "no", "never", "without", "none", "nothing", "nob
 # a different question whatever a judge says. "words" and "order" are where the guard is unsure.
 # "case": a unit or an acronym that differs in letter case or by one letter ("Mbps"/"MBps",
 # "HLOOKUP"/"VLOOKUP"; app/cache/normalise.py). "modal": what may be done against what must or should
-# be ("Can I ...?" / "Should I ...?", `_modal_changed`).
+# be ("Can I ...?" / "Should I ...?", `_modal_changed`), or either against what is ("Do dogs ...?",
+# `_modal_against_fact`).
 HARD_REASONS = frozenset({"number", "negation", "role", "case", "modal"})
 
 
@@ -251,7 +252,7 @@ def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     ta, tb = tokens(a), tokens(b)
     if _addressee_swapped(a, ta, b, tb):
         return "role", ()
-    if _modal_changed(ta, tb):
+    if _modal_changed(ta, tb) or _modal_against_fact(a, ta, b, tb):
         return "modal", ()
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
     pairs: dict[str, str] | None = {}
@@ -725,6 +726,22 @@ def _modal_changed(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> bool:
 
 
 _MODALS = frozenset("can must should".split())  # "could", "may I" and "might" are read as "can" first
+
+
+def _modal_against_fact(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, ...]) -> bool:
+    """A yes/no question asked with a modal first against the same one asked of the fact with "do":
+    "Should dogs eat grass?" / "Do dogs eat grass?", "Can my dog eat grass?" / "Does my dog eat grass?",
+    "Must doctors recommend statins?" / "Do doctors ...?". What may, must or should be is not what is; the
+    guard's filler rule and the contextual check both read a modal as a word a rewording may add. A
+    question about what is right or good ("Is 8 am the right time ...?") asks advice too, and is left."""
+    for (x, tx), (y, ty) in (((a, ta), (b, tb)), ((b, tb), (a, ta))):
+        if (tx and tx[0].canon in _MODALS and not {t.canon for t in ty} & _MODALS
+                and _DO_FIRST.match(y.lower().lstrip(" \t\n\"'*"))):
+            return True
+    return False
+
+
+_DO_FIRST = re.compile(r"(?:do|does|did)\b")
 
 
 def _persons(toks: tuple[Token, ...]) -> set[int]:

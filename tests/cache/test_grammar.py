@@ -383,3 +383,27 @@ def test_a_year_after_its_noun_keeps_what_else_changed(encoder, cached, asked):
 
 def test_a_year_in_a_range_keeps_its_role():
     assert guard.mismatch("Prices rose from 2015 to 2020.", "Prices rose from 2020 to 2015.") == "role"
+
+
+# A yes/no question asked with a modal is not the one asked of the fact with "do" (a hard refusal).
+@pytest.mark.parametrize("a, b", [
+    ("Do dogs eat grass?", "Should dogs eat grass?"),
+    ("Does my dog eat grass?", "Can my dog eat grass?"),
+    ("Does she eat meat?", "Should she eat meat?"),
+    ("Do people tip in Japan?", "Should people tip in Japan?"),
+    ("Do doctors recommend statins?", "Must doctors recommend statins?"),
+    ("Do cats sleep a lot?", "Can cats sleep a lot?"),
+    ("Do people eat raw eggs?", "Is it okay to eat raw eggs?"),  # the frame reads "can i"
+])
+def test_a_modal_against_the_fact_is_refused(encoder, a, b):
+    assert guard.mismatch(a, b) == "modal" and guard.mismatch(b, a) == "modal"
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Should I take my pills at 8 am?", "Is 8 am the right time for my pills?"),  # advice asked with "is"
+    ("How often should I feed a puppy?", "How often do I feed a puppy?"),  # a question word first
+    ("Do I need to file a tax return?", "Should I file a tax return?"),  # both modals ("must", "should")
+])
+def test_a_modal_against_the_fact_is_only_a_yes_no_question_with_do(a, b):
+    assert guard.mismatch(a, b) != "modal"

@@ -195,3 +195,75 @@ def decided(c: BackendState, ctx: RouteContext) -> Estimate:
 def predict(c: BackendState, ctx: RouteContext) -> float:
     """Predicted seconds to the first token (streams) or to the last (otherwise), failures priced in."""
     return objective(estimate(c, ctx), ctx) * failure_penalty(c, ctx.now)
+
+
+def pair_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> tuple[float, float]:
+    """(`figure_at`, `booked_figure_at`) for `c` at `now` in one pass: the model's figures read once.
+    Only where `booked_figure_at` applies (fewer requests than slots with the booking, or no known slots)."""
+    first = ctx.stream and ctx.stream_objective == "ttft"  # by_first_token(ctx)
+    m = c.model
+    x = m.queue
+    residual = (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+                if x.samples and x.value != x.prior else x.prior)
+    residual = residual if residual > 0.0 else 0.0  # noqa: FURB136
+    slots = m.slots
+    line = m.prefill
+    fit = line.fit()
+    if fit is None:
+        fixed, per_token = line.prior_intercept, line.prior_slope
+    else:
+        drift = 1.0 - _exp(-(now - line.updated) / line.stale_tau_s)
+        fixed, per_token = fit[0] + (line.prior_intercept - fit[0]) * drift, fit[1] + (line.prior_slope - fit[1]) * drift
+    x = m.net
+    net = (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+           if x.samples and x.value != x.prior else x.prior)
+    x = m.failure_rate
+    penalty = 1.0 + 4.0 * (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
+                           if x.samples and x.value != x.prior else x.prior)
+    n = 0.0
+    if not first:
+        n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
+        cap = ctx.max_tokens
+        if cap:
+            n = cap if ctx.exact_output or cap < n else n
+        n -= 1
+        if not n > 0.0:
+            n = 0.0
+    held = ctx.cached
+    cached = held.get(c.name) if held else None
+    own = (c.prefilling, c.uncached_inflight, c.prefill_busy_since)
+    variants: list[tuple[int, tuple[int, float, float]]] = [(c.inflight, own)]
+    if ctx.prefix is not None and ctx.prefix.keys and held is not None:
+        tokens = max(0.0, ctx.prompt_tokens - (cached.tokens if cached is not None else 0.0))
+        variants.append((c.inflight + 1, (c.prefilling + 1, c.uncached_inflight + tokens,
+                                          c.prefill_busy_since if c.prefilling else ctx.now)))
+    else:
+        variants.append((c.inflight + 1, own))
+    out = []
+    for ahead, (prefilling, uncached, busy) in variants:
+        queue = residual
+        if c.others_waiting:
+            queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
+        prompt = ctx.prompt_tokens
+        if held is not None:
+            backlog = prefilling * fixed + uncached * per_token
+            if backlog:
+                share = backlog / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
+                done = known_at - busy
+                backlog -= share if share < done else done  # noqa: FURB136
+                if now > known_at:
+                    backlog -= now - known_at
+                if not backlog > 0.0:
+                    backlog = 0.0
+            slot_wait = queue - residual
+            queue = residual + (backlog if backlog > slot_wait else slot_wait)  # noqa: FURB136
+            if cached is not None and cached.tokens > 0:
+                prompt = round(prompt - cached.tokens)
+                if not prompt > 1:
+                    prompt = 1
+                ready = cached.ready_at - now
+                if ready > queue:  # noqa: PLR1730
+                    queue = ready
+        ttft = net + queue + (fixed + per_token * prompt)
+        out.append((ttft if first else ttft + n * m.answer_tpot(ahead + 1, now)) * penalty)
+    return out[0], out[1]

@@ -674,9 +674,11 @@ def vocab_rank() -> dict[str, int]:
 
 
 def _roles(words: list[str]) -> Counter:
-    """(role word, the content word after it): direction, comparison and scope."""
+    """(role word, the content word after it): direction, comparison and scope. A role word left at the end
+    (stranded: "What country should I ship it to?") keeps its role with no word after it (None), so "to" and
+    "from" there still differ."""
     out: Counter = Counter()
-    for i, w in enumerate(words[:-1]):
+    for i, w in enumerate(words):
         if w in lx.ROLE_WORDS:
             nxt = next((v for v in words[i + 1:] if v not in lx.ROLE_WORDS), None)
             out[(w, nxt)] += 1

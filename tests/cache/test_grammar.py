@@ -407,3 +407,13 @@ def test_a_modal_against_the_fact_is_refused(encoder, a, b):
 ])
 def test_a_modal_against_the_fact_is_only_a_yes_no_question_with_do(a, b):
     assert guard.mismatch(a, b) != "modal"
+
+
+# A role word left at the end of the question (stranded) keeps its role: "to" and "from" there still differ.
+@pytest.mark.parametrize("a, b", [
+    ("What country should I ship it to?", "What country should I ship it from?"),
+    ("Who should I send it to?", "Who should I send it from?"),
+    ("What should I clean it with?", "What should I clean it without?"),
+])
+def test_a_stranded_role_word_keeps_its_role(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

@@ -113,6 +113,9 @@ _FRAMES: list[tuple[str, Replacement]] = [
      lambda m: f"{m.group(3)} {'am' if m.group(3) == 'i' else 'are'} {m.group(1)} {m.group(2)} and {m.group(3)} "),
     # A year of origin after its noun ends the phrase: "a bottle of Barolo from 2015" = "a bottle of 2015 Barolo".
     (r"\b([a-z][\w'-]*) from ((?:19|20)\d\d)(?=\s*(?:$|[.,;!?]))", r"\2 \1"),
+    # A preposition in front of the question word is the one stranded after it: "For how long should I decant
+    # it?" = "How long should I decant it for?", "To what temperature ...?" = "What temperature ... to?".
+    (r"^(to|for|with|from|in|on|at|about|by) ((?:what|which|how|whom)\b.+)$", r"\2 \1"),
     (r"\bhow frequently\b", "how often"),
     (r"\b(?:turn|switch) on\b", "enable"),
     (r"\b(?:turn|switch) off\b", "disable"),

@@ -417,3 +417,25 @@ def test_a_modal_against_the_fact_is_only_a_yes_no_question_with_do(a, b):
 ])
 def test_a_stranded_role_word_keeps_its_role(encoder, a, b):
     assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# A preposition in front of the question word is the one stranded at the end ("For how long ...?" = "How long ...?").
+@pytest.mark.parametrize("a, b", [
+    ("For how long should I boil eggs?", "How long should I boil eggs?"),
+    ("To what temperature should I heat the oven?", "What temperature should I heat the oven to?"),
+    ("With what should I clean it?", "What should I clean it with?"),
+    ("In which country is Timbuktu?", "Which country is Timbuktu in?"),
+])
+def test_a_preposition_in_front_is_the_one_stranded(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("To what country should I ship it?", "From what country should I ship it?"),
+    ("To what country should I ship it?", "What country should I ship it from?"),
+    ("To what temperature should I heat the oven?", "From what temperature should I heat the oven?"),
+    ("By how much did prices rise?", "How much did prices fall?"),
+])
+def test_a_preposition_in_front_keeps_its_role(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

@@ -88,7 +88,10 @@ _FRAMES: list[tuple[str, Replacement]] = [
     # needed for Japan?" = "Do I need a visa for Japan?"); advice ("should") and ability ("can") stay apart,
     # except where the question asks for an amount or a frequency: "How often should I / do I need to
     # inspect them?" ask for the same number.
-    (r"\b(how (?:often|frequently|long|many|much|far)\b(?: [\w'-]+){0,4}?) (?:(?:do|does) (i|we|you|one) (?:need|have) to|must (i|we|you|one))\b",
+    # A thing that "needs V-ing" needs to be V-ed (the gerund is passive): "How often does it need servicing?" =
+    # "How often does it need to be serviced?" (only "it" / "they", whose gerund is what is done to them).
+    (r"\b(it|they) (needs?) (?!(?:some|no|any|every)thing\b)([a-z]{3,}ing)\b", r"\1 \2 to be \3"),
+    (r"\b(how (?:often|frequently|long|many|much|far)\b(?: [\w'-]+){0,4}?) (?:(?:do|does) (i|we|you|one|it|they) (?:need|have) to|must (i|we|you|one|it|they))\b",
      lambda m: f"{m.group(1)} should {m.group(2) or m.group(3)}"),
     (r"\b(?:do|does) (i|we|you|one) (?:need|have) to\b", lambda m: m.group(0) if _needs_a_thing(m) else f"must {m.group(1)}"),
     (r"\bis it (?:necessary|required) to\b", "must i"),

@@ -439,3 +439,28 @@ def test_a_preposition_in_front_is_the_one_stranded(encoder, a, b):
 ])
 def test_a_preposition_in_front_keeps_its_role(encoder, a, b):
     assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# What "it" or "they" "need V-ing" needs to be V-ed; in a question for a frequency, "need to" is "should".
+@pytest.mark.parametrize("a, b", [
+    ("How often does it need servicing?", "How often should it be serviced?"),
+    ("How many times does it need watering?", "How many times should it be watered?"),
+])
+def test_a_passive_gerund_after_need_aligns(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("How often does it need servicing?", "How often should it be cleaned?"),
+    ("How often does it need servicing?", "How often can it be serviced?"),  # a limit is not advice
+    ("Does it need washing?", "Can it be washed?"),
+    ("How often do they need feeding?", "How often do they need watering?"),
+])
+def test_a_passive_gerund_keeps_what_else_changed(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+def test_need_with_a_thing_is_left_alone():
+    assert canon("Does it need nothing?") == ["it", "need", "noth"]
+    assert canon("I need training.") == ["i", "need", "train"]

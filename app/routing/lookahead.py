@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from math import isfinite
 from typing import TYPE_CHECKING
 
-from app.routing.predict import booked_figure_at, figure_at, pair_at
+from app.routing.predict import booked_figure_at, figure_at
 
 if TYPE_CHECKING:
     from app.record import Estimate
@@ -160,11 +160,8 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
     now = ctx.now
     later = now + gap
     c = candidates[f]
-    if c.model.slots is None or c.inflight + 1 < c.model.slots:
-        alone_f, here = pair_at(c, ctx, later, now)
-    else:
-        alone_f = figure_at(c, ctx, later, now)
-        here = _booked_at(c, ctx, estimates[f], later, now)
+    alone_f = figure_at(c, ctx, later, now)
+    here = _booked_at(c, ctx, estimates[f], later, now)
     alone: list[float] = []
 
     def complete() -> list[float]:

@@ -7,8 +7,7 @@ from app.routing import lookahead
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.lookahead import ArrivalRate, booked, first_passed_on, imposed, passed_on
-from app.routing.predict import booked_figure_at, estimate, figure_at, pair_at, ranked
-from app.routing.prefix_routing import match
+from app.routing.predict import estimate, ranked
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for
 
 BODY = ask("What is the fee?", "Short prompt. " * 4)  # ~22 tokens
@@ -232,31 +231,3 @@ def patch_figures(counter: dict[str, int]):
         yield
     finally:
         lookahead.figure_at, lookahead.booked_figure_at, lookahead.imposed = saved
-
-
-def test_both_look_ahead_figures_in_one_pass_are_each_ones_own():
-    # first_passed_on reads its first candidate's two look-ahead figures (the next arrival's alone, and
-    # with this request booked) in one pass (predict.pair_at): each must be the one predicted alone, to
-    # the bit, on every kind of request and backend where the booked figure reads no slot queue.
-    rng = random.Random(26)
-    checked = 0
-    for _ in range(1000):
-        for c in random_fleet(rng):
-            if c.model.slots is not None and c.inflight + 1 >= c.model.slots:
-                continue
-            c.others_waiting = rng.choice((0.0, 0.0, 2.0))
-            ctx = ctx_for(rng.choice((BODY, LONG)), now=rng.uniform(1.0, 2.0))
-            ctx.stream = rng.random() < 0.5
-            ctx.stream_objective = rng.choice(("ttft", "e2e"))
-            ctx.max_tokens = rng.choice((None, 5, 200))
-            if rng.random() < 0.3:
-                ctx.prefix = None
-            elif rng.random() < 0.5:
-                ctx.cached = {c.name: match(c, ctx)}
-            if rng.random() < 0.2:
-                ctx.cached = None
-            later, known = ctx.now + rng.uniform(0.01, 2.0), ctx.now
-            want = (figure_at(c, ctx, later, known), booked_figure_at(c, ctx, later, known))
-            assert [repr(x) for x in pair_at(c, ctx, later, known)] == [repr(x) for x in want]
-            checked += 1
-    assert checked > 800

@@ -164,10 +164,13 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
     here = _booked_at(c, ctx, estimates[f], later, now)
     alone: list[float] = []
 
-    def complete() -> list[float]:
+    def every_alone() -> list[float]:  # the next arrival's figure on each candidate, predicted once
         if not alone:
             alone.extend(alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n))
-        delays = _delays(candidates, ctx, estimates, alone, later, (f, here))
+        return alone
+
+    def complete() -> list[float]:
+        delays = _delays(candidates, ctx, estimates, every_alone(), later, (f, here))
         for j in range(n):
             if unpriced[j]:
                 price(j)
@@ -176,8 +179,7 @@ def first_passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estim
     scores[f] = charged(max(0.0, here - alone_f))
     if first() == f:
         return f, scores, complete
-    alone.extend(alone_f if j == f else figure_at(candidates[j], ctx, later, now) for j in range(n))
-    unhindered = min(alone)
+    unhindered = min(every_alone())
     if alone.count(unhindered) != 1 or alone.index(unhindered) != f:
         # The delay, if any, falls on another candidate: f stays first.
         return f, scores, complete

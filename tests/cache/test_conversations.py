@@ -30,16 +30,21 @@ class Chat:
         return raw.headers["x-slipstream-cache"]
 
 
+def cached_conversation(gw, assistant: str, statement: str, reply: str, question: str) -> str:
+    """A first conversation, cached under a system prompt of its own (returned, "You are <assistant> <tag>."):
+    a statement, its reply, a question answered by the backend."""
+    system = f"You are {assistant} {uuid.uuid4().hex[:6]}."
+    first = Chat(gw, system)
+    first.say(statement, reply=reply)
+    assert first.say(question) == "miss"
+    settle(gw)
+    return system
+
+
 @pytest.fixture
 def travel(cached_gateway):
-    """A first conversation, cached: a system prompt, a statement, its reply, a question."""
-    tag = uuid.uuid4().hex[:6]
-    system = f"You are a travel assistant for agency {tag}."
-    first = Chat(cached_gateway, system)
-    first.say("I'm flying to Tokyo next week.", reply="Great, Tokyo is lovely in spring.")
-    assert first.say("What should I pack?") == "miss"
-    settle(cached_gateway)
-    return system
+    return cached_conversation(cached_gateway, "a travel assistant for agency", "I'm flying to Tokyo next week.",
+                               "Great, Tokyo is lovely in spring.", "What should I pack?")
 
 
 def test_the_same_history_and_a_reworded_question_hits(cached_gateway, travel):
@@ -57,11 +62,8 @@ def test_the_same_history_and_a_reworded_question_hits(cached_gateway, travel):
     ("My daughter is 3 years old.", "Can you tell me: what should she eat for breakfast?"),  # both
 ])
 def test_a_reworded_history_hits(cached_gateway, statement, question):
-    system = f"You are a parenting assistant for clinic {uuid.uuid4().hex[:6]}."
-    first = Chat(cached_gateway, system)
-    first.say("I have a 3 year old daughter.", reply="Got it, a three-year-old.")
-    assert first.say("What should she eat for breakfast?") == "miss"
-    settle(cached_gateway)
+    system = cached_conversation(cached_gateway, "a parenting assistant for clinic", "I have a 3 year old daughter.",
+                                 "Got it, a three-year-old.", "What should she eat for breakfast?")
     chat = Chat(cached_gateway, system)
     chat.say(statement, reply="Got it, a three-year-old.")
     assert chat.say(question) == "semantic-hit"
@@ -105,11 +107,8 @@ def test_the_same_question_after_another_history_misses(cached_gateway, travel, 
 
 def test_the_same_words_in_another_order_are_another_history(cached_gateway):
     # Who bit whom: every word and fact is kept, and the turns read at cosine ~0.97.
-    system = f"You are a vet's assistant for clinic {uuid.uuid4().hex[:6]}."
-    first = Chat(cached_gateway, system)
-    first.say("My dog bit my cat.", reply="I'm sorry to hear that.")
-    assert first.say("What should I do?") == "miss"
-    settle(cached_gateway)
+    system = cached_conversation(cached_gateway, "a vet's assistant for clinic", "My dog bit my cat.",
+                                 "I'm sorry to hear that.", "What should I do?")
     same = Chat(cached_gateway, system)
     same.say("My dog bit my cat.", reply="I'm sorry to hear that.")
     assert same.say("What should I do?") == "hit"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,6 +31,15 @@ def percentile(values: list[float], p: float) -> float:
     k = (len(s) - 1) * p / 100
     lo, hi = math.floor(k), math.ceil(k)
     return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
+
+
+
+def poisson_arrivals(rng: random.Random, rate: float, n: int) -> list[float]:
+    """n open-loop arrival times that offer exactly `rate`: Poisson gaps, scaled so the last arrival comes at
+    n / rate. Drawn freely, the offered load moves between repeats by more than a strategy moves it."""
+    gaps = [rng.expovariate(1.0) for _ in range(n)]
+    scale = n / rate / sum(gaps)
+    return list(itertools.accumulate(g * scale for g in gaps))
 
 
 def base_checkout(name: str, base_tree: str | Path | None) -> Path | None:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import random
 import signal
@@ -69,7 +68,17 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, Fleet, Proc, _spawn, base_checkout, free_port, percentile, wait_listening
+from bench.harness import (
+    ROOT,
+    Fleet,
+    Proc,
+    _spawn,
+    base_checkout,
+    free_port,
+    percentile,
+    poisson_arrivals,
+    wait_listening,
+)
 
 STRATEGIES = ("latency_aware", "prefix_aware", "predicted_latency", "least_inflight", "round_robin")
 WORDS = ("account balance refund policy invoice customer payment schedule review escalate ticket support "
@@ -179,13 +188,10 @@ class Run:
 
 def arrivals(rng: random.Random, rate: float, seconds: float) -> list[float]:
     """Open-loop arrival times that offer exactly `rate`: round(rate x seconds) Poisson gaps, scaled so the
-    last arrival comes at n / rate (about `seconds`), as bench/real_backends.py's schedule. Drawn freely
+    last arrival comes at n / rate (about `seconds`; harness.poisson_arrivals, as real_backends' schedule). Drawn freely
     over `seconds`, three 25 s repeats at 0.70 req/s got 16, 22 and 23 arrivals (0.64-0.92 req/s): the
     load moved between repeats by more than the routing did within one."""
-    n = max(1, round(rate * seconds))
-    gaps = [rng.expovariate(1.0) for _ in range(n)]
-    scale = n / rate / sum(gaps)
-    return list(itertools.accumulate(g * scale for g in gaps))
+    return poisson_arrivals(rng, rate, max(1, round(rate * seconds)))
 
 
 async def drive(urls: list[str], workload, rate: float, seconds: float, seed: int, clients: int = 0,

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import random
 import re
@@ -64,7 +63,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.auth import hash_key
-from bench.harness import _spawn, base_checkout, percentile, wait_listening
+from bench.harness import _spawn, base_checkout, percentile, poisson_arrivals, wait_listening
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
@@ -189,9 +188,7 @@ def schedule(rng: random.Random, rate: float, n: int, workload: str) -> tuple[li
     """n arrival times offering exactly `rate` (Poisson gaps, scaled so the last arrival comes at n / rate)
     and their prompts' lengths in words, in a random order: 20-80 words, and on mixed exactly half of
     them (n // 2) long, 200-800 words, each class evenly spread over its range."""
-    gaps = [rng.expovariate(1.0) for _ in range(n)]
-    scale = n / rate / sum(gaps)
-    arrivals = list(itertools.accumulate(g * scale for g in gaps))
+    arrivals = poisson_arrivals(rng, rate, n)
     longs = n // 2 if workload == "mixed" else 0
     lengths = spread(20, 80, n - longs) + spread(LONG_WORDS, 800, longs)
     rng.shuffle(lengths)

@@ -735,15 +735,88 @@ def _modal_against_fact(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, 
     "Should dogs eat grass?" / "Do dogs eat grass?", "Can my dog eat grass?" / "Does my dog eat grass?",
     "Must doctors recommend statins?" / "Do doctors ...?". What may, must or should be is not what is; the
     guard's filler rule and the contextual check both read a modal as a word a rewording may add. A
-    question about what is right or good ("Is 8 am the right time ...?") asks advice too, and is left."""
+    question about what is right or good ("Is 8 am the right time ...?") asks advice too, and is left.
+    The same with a question word first: `_wh_fact_against_modal`."""
     for (x, tx), (y, ty) in (((a, ta), (b, tb)), ((b, tb), (a, ta))):
-        if (tx and tx[0].canon in _MODALS and not {t.canon for t in ty} & _MODALS
-                and _DO_FIRST.match(y.lower().lstrip(" \t\n\"'*"))):
+        if {t.canon for t in ty} & _MODALS:
+            continue
+        if tx and tx[0].canon in _MODALS and _DO_FIRST.match(y.lower().lstrip(" \t\n\"'*")):
+            return True
+        if _wh_fact_against_modal(y, x):
             return True
     return False
 
 
 _DO_FIRST = re.compile(r"(?:do|does|did)\b")
+
+
+def _wh_fact_against_modal(fact: str, modal: str) -> bool:
+    """A question word asked of what is or was done ("What do cats eat?", "Where did I put my keys?") against
+    one asked of what should, must or can be ("What should cats eat?", "Where can pandas live?",
+    "How long can dogs live?"): the fact is not the advice, the limit or the permission. Not where the
+    question is the asker's own next step, which "do I" asks as often as "should I" ("Where do I file my
+    taxes?", "Which cone do I fire it to?", "What do you eat before a run?", "What does one wear?"), unless
+    a habit says it is a fact ("What do I do for a living?", "... usually ...") or "why" asks for a cause;
+    not "how" straight before "do", which asks for a way or a mechanism ("How do I reset it?" / "How can I
+    ...?", "How do bats see?" / "How can bats see?"); not a need or a recommendation asked with "do" (advice
+    already: "How much sleep does a teenager need?"); not "would", "could", "may" or "might", which ask
+    what is expected ("How long would it take?" / "How long does it take?", "Why would my car click?")."""
+    f, m = _wh_question(fact), _wh_question(modal)
+    if f is None or m is None or f.aux not in _DO_AUX or m.aux not in _DEONTIC:
+        return False
+    if f.aux == "did":
+        return True  # what was done is a fact, whoever did it
+    if f.bare_how or (f.wh == "why" and m.aux == "can"):  # "Why can't I sleep?" asks the cause too
+        return False
+    if _NORMATIVE & set(f.rest) or any(x in ("have", "has") and y == "to" for x, y in pairwise(f.rest)):
+        return False
+    if f.subject in _DELIBERATIVE and f.wh != "why":
+        return bool(_HABIT & set(f.rest)) or "for a living" in " ".join(f.rest)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class WhQuestion:
+    wh: str  # the question word
+    bare_how: bool  # "how" straight before the auxiliary ("how do I", not "how often do I")
+    aux: str  # the auxiliary that follows the question word's phrase ("do", "should", "is", ...)
+    subject: str  # the word after the auxiliary ("not" skipped)
+    rest: tuple[str, ...]  # the words after the auxiliary
+
+
+@lru_cache(maxsize=4096)
+def _wh_question(text: str) -> WhQuestion | None:
+    """The first clause that asks with a question word, its phrase ("how many hours of sleep") and an
+    auxiliary, subject after it; None where there is none or no inversion ("what I should eat", "tell me
+    what cats eat"). Read from the text as written: the frames that make tokens drop "do"."""
+    t = text.lower().replace("’", "'")
+    for pattern, repl in lx.CONTRACTIONS:
+        t = pattern.sub(repl, t)
+    for clause in _CLAUSES.split(t):
+        words = _WORD.findall(clause)
+        i = next((k for k, w in enumerate(words) if w in _WH), None)
+        if i is None:
+            continue
+        for j in range(i + 1, min(len(words), i + 7)):
+            if words[j] in _PERSONS or words[j] in ("me", "it"):
+                return None  # a subject before any auxiliary: no question's inversion
+            if words[j] in _AUX:
+                rest = tuple(w for w in words[j + 1:] if w != "not")
+                return WhQuestion(words[i], words[i] == "how" and j == i + 1, words[j], rest[0] if rest else "", rest)
+        return None
+    return None
+
+
+_CLAUSES = re.compile(r"[,;:.?!()\"]")
+_DO_AUX = frozenset("do does did".split())
+_DEONTIC = frozenset("should must ought shall can".split())  # "could", "would", "may", "might": what is expected
+_AUX = _DO_AUX | _DEONTIC | frozenset("could would may might will is are am was were has have had".split())
+# Subjects whose "do" may ask what to do next: the asker, "you" and "one" meant as anyone.
+_DELIBERATIVE = frozenset("i we you one".split())
+# Verbs with which a "do" question asks advice already.
+_NORMATIVE = frozenset("need needs require requires recommend recommends suggest suggests advise advises".split())
+# Words that make "do" a habit, not a next step ("What do I usually eat?").
+_HABIT = frozenset("usually normally typically".split())
 
 
 def _persons(toks: tuple[Token, ...]) -> set[int]:

@@ -409,6 +409,64 @@ def test_a_modal_against_the_fact_is_only_a_yes_no_question_with_do(a, b):
     assert guard.mismatch(a, b) != "modal"
 
 
+
+# A question word asked of what is done ("do", "does", "did") is not the one asked of what should, must or can
+# be done: the fact is not the advice, the limit or the permission (a hard refusal, as for yes/no questions).
+@pytest.mark.parametrize("a, b", [
+    ("What do cats eat?", "What should cats eat?"),
+    ("What do dogs eat?", "What can dogs eat?"),
+    ("What do people eat in Japan?", "What can people eat in Japan?"),
+    ("Where do pandas live?", "Where can pandas live?"),
+    ("When does a baby start walking?", "When should a baby start walking?"),
+    ("How often do cats sleep?", "How often should cats sleep?"),
+    ("How long do dogs live?", "How long can dogs live?"),
+    ("How much does a puppy eat?", "How much should a puppy eat?"),
+    ("Why do cats purr?", "Why should cats purr?"),
+    ("Why do I stretch before running?", "Why should I stretch before running?"),  # "why": a cause, not a choice
+    ("What do I do for a living?", "What should I do for a living?"),  # a habit: "for a living", "usually"
+    ("What do you do for a living?", "What should you do for a living?"),
+    ("What do I usually eat for breakfast?", "What should I eat for breakfast?"),
+    ("What did I eat for dinner?", "What should I eat for dinner?"),  # the past is a fact for anyone
+    ("Where did I put my keys?", "Where should I put my keys?"),
+    ("How did I get here?", "How can I get here?"),
+])
+def test_a_question_word_asked_of_the_fact_is_not_asked_of_a_modal(encoder, a, b):
+    assert guard.mismatch(a, b) == "modal" and guard.mismatch(b, a) == "modal"
+    assert not served(encoder, a, b) and not served(encoder, b, a)
+
+
+# But "do I" / "do you" / "does one" after a question word asks what to do next as often as "should I"
+# ("Where do I file taxes this year?" = "Where should I ...?", bench/data's tune split), "how" + "do" asks for a
+# way or a mechanism ("How do bats see?" = "How can bats see?"), a need or a recommendation is advice already,
+# and "would" asks what is expected ("How long would it take?" = "How long does it take?").
+@pytest.mark.parametrize("a, b", [
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("How do I reset my password?", "How should I reset my password?"),
+    ("How do bats see in the dark?", "How can bats see in the dark?"),
+    ("How does a beginner start running?", "How should a beginner start running?"),
+    ("What do I eat before a run?", "What should I eat before a run?"),
+    ("Where do I go to renew a passport?", "Where should I go to renew a passport?"),
+    ("What do I do if my car breaks down?", "What should I do if my car breaks down?"),
+    ("When do I plant tulips?", "When should I plant tulips?"),
+    ("Which laptop do I buy?", "Which laptop should I buy?"),
+    ("What do you eat before a run?", "What should you eat before a run?"),
+    ("What does one wear to a funeral?", "What should one wear to a funeral?"),
+    ("How long does it take to drive to Boston?", "How long would it take to drive to Boston?"),
+    ("Why does my car make a clicking noise?", "Why would my car make a clicking noise?"),
+])
+def test_a_question_word_with_do_i_or_how_is_still_a_rewording(encoder, a, b):
+    assert guard.mismatch(a, b) is None
+    assert served(encoder, a, b) and served(encoder, b, a)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("How much sleep does a teenager need?", "How much sleep should a teenager get?"),
+    ("What moisturizer do you recommend?", "Which moisturizer should I use?"),
+    ("Why do I need a visa?", "Why should I get a visa?"),
+])
+def test_a_need_or_a_recommendation_asked_with_do_is_advice(a, b):
+    assert guard.mismatch(a, b) != "modal" and guard.mismatch(b, a) != "modal"
+
 # A role word left at the end of the question (stranded) keeps its role: "to" and "from" there still differ.
 @pytest.mark.parametrize("a, b", [
     ("What country should I ship it to?", "What country should I ship it from?"),

@@ -32,9 +32,12 @@ class StreamAssembler:
             self._merge(c)
 
     def _merge(self, c: dict) -> None:
-        slot = self.choices.setdefault(int(c.get("index", 0)), {"content": [], "tool_calls": {}, "role": None, "finish_reason": None})
+        slot = self.choices.setdefault(int(c.get("index", 0)), {"content": [], "tool_calls": {}, "role": None, "finish_reason": None,
+                                                                "logprobs": None})
         if c.get("finish_reason"):
             slot["finish_reason"] = c["finish_reason"]
+        if c.get("logprobs") is not None:
+            slot["logprobs"] = _merge_logprobs(slot["logprobs"], c["logprobs"])
         if not self.chat:
             slot["content"].append(c.get("text") or "")
             return
@@ -62,10 +65,28 @@ class StreamAssembler:
                 message: dict = {"role": c["role"] or "assistant", "content": text if text or not c["tool_calls"] else None}
                 if c["tool_calls"]:
                     message["tool_calls"] = [v for _, v in sorted(c["tool_calls"].items())]
-                choices.append({"index": index, "message": message, "logprobs": None, "finish_reason": c["finish_reason"]})
+                choices.append({"index": index, "message": message, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]})
             else:
-                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": c["finish_reason"]})
+                choices.append({"index": index, "text": text, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]})
         body = {**self.meta, "object": "chat.completion" if self.chat else "text_completion", "choices": choices}
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def _merge_logprobs(so_far: object, chunk: object) -> object:
+    """A chunk's log-probabilities appended to those before it: each chunk carries its own tokens' entries,
+    in lists (chat's `content` and `refusal`; the legacy completions' `tokens`, `token_logprobs`,
+    `top_logprobs`, `text_offset`), so the whole answer's are the lists joined in order."""
+    if isinstance(chunk, list):
+        return [*so_far, *chunk] if isinstance(so_far, list) else list(chunk)
+    if not isinstance(chunk, dict):
+        return chunk
+    merged = dict(so_far) if isinstance(so_far, dict) else {}
+    for key, value in chunk.items():
+        before = merged.get(key)
+        if isinstance(value, list) and isinstance(before, list):
+            merged[key] = [*before, *value]
+        elif value is not None or key not in merged:
+            merged[key] = value
+    return merged

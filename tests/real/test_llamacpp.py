@@ -208,6 +208,21 @@ def test_json_answer_assembled_from_an_upstream_stream_equals_the_non_streamed_o
     assert t["prefill"][1] == "reported" and t["decode"][1] == "measured"
 
 
+def test_log_probabilities_survive_the_answer_assembled_from_an_upstream_stream(real):
+    # The JSON client asked for logprobs; the gateway streamed from llama-server and rebuilt the body, so
+    # each chunk's entries must be joined, not dropped (the cache's probability judge reads them).
+    ask = {"messages": HI, "max_tokens": 6, "temperature": 0, "seed": 7, "logprobs": True, "top_logprobs": 3}
+    via = httpx.post(f"{real.url}/v1/chat/completions", headers=AUTH, timeout=30, json={"model": "a", **ask})
+    assert via.status_code == 200, via.text
+    direct = httpx.post(f"{real.a.url}/chat/completions", timeout=30, json={"model": "smol-a", **ask}).json()
+    got, want = via.json()["choices"][0]["logprobs"]["content"], direct["choices"][0]["logprobs"]["content"]
+    assert [t["token"] for t in got] == [t["token"] for t in want]
+    assert len(got) == via.json()["usage"]["completion_tokens"]
+    assert all(len(t["top_logprobs"]) == 3 for t in got)
+    # The same numbers up to the server's batching (two calls need not share a batch).
+    assert all(abs(g["logprob"] - w["logprob"]) < 0.05 for g, w in zip(got, want))
+
+
 def test_a_json_client_that_leaves_frees_the_slot(real):
     # A non-streamed call to llama-server keeps generating after its client leaves; streamed upstream,
     # the gateway closes the stream when the JSON client goes, and the slot frees at once.

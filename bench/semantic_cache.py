@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cache import context, history
 from app.cache.embedder import OnnxEncoder
 from app.cache.guard import HARD_REASONS, mismatch, unaligned
-from app.cache.judge import judge_messages, parse_verdict
+from app.cache.judge import judge_body, read_verdict, yes_probability
 from app.cache.normalise import normalise
 from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
 from bench.harness import ROOT, free_port, wait_healthy
@@ -69,25 +69,29 @@ def load(data: str, split: str) -> list[dict]:
     return [p for p in pairs if split == "all" or p["split"] == split]
 
 
-async def judge_all(pairs: list[dict], url: str, model: str, key: str, concurrency: int) -> tuple[list[bool], list[float]]:
-    """The judge's verdict on every pair (fail closed: no clear "yes" is False) and each call's seconds."""
+async def judge_all(pairs: list[dict], url: str, judge: JudgeConfig, key: str,
+                    concurrency: int) -> tuple[list[bool], list[float | None], list[float]]:
+    """Per pair, the judge's verdict as the gateway reads it (app/cache/judge.py; fail closed: no clear
+    "yes" is False), its yes-probability (None unless `min_yes_probability` asks for log-probabilities)
+    and the call's seconds."""
     sem = asyncio.Semaphore(concurrency)
     headers = {"authorization": f"Bearer {key}"} if key else {}
 
-    async def one(session, p) -> tuple[bool, float]:
-        body = {"model": model, "messages": judge_messages(p["a"], p["b"]), "temperature": 0, "max_tokens": 1}
+    async def one(session, p) -> tuple[bool, float | None, float]:
+        body = judge_body(judge, p["a"], p["b"])
         async with sem:
             t0 = time.perf_counter()
             try:
                 async with session.post(f"{url}/chat/completions", json=body, timeout=aiohttp.ClientTimeout(total=60)) as r:
-                    ok = bool(parse_verdict(await r.json()) if r.status == 200 else False)
+                    reply = await r.json() if r.status == 200 else None
             except (aiohttp.ClientError, TimeoutError):
-                ok = False
-            return ok, time.perf_counter() - t0
+                reply = None
+            ratio = yes_probability(reply) if judge.min_yes_probability is not None else None
+            return bool(read_verdict(reply, judge.min_yes_probability)), ratio, time.perf_counter() - t0
 
     async with aiohttp.ClientSession(headers=headers) as s:
         got = await asyncio.gather(*(one(s, p) for p in pairs))
-    return [g[0] for g in got], [g[1] for g in got]
+    return [g[0] for g in got], [g[1] for g in got], [g[2] for g in got]
 
 
 def start_llama(tmp_log: Path) -> tuple[subprocess.Popen, str, str]:
@@ -200,6 +204,28 @@ def per_kind(s: Scored, masks: dict[str, np.ndarray]) -> None:
         print(f"| {label} | {kind} | {len(idx)} | " + " | ".join(cells) + " |")
 
 
+def judge_sweep(s: Scored, judged: np.ndarray, yes_p: np.ndarray, chosen: float) -> None:
+    """The shipped rule with the judge read at other yes-probability thresholds (at the shipped
+    similarity threshold): where the margin between the rewordings and the traps it passes lies.
+    `judged`: the pairs the shipped rule puts to the judge and that were asked."""
+    asked = judged & ~np.isnan(yes_p)
+    print(f"\n## The judge's yes-probability threshold (shipped rule; {int(judged.sum())} pairs judged, "
+          f"{int((judged & np.isnan(yes_p)).sum())} of them without a yes/no probability: a miss)\n")
+    print("| min_yes_probability | judged rewordings / traps passed | served | wrong |\n|---|---|---|---|")
+    t = SemanticCachePolicy().threshold
+    for th in sorted({0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, chosen}):
+        passed = asked & (np.nan_to_num(yes_p, nan=-1.0) >= th)
+        m = s.served(t, s.context | passed, "context")
+        mark = " (chosen)" if th == chosen else ""
+        print(f"| {th:.2f}{mark} | {int((passed & s.same).sum())} / {int((passed & ~s.same).sum())} | "
+              f"{int(m[s.same].sum())} / {int(s.same.sum())} = {m[s.same].mean():.1%} | "
+              f"{int(m[~s.same].sum())} / {int((~s.same).sum())} = {m[~s.same].mean():.1%} |")
+    for label, rows in (("rewordings", asked & s.same), ("traps", asked & ~s.same)):
+        if rows.any():
+            print(f"yes-probability of the judged {label}: median {np.median(yes_p[rows]):.3f}, "
+                  f"max {np.max(yes_p[rows]):.3f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", choices=list(DATA), default="labelled")
@@ -212,6 +238,9 @@ def main() -> int:
     ap.add_argument("--judge-key", default="")
     ap.add_argument("--judge-llama", action="store_true", help="start scripts/llama-server (SmolLM2-135M) as the judge")
     ap.add_argument("--judge-concurrency", type=int, default=2)
+    ap.add_argument("--judge-min-yes-probability", type=float, default=None,
+                    help="read the judge as P(yes) / (P(yes) + P(no)) against this (judge.min_yes_probability); "
+                         "also prints the shipped rule at other thresholds, to tune it")
     ap.add_argument("--judge-unsure-only", action="store_true",
                     help="judge only the pairs the shipped rule would ask about (the guard unsure, similarity in band)")
     ap.add_argument("--judge-from", type=float, default=JudgeConfig.model_fields["min_similarity"].default,
@@ -246,10 +275,13 @@ def main() -> int:
             # no "judge alone" row then).
             todo = [i for i in range(len(pairs)) if s.sims[i] >= judge_from and (soft[i] or not args.judge_unsure_only)]
             t0 = time.perf_counter()
-            verdicts, secs = asyncio.run(judge_all([pairs[i] for i in todo], url, model, args.judge_key,
-                                                   args.judge_concurrency))
+            judge_config = JudgeConfig(alias=model, min_yes_probability=args.judge_min_yes_probability)
+            verdicts, ratios, secs = asyncio.run(judge_all([pairs[i] for i in todo], url, judge_config, args.judge_key,
+                                                           args.judge_concurrency))
             judge = np.zeros(len(pairs), bool)
             judge[todo] = verdicts
+            yes_p = np.full(len(pairs), np.nan)
+            yes_p[todo] = [np.nan if r is None else r for r in ratios]
             print(f"judge: {model} at {url}, {len(todo)} calls (similarity >= {judge_from}) in "
                   f"{time.perf_counter() - t0:.0f} s; one call p50 {np.median(secs) * 1000:.0f} ms, "
                   f"p90 {np.percentile(secs, 90) * 1000:.0f} ms (at concurrency {args.judge_concurrency})")
@@ -263,6 +295,10 @@ def main() -> int:
         # The pipeline as shipped (app/cache/service.py): the contextual check first, the judge only where
         # neither the guard nor the contextual check confirmed (a soft reason; never a hard one).
         configs["guard + context, then judge where both are unsure (shipped rule)"] = (s.context | judge_band, "context")
+        if args.judge_min_yes_probability is not None:
+            asked = np.zeros(len(pairs), bool)
+            asked[todo] = True
+            judge_sweep(s, soft & asked, yes_p, args.judge_min_yes_probability)
 
     t = default.threshold
     print(f"\n## At the shipped threshold {t:.2f}\n")

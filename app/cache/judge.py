@@ -1,8 +1,11 @@
 """An LLM judge verifier: asks a model alias of this same gateway whether two questions share an answer.
 
 One yes/no question at temperature 0 with max_tokens 1, bounded by the request's deadline (and the
-judge's own timeout). Fails closed: an error, a timeout or any reply but "yes" is a miss, but only a
-"no" counts as a refusal; a judge that fails is counted and logged apart, so a broken judge cannot pass
+judge's own timeout). The answer is read as the greedy word, or, with `min_yes_probability`, as the
+first token's P(yes) / (P(yes) + P(no)) against that threshold: a small model's greedy word says "yes" to
+look-alike traps whose ratio still ranks them below true rewordings. Fails closed: an error, a timeout
+or a reply that is neither a yes nor a no (no log-probabilities, when they were asked for) is a miss, but
+only a "no" counts as a refusal; a judge that fails is counted and logged apart, so a broken judge cannot pass
 for a strict one. Verdicts are cached in process, so a popular cached question is judged once per
 distinct asking. How the judge reaches a model is one narrow callable (`AskFn`), passed in by the
 composition root: the cache never imports dispatch.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -41,6 +45,50 @@ def judge_messages(cached: str, query: str) -> list[dict]:
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": f"Question 1: {cached}\nQuestion 2: {query}\nSame answer? yes or no"},
     ]
+
+
+# The first token's candidates asked for when the judge is read as a probability: OpenAI's most; the
+# yes and no tokens of an instruction-tuned model are nearly always among a handful of them.
+TOP_LOGPROBS = 20
+
+
+def judge_body(config: JudgeConfig, cached: str, query: str) -> dict:
+    body = {"model": config.alias, "messages": judge_messages(cached, query), "temperature": 0, "max_tokens": 1,
+            "stream": False}
+    if config.min_yes_probability is not None:
+        body |= {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
+    return body
+
+
+def yes_probability(body: dict | None) -> float | None:
+    """P(yes) / (P(yes) + P(no)) over the first token's candidates, each word in any case or spacing
+    ("Yes", " yes"), or None when the reply carries no log-probabilities or neither word among them."""
+    if body is None:
+        return None
+    try:
+        first = body["choices"][0]["logprobs"]["content"][0]
+        candidates = first.get("top_logprobs") or [first]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    yes = no = 0.0
+    for c in candidates:
+        token, logprob = (c.get("token"), c.get("logprob")) if isinstance(c, dict) else (None, None)
+        if not isinstance(token, str) or not isinstance(logprob, int | float):
+            continue
+        word = token.strip().lower()
+        if word == "yes":
+            yes += math.exp(logprob)
+        elif word == "no":
+            no += math.exp(logprob)
+    return yes / (yes + no) if yes + no > 0 else None
+
+
+def read_verdict(body: dict | None, min_yes_probability: float | None) -> bool | None:
+    """The judge's answer as configured: its greedy word, or its yes-probability against the threshold."""
+    if min_yes_probability is None:
+        return parse_verdict(body)
+    p = yes_probability(body)
+    return None if p is None else p >= min_yes_probability
 
 
 def parse_verdict(body: dict | None) -> bool | None:
@@ -85,8 +133,7 @@ class LlmJudge:
         if timeout_s <= 0:
             self.timeouts += 1
             return Verdict(False, "timeout")
-        body = {"model": self.config.alias, "messages": judge_messages(cached, query), "temperature": 0,
-                "max_tokens": 1, "stream": False}
+        body = judge_body(self.config, cached, query)
         self.calls += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -96,20 +143,27 @@ class LlmJudge:
             return Verdict(False, "timeout")
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is a missing verdict, counted and logged below
             self.errors += 1
-            now_log = time.monotonic()
-            if now_log - self._logged_at >= _LOG_EVERY_S:
-                self._logged_at = now_log
-                log.warning("cache judge %r failed (%d so far): the hit is refused, not judged",
-                            self.config.alias, self.errors, exc_info=exc)
+            self._warn("cache judge %r failed (%d so far): the hit is refused, not judged", self.config.alias,
+                       self.errors, exc_info=exc)
             return Verdict(False, "error")
-        verdict = parse_verdict(reply)
+        verdict = read_verdict(reply, self.config.min_yes_probability)
         if verdict is None:
             self.unclear += 1
+            if self.config.min_yes_probability is not None and reply is not None:
+                # The usual cause is a backend that ignores `logprobs` (or an API translated without them).
+                self._warn("cache judge %r gave no log-probabilities for yes or no (%d so far): "
+                           "min_yes_probability needs a backend that returns them", self.config.alias, self.unclear)
             return Verdict(False, "unclear")  # not cached: a transient failure may answer next time
         self._remember(key, verdict, now)
         return Verdict(verdict, None if verdict else "no")
+
+    def _warn(self, message: str, *args: object, exc_info: BaseException | None = None) -> None:
+        now = time.monotonic()
+        if now - self._logged_at >= _LOG_EVERY_S:
+            self._logged_at = now
+            log.warning(message, *args, exc_info=exc_info)
 
     def _remember(self, key: str, verdict: bool, now: float) -> None:
         self._verdicts[key] = (now + self.config.verdict_ttl_s, verdict)

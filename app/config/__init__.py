@@ -203,6 +203,13 @@ class JudgeConfig(Strict):
     # and the guard found words it could not align (never a number, negation or direction). What the
     # guard confirms is served without asking; what it rejects outright is never asked.
     min_similarity: float = Field(0.80, gt=0, le=1)
+    # Read the judge as a probability rather than by its greedy word: ask for the first token's top
+    # log-probabilities and confirm when P(yes) / (P(yes) + P(no)) reaches this. A small model's word
+    # says "yes" to look-alike traps that its ratio still ranks below true rewordings (README, "Semantic
+    # cache quality": Qwen2.5-Coder-1.5B-Instruct Q4_K_M at 0.73). The right value depends on the model,
+    # its quantisation and the prompt: tune it on your own pairs (bench/semantic_cache.py
+    # --judge-min-yes-probability). Needs a backend that returns logprobs (llama.cpp, vLLM, OpenAI).
+    min_yes_probability: float | None = Field(None, gt=0, lt=1)
     verdict_ttl_s: float = Field(3600.0, gt=0)
     max_verdicts: int = Field(10_000, ge=1)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import uuid
 
 import httpx
 
-from app.cache.judge import LlmJudge, parse_verdict
+from app.cache.judge import LlmJudge, parse_verdict, read_verdict, yes_probability
 from app.config import JudgeConfig
 from app.upstream.scripted import Reply, ScriptedTransport, completion
 from tests.cache.conftest import CACHE_POLICY, cache_config
@@ -16,20 +18,26 @@ from tests.conftest import start_gateway
 from tests.scripted import call, config, run
 
 
-def _reply(text: str) -> dict:
-    return {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "length"}]}
+def _reply(text: str, candidates: dict[str, float] | None = None) -> dict:
+    """A one-token chat answer; `candidates` (token -> probability) become the first token's top_logprobs."""
+    choice: dict = {"message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+    if candidates is not None:
+        top = [{"token": t, "logprob": math.log(p), "bytes": list(t.encode())} for t, p in candidates.items()]
+        choice["logprobs"] = {"content": [{**top[0], "top_logprobs": top}] if top else []}
+    return {"choices": [choice]}
 
 
 class ScriptedModel:
     """Stands in for a model alias (the judge's one seam, `ask`): replies from a script, records calls."""
 
-    def __init__(self, reply: str = "Yes", delay_s: float = 0.0) -> None:
-        self.reply, self.delay_s, self.bodies = reply, delay_s, []
+    def __init__(self, reply: str = "Yes", delay_s: float = 0.0, candidates: dict[str, float] | None = None) -> None:
+        self.reply, self.delay_s, self.candidates, self.bodies = reply, delay_s, candidates, []
 
     async def __call__(self, alias: str, body: dict, timeout_s: float) -> dict:
         self.bodies.append(body)
         await asyncio.sleep(self.delay_s)
-        return _reply(self.reply)
+        # Log-probabilities only when asked for, as a real backend returns them.
+        return _reply(self.reply, self.candidates if body.get("logprobs") else None)
 
 
 def verify(judge: LlmJudge, query: str, cached: str, timeout_s: float = 1.0):
@@ -74,6 +82,83 @@ def test_parse_verdict():
     assert parse_verdict(_reply("no")) is False
     assert parse_verdict(_reply("")) is None
     assert parse_verdict({"error": {}}) is None
+
+
+# Read as a probability (`min_yes_probability`): the first token's P(yes) / (P(yes) + P(no)) decides, not
+# the greedy word. Qwen2.5-Coder-1.5B says "Yes" to "legal" / "illegal to drive with headphones" while
+# its ratio (0.70-0.73) stays under most true rewordings' (README, "Semantic cache quality").
+
+def test_yes_probability_sums_each_word_in_any_case_or_spacing_and_ignores_other_tokens():
+    reply = _reply("Yes", {"Yes": 0.40, " yes": 0.10, "No": 0.20, "no": 0.05, "Maybe": 0.20, "The": 0.05})
+    assert math.isclose(yes_probability(reply), 0.50 / 0.75)
+    assert yes_probability(_reply("no", {"no": 0.9, "Sure": 0.1})) == 0.0
+
+
+def test_yes_probability_is_none_without_log_probabilities_or_without_either_word():
+    assert yes_probability(_reply("Yes")) is None  # the backend ignored `logprobs`
+    assert yes_probability(_reply("Maybe", {"Maybe": 0.6, "Perhaps": 0.4})) is None
+    assert yes_probability(_reply("", {})) is None
+    assert yes_probability(None) is None
+    assert yes_probability({"choices": [{"logprobs": {"content": [{"token": "Yes"}]}}]}) is None  # no logprob
+
+
+def test_a_reply_without_top_candidates_is_read_from_its_one_token():
+    reply = {"choices": [{"message": {"content": "yes"}, "logprobs": {"content": [{"token": "yes", "logprob": -0.1}]}}]}
+    assert yes_probability(reply) == 1.0
+
+
+def test_read_verdict_compares_the_ratio_with_the_threshold_and_ignores_the_greedy_word():
+    reply = _reply("Yes", {"Yes": 0.6, "No": 0.4})
+    assert read_verdict(reply, None) is True  # the greedy word
+    assert read_verdict(reply, 0.6) is True
+    assert read_verdict(reply, 0.61) is False
+    assert read_verdict(_reply("No", {"No": 0.45, "Yes": 0.55}), 0.5) is True
+
+
+def test_probability_judge_asks_for_the_first_tokens_top_log_probabilities():
+    model = ScriptedModel("Yes", candidates={"Yes": 0.7, "No": 0.3})
+    judge = LlmJudge(JudgeConfig(alias="judge", min_yes_probability=0.73), model)
+    verdict = verify(judge, "Is it illegal to drive with headphones?", "Is it legal to drive with headphones?")
+    assert (verdict.ok, verdict.reason) == (False, "no")  # a greedy "Yes" at a ratio of 0.70
+    (body,) = model.bodies
+    assert (body["logprobs"], body["top_logprobs"], body["max_tokens"], body["temperature"]) == (True, 20, 1, 0)
+    assert (judge.calls, judge.unclear) == (1, 0)
+    # The verdict is cached like a word's.
+    assert not verify(judge, "Is it illegal to drive with headphones?", "Is it legal to drive with headphones?").ok
+    assert (len(model.bodies), judge.cached_verdicts) == (1, 1)
+    passing = LlmJudge(JudgeConfig(alias="judge", min_yes_probability=0.73), ScriptedModel("No", candidates={"Yes": 0.8, "No": 0.2}))
+    assert verify(passing, "how can i reset my password", "How do I reset my password?").ok
+
+
+def test_the_greedy_judge_does_not_ask_for_log_probabilities():
+    model = ScriptedModel("Yes")
+    assert verify(LlmJudge(JudgeConfig(alias="judge"), model), "a", "b").ok
+    assert "logprobs" not in model.bodies[0] and "top_logprobs" not in model.bodies[0]
+
+
+def test_a_probability_judge_whose_backend_returns_no_log_probabilities_fails_closed_and_says_why(caplog):
+    class NoLogprobs(ScriptedModel):
+        async def __call__(self, alias, body, timeout_s):
+            self.bodies.append(body)
+            return _reply("Yes")
+
+    judge = LlmJudge(JudgeConfig(alias="judge", min_yes_probability=0.5), NoLogprobs())
+    with caplog.at_level(logging.WARNING, logger="slipstream.cache"):
+        verdict = verify(judge, "a", "b")
+    assert (verdict.ok, verdict.reason, judge.unclear) == (False, "unclear", 1)
+    assert "min_yes_probability needs a backend that returns them" in caplog.text
+    # Not cached: the next asking tries again.
+    verify(judge, "a", "b")
+    assert judge.calls == 2
+
+
+def test_min_yes_probability_must_lie_strictly_between_0_and_1(tmp_path):
+    from tests.test_config import GOOD, error_for
+
+    for bad in ("0", "1", "1.5"):
+        judged = GOOD.replace("chat: {backends: [a]}", "chat: {backends: [a], cache: {semantic: {enabled: true, "
+                              f"judge: {{alias: other, min_yes_probability: {bad}}}}}}}}}\n  other: {{backends: [a]}}")
+        assert "models.chat.cache.semantic.judge.min_yes_probability" in error_for(tmp_path, judged)
 
 
 def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):

@@ -105,8 +105,9 @@ def _numbers(words: list[str]) -> list[str]:
     """Numbers written out become digits: "twenty five" -> "25", "fifteen percent" -> "15 percent"."""
     out: list[str] = []
     total = current = None
-    for w in words + [""]:
-        if w in lx.NUMBER_WORDS or (w in lx.MULTIPLIERS and (current is not None or total is not None)):
+    for i, w in enumerate(words + [""]):
+        counts = w in lx.NUMBER_WORDS and not (w == "one" and _pronoun_one(words, i))
+        if counts or (w in lx.MULTIPLIERS and (current is not None or total is not None)):
             if w in lx.MULTIPLIERS:
                 current = (current or 1) * lx.MULTIPLIERS[w]
                 if lx.MULTIPLIERS[w] >= 1000:
@@ -120,6 +121,23 @@ def _numbers(words: list[str]) -> list[str]:
         if w:
             out.append(lx.ORDINAL_WORDS.get(w, w))
     return out
+
+
+def _pronoun_one(words: list[str], i: int) -> bool:
+    """ "one" standing for a noun said before ("which one", "this one", "a diminished one", "the same one"):
+    after a determiner, straight or with one word between, and before no noun. "for one site", "a one
+    bedroom apartment", "two monitors or one" count."""
+    before = words[max(0, i - 2):i]
+    after = words[i + 1] if i + 1 < len(words) else ""
+    if after and wordnet.noun(after):
+        return False
+    if before[-1:] and before[-1] in _ONE_AFTER:
+        return True
+    return (len(before) == 2 and before[0] in _ONE_AFTER and before[1].isalpha()
+            and before[1] not in lx.NUMBER_WORDS and before[1] not in lx.MULTIPLIERS)
+
+
+_ONE_AFTER = frozenset("a an the this that which what each every any another no either neither".split())
 
 
 @lru_cache(maxsize=4096)

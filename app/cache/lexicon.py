@@ -219,7 +219,8 @@ NUMBER_WORDS = {
     )
 } | {"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
      "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
-     "billion": "1000000000", "dozen": "12", "none": "0", "single": "1", "couple": "2", "pair": "2"}
+     "billion": "1000000000", "dozen": "12", "none": "0", "single": "1", "couple": "2"}
+# Not "pair": it counts pairs ("a pair of socks" is not "two socks") and is a verb as often ("pair my AirPods").
 ORDINAL_WORDS = {
     "first": "1", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6", "seventh": "7", "eighth": "8",
     "ninth": "9", "tenth": "10", "eleventh": "11", "twelfth": "12", "thirteenth": "13", "fourteenth": "14",

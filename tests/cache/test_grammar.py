@@ -522,3 +522,57 @@ def test_a_passive_gerund_keeps_what_else_changed(encoder, a, b):
 def test_need_with_a_thing_is_left_alone():
     assert canon("Does it need nothing?") == ["it", "need", "noth"]
     assert canon("I need training.") == ["i", "need", "train"]
+
+
+# "one" after a determiner is a pronoun for a noun said before ("which one", "a diminished one", "the same one"),
+# no number: a rewording without it is no other number (bench/data: "How does a major chord differ from a
+# diminished one?"). Before a noun, or without a determiner, it counts ("for one site", "a one bedroom
+# apartment", "two monitors or one").
+@pytest.mark.parametrize("text, words", [
+    ("Which one should I buy?", ["what", "one", "should", "i", "buy"]),
+    ("How does a major chord differ from a diminished one?", ["how", "major", "chord", "differ", "from", "diminish", "one"]),
+    ("Can I use the same one again?", ["can", "i", "use", "sam", "one", "again"]),
+    ("How do I clear the cache for one site?", ["how", "to", "clear", "cach", "for", "1", "websit"]),
+    ("Is a one bedroom apartment enough?", ["1", "bedroom", "apartment", "enough"]),
+    ("Should I get two monitors or one?", ["should", "i", "obtain", "2", "monitor", "or", "1"]),
+    ("Is one egg a day healthy?", ["1", "egg", "day", "healthy"]),
+])
+def test_one_is_a_number_only_where_it_counts(text, words):
+    assert canon(text) == words
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Which one should I buy?", "Which should I buy?"),
+    ("What is the difference between a major and a diminished chord?", "How does a major chord differ from a diminished one?"),
+])
+def test_one_as_a_pronoun_is_no_number(a, b):
+    assert guard.mismatch(a, b) != "number" and guard.mismatch(b, a) != "number"
+
+
+@pytest.mark.parametrize("a, b", [
+    ("How do I clear my browser cache for one site?", "How do I clear my browser cache for two sites?"),
+    ("Should I split them into two parts?", "Should I split them into one part?"),
+    ("Is a one bedroom apartment enough?", "Is a two bedroom apartment enough?"),
+    ("Is it better to have two monitors or one?", "Is it better to have two monitors or three?"),
+])
+def test_one_as_a_number_is_still_a_number(a, b):
+    assert guard.mismatch(a, b) == "number" and guard.mismatch(b, a) == "number"
+
+
+# "pair" counts pairs, not two of a thing, and is a verb as often ("pair my AirPods", "what wine would pair best"):
+# no number word. "a pair of socks" is not "two pairs of socks" (both were "2 socks" with a "pair" more), nor is
+# "pair two speakers" four speakers.
+def test_pair_is_no_number():
+    assert canon("How do I pair two speakers?") == ["how", "to", "pair", "2", "speaker"]
+    assert guard.mismatch("Which wine goes best with it?", "What wine would pair best with it?") != "number"
+    assert guard.mismatch("How do I pair my AirPods with my Mac?", "How do I connect my AirPods to my Mac?") != "number"
+
+
+@pytest.mark.parametrize("a, b", [
+    ("How much does a pair of running shoes cost?", "How much do two pairs of running shoes cost?"),
+    ("Should I pack a pair of socks?", "Should I pack two pairs of socks?"),
+    ("How do I pair two speakers?", "How do I connect four speakers?"),
+    ("Is a pair of dice enough?", "Are two dice enough?"),
+])
+def test_a_pair_is_not_two_of_a_thing(encoder, a, b):
+    assert not served(encoder, a, b) and not served(encoder, b, a)

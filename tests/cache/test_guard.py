@@ -10,7 +10,13 @@ from app.cache.guard import is_typo, mismatch
 @pytest.mark.parametrize("a, b, why", [
     ("Turn on the kitchen lights", "Turn off the kitchen lights", "words"),
     ("Should I avoid salt?", "Should I add salt?", "words"),  # an antonym no list names
-    ("Is it safe to eat?", "Is it unsafe to eat?", "words"),  # negative prefix
+    # A negating prefix is a negation, which no second opinion may overrule: a 1.5B judge put "legal" /
+    # "illegal to drive with headphones" among true rewordings (README, "Semantic cache quality").
+    ("Is it safe to eat?", "Is it unsafe to eat?", "negation"),
+    ("Is it legal to drive with headphones?", "Is it illegal to drive with headphones?", "negation"),
+    ("Do cats like water?", "Do cats dislike water?", "negation"),
+    ("Is the loan secured?", "Is the loan unsecured?", "negation"),
+    ("Is the ticket refundable?", "Is the ticket nonrefundable?", "negation"),
     ("Is this ticket refundable?", "Is this ticket non-refundable?", "words"),
     ("Is VAT included?", "Is VAT excluded?", "words"),
     ("Vacation days for full-time staff", "Vacation days for part-time staff", "words"),  # sibling value
@@ -68,6 +74,7 @@ def test_different_questions_are_caught(a, b, why):
     ("How do I improve my GPA?", "What can I do to improve my GPA?"),
     ("How often should I change my passwords?", "How often should I change passwords?"),
     ("How do I tune a guitar to drop D?", "How do I tune my guitar to drop D?"),
+    ("Is it legal to drive barefoot?", "Can I legally drive barefoot?"),  # a prefix the other side lacks: no opposite
 ])
 def test_repeats_pass(a, b):
     assert mismatch(a, b) is None

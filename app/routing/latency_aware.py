@@ -22,9 +22,19 @@ it hashes to (rendezvous hashing over the candidates) makes every gateway replic
 backend without a shared index, so all of them reuse one copy. That placement may cost at most what
 it is expected to save: the prefill of the prompt's reusable part times the share of this alias's
 recent requests that found a prefix cached (app/routing/reuse.py measures both). On traffic that never
-repeats a prefix the share falls to zero and so does the margin: unique prompts go to the lowest
-prediction, as if prefixes did not exist (issue 24: the previous sticky margin of 50 ms plus 25 % sent
-unique prompts to a hashed backend that was not the best, 6-30 % behind round robin's mean TTFT).
+repeats a prefix there is no margin: unique prompts go to the lowest prediction, as if prefixes did
+not exist (issue 24: the previous sticky margin of 50 ms plus 25 % sent unique prompts to a hashed
+backend that was not the best, 6-30 % behind round robin's mean TTFT). The share alone does not fall
+to zero there: llama.cpp reports reusing the chat template's first ~20-30 tokens of every prompt (~7 %
+of a ~380-token one), which every backend holds whoever placed it, so a share of the prompt's prefill
+stayed open as a margin and 16 % of simulated unique prompts went to their hash, not to the lowest
+prediction. So the margin opens only while the recent mean of reused tokens per request is over a
+burst's shortest prefix (MIN_HOME_TOKENS), the test the home rule below makes: below it, what is
+reused is a floor every backend holds, and consistent placement saves nothing. Over it, a template's
+tokens are a small part of the reuse and the share prices it as before. (Not the smaller of the share
+times the prompt and the mean reused tokens: the backends report tokens as their tokenizer counts them,
+~0.6 of the gateway's estimate on SmolLM2, which the margin's prefill is priced in, so that would cut
+a real shared prefix's margin by the tokenizers' ratio.)
 
 Behind several gateway replicas that margin is not enough. Each replica sees only its own share of
 the load on each backend and learns its latency models from a third of the answers, so its
@@ -181,7 +191,7 @@ class LatencyAware:
             return first, scores or _UNSCORED * n
         # A prefix no one holds: its hashed backend, if that costs at most the expected saving.
         c = candidates[first]
-        margin = self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
+        margin = self._margin(c, ctx)
         if margin <= 0.0 or (ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing):
             return first, scores or _UNSCORED * n
         group = ctx.prefix.group
@@ -201,6 +211,15 @@ class LatencyAware:
         best = scores[first]
         within = [i for i in range(n) if scores[i] <= best + margin]
         return max(within, key=hashed.__getitem__), scores
+
+    def _margin(self, c, ctx: RouteContext) -> float:
+        """What placing a prompt no candidate holds at its hash may cost over `c`'s prediction: the share
+        of recent prompts found cached times this prompt's prefill on `c`, while the recent reuse is a
+        prefix worth keeping in one place (a mean over MIN_HOME_TOKENS per request); else nothing (a chat
+        template's first tokens, held by every backend, reported reused on every unique prompt)."""
+        if self.reuse.expected_tokens(ctx.now) < MIN_HOME_TOKENS:
+            return 0.0
+        return self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
 
     @staticmethod
     def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float]) -> tuple[list[Estimate], list[float]]:

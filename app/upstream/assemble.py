@@ -77,16 +77,22 @@ class StreamAssembler:
 def _merge_logprobs(so_far: object, chunk: object) -> object:
     """A chunk's log-probabilities appended to those before it: each chunk carries its own tokens' entries,
     in lists (chat's `content` and `refusal`; the legacy completions' `tokens`, `token_logprobs`,
-    `top_logprobs`, `text_offset`), so the whole answer's are the lists joined in order."""
+    `top_logprobs`, `text_offset`), so the whole answer's are the lists joined in order. The lists are
+    the slot's own copies, extended in place: a long answer streamed a token a chunk stays linear."""
     if isinstance(chunk, list):
-        return [*so_far, *chunk] if isinstance(so_far, list) else list(chunk)
+        if isinstance(so_far, list):
+            so_far.extend(chunk)
+            return so_far
+        return list(chunk)
     if not isinstance(chunk, dict):
         return chunk
-    merged = dict(so_far) if isinstance(so_far, dict) else {}
+    merged = so_far if isinstance(so_far, dict) else {}
     for key, value in chunk.items():
         before = merged.get(key)
         if isinstance(value, list) and isinstance(before, list):
-            merged[key] = [*before, *value]
+            before.extend(value)
+        elif isinstance(value, list):
+            merged[key] = list(value)
         elif value is not None or key not in merged:
             merged[key] = value
     return merged

@@ -249,6 +249,8 @@ def main() -> int:
                     help="compare the questions as typed (before app/cache/normalise.py)")
     ap.add_argument("--show", type=int, default=15, help="wrong answers to list at the default")
     args = ap.parse_args()
+    if args.judge_min_yes_probability is not None and not 0 < args.judge_min_yes_probability < 1:
+        ap.error("--judge-min-yes-probability must lie strictly between 0 and 1")
     split = args.split or ("test" if args.data == "labelled" else "all")
 
     pairs = load(args.data, split)

@@ -61,26 +61,39 @@ def judge_body(config: JudgeConfig, cached: str, query: str) -> dict:
 
 
 def yes_probability(body: dict | None) -> float | None:
-    """P(yes) / (P(yes) + P(no)) over the first token's candidates, each word in any case or spacing
-    ("Yes", " yes"), or None when the reply carries no log-probabilities or neither word among them."""
+    """P(yes) / (P(yes) + P(no)) over the first token's top candidates, each word in any case or spacing
+    ("Yes", " yes"), or None when the reply carries no top candidates (a backend that ignored `logprobs`
+    or `top_logprobs`: the greedy token alone is no ratio) or neither word among them. Only finite
+    log-probabilities of at most 0 count, and the ratio is taken in log space, so no reply can make it
+    overflow, underflow to nothing or come out NaN."""
     if body is None:
         return None
     try:
-        first = body["choices"][0]["logprobs"]["content"][0]
-        candidates = first.get("top_logprobs") or [first]
-    except (KeyError, IndexError, TypeError, AttributeError):
+        candidates = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
         return None
-    yes = no = 0.0
+    if not isinstance(candidates, list):
+        return None
+    yes: list[float] = []
+    no: list[float] = []
     for c in candidates:
         token, logprob = (c.get("token"), c.get("logprob")) if isinstance(c, dict) else (None, None)
-        if not isinstance(token, str) or not isinstance(logprob, int | float):
+        if not isinstance(token, str) or not isinstance(logprob, int | float) or not -math.inf < logprob <= 0:
             continue
         word = token.strip().lower()
         if word == "yes":
-            yes += math.exp(logprob)
+            yes.append(logprob)
         elif word == "no":
-            no += math.exp(logprob)
-    return yes / (yes + no) if yes + no > 0 else None
+            no.append(logprob)
+    if not yes or not no:
+        return (1.0 if yes else 0.0) if yes or no else None
+    gap = _log_sum(no) - _log_sum(yes)
+    return 1.0 / (1.0 + math.exp(gap)) if gap < 700 else 0.0
+
+
+def _log_sum(logprobs: list[float]) -> float:
+    top = max(logprobs)
+    return top + math.log(sum(math.exp(x - top) for x in logprobs))
 
 
 def read_verdict(body: dict | None, min_yes_probability: float | None) -> bool | None:

@@ -102,9 +102,30 @@ def test_yes_probability_is_none_without_log_probabilities_or_without_either_wor
     assert yes_probability({"choices": [{"logprobs": {"content": [{"token": "Yes"}]}}]}) is None  # no logprob
 
 
-def test_a_reply_without_top_candidates_is_read_from_its_one_token():
-    reply = {"choices": [{"message": {"content": "yes"}, "logprobs": {"content": [{"token": "yes", "logprob": -0.1}]}}]}
-    assert yes_probability(reply) == 1.0
+def test_a_reply_without_top_candidates_has_no_ratio():
+    # The backend honoured `logprobs` but not `top_logprobs`: the greedy token alone would read 1.0 or 0.0
+    # whatever its probability, which is the greedy word again, not a ratio.
+    lone = {"choices": [{"message": {"content": "yes"}, "logprobs": {"content": [{"token": "yes", "logprob": -2.3}]}}]}
+    assert yes_probability(lone) is None
+    lone["choices"][0]["logprobs"]["content"][0]["top_logprobs"] = []
+    assert yes_probability(lone) is None
+    assert read_verdict(lone, 0.9) is None  # a miss, counted as the judge's failure
+
+
+def test_yes_probability_holds_for_any_numbers_a_backend_sends():
+    def reply(yes: object, no: object) -> dict:
+        return {"choices": [{"logprobs": {"content": [{"token": "Yes", "logprob": -1.0, "top_logprobs": [
+            {"token": "Yes", "logprob": yes}, {"token": "No", "logprob": no}]}]}}]}
+
+    # Far out in the tail, the ratio is still the ratio (each would underflow to 0 as a probability).
+    assert math.isclose(yes_probability(reply(-800.0, -801.0)), 1 / (1 + math.exp(-1.0)))
+    assert yes_probability(reply(-1.0, -1000.0)) == 1.0
+    assert yes_probability(reply(-1000.0, -0.0)) == 0.0
+    # Not log-probabilities at all (over 0, infinite, NaN, text): that candidate is not counted.
+    assert yes_probability(reply(1000.0, -1.0)) == 0.0
+    assert yes_probability(reply(float("inf"), -1.0)) == 0.0
+    assert yes_probability(reply(float("nan"), "x")) is None
+    assert yes_probability(reply(-float("inf"), -1.0)) == 0.0
 
 
 def test_read_verdict_compares_the_ratio_with_the_threshold_and_ignores_the_greedy_word():

@@ -61,11 +61,14 @@ class ChatProtocol(OpenAIProtocol):
             message = choice.get("message") or {}
             emit([{"index": i, "delta": {"role": message.get("role", "assistant"), "content": ""}, "logprobs": None,
                    "finish_reason": None}])
+            # The answer's log-probabilities (kept when it was stored) ride with its content, all at once.
+            logprobs = choice.get("logprobs")
             if message.get("content"):
-                emit([{"index": i, "delta": {"content": message["content"]}, "logprobs": None, "finish_reason": None}])
+                emit([{"index": i, "delta": {"content": message["content"]}, "logprobs": logprobs, "finish_reason": None}])
+                logprobs = None
             if message.get("tool_calls"):
                 calls = [{"index": k, **tc} for k, tc in enumerate(message["tool_calls"])]
-                emit([{"index": i, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
+                emit([{"index": i, "delta": {"tool_calls": calls}, "logprobs": logprobs, "finish_reason": None}])
             emit([{"index": i, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}])
         if include_usage and isinstance(body.get("usage"), dict):
             emit([], usage=body["usage"])

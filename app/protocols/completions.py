@@ -47,7 +47,7 @@ class CompletionsProtocol(OpenAIProtocol):
 
         for choice in body.get("choices", []):
             i = choice.get("index", 0)
-            emit([{"index": i, "text": choice.get("text", ""), "logprobs": None, "finish_reason": None}])
+            emit([{"index": i, "text": choice.get("text", ""), "logprobs": choice.get("logprobs"), "finish_reason": None}])
             emit([{"index": i, "text": "", "logprobs": None, "finish_reason": choice.get("finish_reason")}])
         if include_usage and isinstance(body.get("usage"), dict):
             emit([], usage=body["usage"])

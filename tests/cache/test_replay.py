@@ -32,6 +32,13 @@ def test_replay_then_assemble_round_trips():
     assert out["usage"] == BODY["usage"]
 
 
+def test_a_stored_answers_log_probabilities_are_replayed_to_a_streaming_client():
+    tokens = [{"token": t, "logprob": -0.5, "bytes": list(t.encode()), "top_logprobs": []} for t in ("Hello", " there")]
+    body = {**BODY, "choices": [{**BODY["choices"][0], "logprobs": {"content": tokens, "refusal": None}}]}
+    out = reassemble(CHAT.replay(body, include_usage=False))
+    assert out["choices"] == body["choices"]
+
+
 def test_replay_without_usage_has_no_usage_chunk():
     events = CHAT.replay(BODY, include_usage=False)
     assert not any(b'"usage"' in e for e in events)

@@ -217,9 +217,14 @@ class LatencyAware:
         of recent prompts found cached times this prompt's prefill on `c`, while the recent reuse is a
         prefix worth keeping in one place (a mean over MIN_HOME_TOKENS per request); else nothing (a chat
         template's first tokens, held by every backend, reported reused on every unique prompt)."""
-        if self.reuse.expected_tokens(ctx.now) < MIN_HOME_TOKENS:
+        if not self._prefixes_repeat(ctx.now):
             return 0.0
         return self.reuse.expected_share(ctx.now) * c.model.prefill_s(ctx.prompt_tokens, ctx.now)
+
+    def _prefixes_repeat(self, now: float) -> bool:
+        """This alias's prompts repeat a prefix worth keeping in one place: a recent mean of reused tokens
+        per request over a burst's shortest prefix, more than a chat template's head every backend holds."""
+        return self.reuse.expected_tokens(now) >= MIN_HOME_TOKENS
 
     @staticmethod
     def _scores(candidates, ctx: RouteContext, gap: float | None, lags: list[float]) -> tuple[list[Estimate], list[float]]:
@@ -271,7 +276,7 @@ class LatencyAware:
             return None
         if ctx.prefix_policy is not None and not ctx.prefix_policy.consistent_hashing:
             return None
-        if self.reuse.expected_tokens(ctx.now) < MIN_HOME_TOKENS:
+        if not self._prefixes_repeat(ctx.now):
             return None
         blocks = [ctx.cached[c.name].blocks for c in candidates]
         most = max(blocks)

@@ -288,7 +288,7 @@ def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
                 pairs, rest_a, rest_b = _some_pairs(ta, tb, heavy_a, heavy_b)
                 filler = _filler(ta, tb, rest_a, rest_b)
                 if filler is None:
-                    return _why(ta, tb, heavy_a or only_a, heavy_b or only_b), ()
+                    return _why(a, b, heavy_a or only_a, heavy_b or only_b), ()
                 ca = [c for c in ca if c not in filler]
                 cb = [c for c in cb if c not in filler]
             ca = [c for c in ca if c not in lx.LIGHT or c not in only_a]
@@ -603,32 +603,33 @@ CONTEXT_MAX_WORDS = 5
 ENGLISH_RANK = 12000
 
 
-def _why(ta, tb, only_a: Counter, only_b: Counter) -> str:
+def _why(a: str, b: str, only_a: Counter, only_b: Counter) -> str:
     words = set(only_a) | set(only_b)
-    if words & _NEGATIONS or _negated_word(ta, tb, only_a, only_b):
+    if words & _NEGATIONS or _negated_word(a, b):
         return "negation"
     if any(w[:1].isdigit() for w in words):
         return "number"
     return "words"
 
 
-# The prefixes that turn a word into its opposite, and nothing else of a word of four letters or more:
-# lexicon's NEGATING_PREFIXES less "de", "mis", "a", "anti" and "counter", which also make other words
-# ("code" / "decode", "take" / "mistake", "typical" / "atypical" is rare in questions).
-_OPPOSING_PREFIXES = ("un", "in", "im", "il", "ir", "non", "dis")
+# The prefixes that turn a word into its opposite, and little else of a word of four letters or more:
+# lexicon's list less those that also make unrelated words ("code" / "decode", "take" / "mistake",
+# "typical" / "atypical" is rare in questions).
+_OPPOSING_PREFIXES = tuple(p for p in lx.NEGATING_PREFIXES if p not in ("de", "mis", "a", "anti", "counter", "non-"))
 
 
-def _negated_word(ta, tb, only_a: Counter, only_b: Counter) -> bool:
-    """A word on one side is a word of the other with a negating prefix ("legal" / "illegal", "safe" /
+def _negated_word(a: str, b: str) -> bool:
+    """A word of one question is a word of the other with a negating prefix ("legal" / "illegal", "safe" /
     "unsafe", "like" / "dislike"): the opposite question, as much as one with "not". A soft reason
     would let a judge overrule it, and a 1.5B judge's yes-probability for "Is it legal / illegal to
-    drive with headphones?" (0.70-0.73) sits among true rewordings' (README, "Semantic cache quality")."""
-    # Surfaces, not stems: "unsafe" / "safe" stem to "unsaf" / "saf".
-    surface_a = {t.canon: t.surface.lower() for t in ta}
-    surface_b = {t.canon: t.surface.lower() for t in tb}
-    xs_a, xs_b = [surface_a[c] for c in only_a], [surface_b[c] for c in only_b]
-    return any(len(y) >= 4 and x == p + y for xs, ys in ((xs_a, xs_b), (xs_b, xs_a))
-               for x in xs for y in ys for p in _OPPOSING_PREFIXES)
+    drive with headphones?" (0.70-0.73) sits among true rewordings' (README, "Semantic cache quality").
+    Read on the words as written, not on tokens: stems drop letters ("unsaf" / "saf"), and the question
+    frames rewrite one side only ("Is it possible to" reads "can I", leaving "impossible" unpaired)."""
+    words_a = {m.group(0).lower() for m in _WORD.finditer(a)}
+    words_b = {m.group(0).lower() for m in _WORD.finditer(b)}
+    xs, ys = words_a - words_b, words_b - words_a
+    return any(len(y) >= 4 and x == p + y for only, other in ((xs, ys), (ys, xs))
+               for x in only for y in other for p in _OPPOSING_PREFIXES)
 
 
 def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | None:

@@ -17,6 +17,12 @@ from app.cache.guard import is_typo, mismatch
     ("Do cats like water?", "Do cats dislike water?", "negation"),
     ("Is the loan secured?", "Is the loan unsecured?", "negation"),
     ("Is the ticket refundable?", "Is the ticket nonrefundable?", "negation"),
+    # A question frame rewritten on one side only ("Is it possible to" reads "can I") leaves the prefixed
+    # word unpaired: still the opposite question.
+    ("Is it possible to recover deleted files?", "Is it impossible to recover deleted files?", "negation"),
+    ("Is it necessary to tip in Japan?", "Is it unnecessary to tip in Japan?", "negation"),
+    ("Is it advisable to run daily?", "Is it inadvisable to run daily?", "negation"),
+    ("Am I able to deduct my home office?", "Am I unable to deduct my home office?", "negation"),
     ("Is this ticket refundable?", "Is this ticket non-refundable?", "words"),
     ("Is VAT included?", "Is VAT excluded?", "words"),
     ("Vacation days for full-time staff", "Vacation days for part-time staff", "words"),  # sibling value

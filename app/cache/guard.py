@@ -627,9 +627,13 @@ def _negated_word(a: str, b: str) -> bool:
     frames rewrite one side only ("Is it possible to" reads "can I", leaving "impossible" unpaired)."""
     words_a = {m.group(0).lower() for m in _WORD.finditer(a)}
     words_b = {m.group(0).lower() for m in _WORD.finditer(b)}
-    xs, ys = words_a - words_b, words_b - words_a
-    return any(len(y) >= 4 and x == p + y for only, other in ((xs, ys), (ys, xs))
-               for x in only for y in other for p in _OPPOSING_PREFIXES)
+    return any(min(len(x), len(y)) >= 4 and _one_prefixes_other(x, y, _OPPOSING_PREFIXES)
+               for x in words_a - words_b for y in words_b - words_a)
+
+
+def _one_prefixes_other(x: str, y: str, prefixes: tuple[str, ...]) -> bool:
+    """One word is the other with one of `prefixes` in front."""
+    return any(x == p + y or y == p + x for p in prefixes)
 
 
 def _typo_pairs(ta, tb, only_a: Counter, only_b: Counter) -> dict[str, str] | None:
@@ -693,7 +697,7 @@ def is_typo(x: str, y: str) -> bool:
         return False  # two real words
     if x not in known and y not in known and min(len(x), len(y)) < 7:
         return False  # two unknown short words: too likely two names or codes
-    if any(x == p + y or y == p + x for p in lx.NEGATING_PREFIXES):
+    if _one_prefixes_other(x, y, lx.NEGATING_PREFIXES):
         return False
     return normalise.one_edit(x, y)
 

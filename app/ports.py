@@ -1,12 +1,53 @@
-"""A free loopback port: for the child processes the offline tools start, and for tests and benchmarks."""
+"""A free loopback port: for the child processes the offline tools start, and for tests and benchmarks.
+
+The port is chosen below the kernel's ephemeral range. The OS's own pick (bind to port 0) comes from
+that range, which is also where every outgoing connection takes its local port: between our choice and
+the child's bind, any client connection on the machine (a test's, a benchmark's, another suite's) could
+take the port, and the child then fails with "address already in use". Below the range only another
+listener can take it, and a random pick among ~20,000 ports makes that rare.
+"""
 
 from __future__ import annotations
 
+import random
 import socket
+from pathlib import Path
+
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST = 10000  # below this sit well-known services' ports
+_rng = random.SystemRandom()  # not the random module's shared state: tests seed that
+
+
+def _ephemeral_start() -> int | None:
+    """The first port of the kernel's ephemeral range, or None where the kernel does not say (not Linux)."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_BELOW = _ephemeral_start()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        # As the servers we start bind: a port left in TIME_WAIT by an earlier test is free to them.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def free_port() -> int:
-    """A port no one listens on now (the OS picks it); a child started right after can bind it."""
+    """A port no one listens on now, outside the ephemeral range where the kernel knows it; a child
+    started right after can bind it."""
+    if _BELOW is not None and _BELOW > _LOWEST + 1000:
+        for _ in range(64):
+            port = _rng.randrange(_LOWEST, _BELOW)
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

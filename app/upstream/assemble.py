@@ -87,12 +87,23 @@ def _merge_logprobs(so_far: object, chunk: object) -> object:
     if not isinstance(chunk, dict):
         return chunk
     merged = so_far if isinstance(so_far, dict) else {}
+    # The legacy lists run parallel to `tokens`: a list that is null or absent in some chunks and not in
+    # others is padded with nulls, one per token, so each entry stays beside its token.
+    parallel = isinstance(chunk.get("tokens"), list)
+    done = len(merged.get("tokens") or ()) if parallel else 0
+    count = len(chunk["tokens"]) if parallel else 0
     for key, value in chunk.items():
         before = merged.get(key)
-        if isinstance(value, list) and isinstance(before, list):
+        if parallel and key != "tokens" and value is None and isinstance(before, list):
+            before.extend([None] * count)
+        elif isinstance(value, list) and isinstance(before, list):
             before.extend(value)
         elif isinstance(value, list):
-            merged[key] = list(value)
+            merged[key] = [None] * done + value if parallel and key != "tokens" else list(value)
         elif value is not None or key not in merged:
             merged[key] = value
+    if parallel:
+        for key, before in merged.items():
+            if key not in chunk and isinstance(before, list):
+                before.extend([None] * count)
     return merged

@@ -44,6 +44,27 @@ def test_completion_log_probabilities_join_each_parallel_list():
                                   "top_logprobs": [{"Hel": -0.1}, {"lo": -0.2}], "text_offset": [0, 3]}
 
 
+def test_a_completion_list_missing_from_some_chunks_stays_aligned_with_the_tokens():
+    # top_logprobs is null or missing in some chunks and a list in others:
+    # each token keeps its own entry, the missing ones as null, rather than shifting the later ones up.
+    asm = StreamAssembler(chat=False)
+    chunks = ({"tokens": ["a"], "top_logprobs": None}, {"tokens": ["b", "c"], "top_logprobs": [{"b": -0.2}, {"c": -0.3}]},
+              {"tokens": ["d"]}, {"tokens": ["e"], "top_logprobs": [{"e": -0.5}]})
+    for chunk in chunks:
+        asm.feed(orjson.dumps({"id": "x", "choices": [{"index": 0, "text": "".join(chunk["tokens"]), "logprobs": chunk}]}))
+    logprobs = asm.result()["choices"][0]["logprobs"]
+    assert logprobs["tokens"] == ["a", "b", "c", "d", "e"]
+    assert logprobs["top_logprobs"] == [None, {"b": -0.2}, {"c": -0.3}, None, {"e": -0.5}]
+
+
+def test_a_completion_list_null_in_every_chunk_stays_null():
+    asm = StreamAssembler(chat=False)
+    for text in ("a", "b"):
+        asm.feed(orjson.dumps({"id": "x", "choices": [{"index": 0, "text": text, "logprobs": {
+            "tokens": [text], "token_logprobs": [-0.1], "top_logprobs": None}}]}))
+    assert asm.result()["choices"][0]["logprobs"]["top_logprobs"] is None
+
+
 def test_each_choice_keeps_its_own_log_probabilities():
     asm = StreamAssembler(chat=True)
     for index, text in ((0, "a"), (1, "b"), (0, "c")):

@@ -85,7 +85,7 @@ def soft_refused(cached: str, asked: str) -> bool:
     if guard._units(ta) != guard._units(tb) or guard._names(cached) ^ guard._names(asked):
         return True
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
-    return (guard._roles(ca) != guard._roles(cb) or guard._person_swapped(ca, cb)
+    return (guard.roles(ta) != guard.roles(tb) or guard._person_swapped(ca, cb)
             or (sorted(ca) == sorted(cb) and ca != cb))
 
 

@@ -526,9 +526,31 @@ def _without_lone_to(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> tuple[tupl
     # after an adjective: "is it safe to run" states the question's polarity, and "Is running
     # dangerous?" reworded around it is the opposite question.
     more = ta if ca["to"] > cb["to"] else tb
-    if any(t.canon == "to" and (i == 0 or more[i - 1].surface not in _INFINITIVE_FRAMES) for i, t in enumerate(more)):
+    if any(t.canon == "to" and not _infinitive_to(more, i) for i, t in enumerate(more)):
         return ta, tb
     return tuple(t for t in ta if t.canon != "to"), tuple(t for t in tb if t.canon != "to")
+
+
+def _infinitive_to(toks: tuple[Token, ...], i: int) -> bool:
+    """toks[i] is a "to" that marks an infinitive, not a direction: after a word that asks for a way or
+    states a need ("how to", "need to"), or between a word mostly used as a noun and one mostly used as a
+    verb (WordNet), the infinitive that says what a thing is for ("the best wine to go with it", "the
+    cost to run a fridge"). Never after an adjective ("is it safe to run": the adjective states the
+    question's polarity) or a verb ("go to work", "get to sleep": a direction), nor before a noun."""
+    if toks[i].canon != "to" or i == 0:
+        return False
+    before, after = toks[i - 1].surface, toks[i + 1].surface if i + 1 < len(toks) else ""
+    if before in _INFINITIVE_FRAMES:
+        return True
+    return (before.isalpha() and after.isalpha() and wordnet.usual(before) == {"n"}
+            and wordnet.usual(after) == {"v"})
+
+
+def roles(toks: tuple[Token, ...]) -> Counter:
+    """`_roles` of a question's tokens, an infinitive's "to" (`_infinitive_to`) set aside: its verb is a
+    content word like any other, not the object of a direction ("the best wine to go with it" / "which
+    wine goes best with it", "how to recall" / "can I recall")."""
+    return _roles([t.canon for i, t in enumerate(toks) if not _infinitive_to(toks, i)])
 
 
 _INFINITIVE_FRAMES = frozenset("how way ways need needs want wants have has had try trying going able".split())

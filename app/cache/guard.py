@@ -66,8 +66,8 @@ def known_words() -> frozenset[str]:
 @lru_cache(maxsize=65536)
 def _stem(w: str) -> str:
     """Inflections to one form ("bake", "baked", "baking", "bakes" -> "bak"); never strips a prefix."""
-    if len(w) <= 3 or not w.isalpha():
-        return w
+    if len(w) <= 3 or not w.isalpha() or w in _NEGATIONS:
+        return w  # a negation is no inflection ("none", "nothing"): the guard reads it by its word
     if w.endswith(("ies", "ied")) and len(w) > 4:
         return w[:-3] + "y"
     for suffix in ("ing", "ed", "es", "s"):
@@ -119,8 +119,17 @@ def _numbers(words: list[str]) -> list[str]:
             out.append(str((total or 0) + (current or 0)))
             total = current = None
         if w:
-            out.append(lx.ORDINAL_WORDS.get(w, w))
+            out.append(lx.ORDINAL_WORDS.get(w, w) if w != "first" or _ordinal_first(words, i) else w)
     return out
+
+
+def _ordinal_first(words: list[str], i: int) -> bool:
+    """ "first" before a noun, or a number, is an ordinal ("my first layer" / "my 1st layer", "the first 3
+    days"); elsewhere it is an adverb ("which goes first", "what should I do first", "first, ..."), no
+    number, and a rewording that puts the same things in order another way ("before or after") is a
+    word more, not another number."""
+    after = words[i + 1] if i + 1 < len(words) else ""
+    return bool(after) and (after[:1].isdigit() or after in lx.NUMBER_WORDS or wordnet.noun(after))
 
 
 def _pronoun_one(words: list[str], i: int) -> bool:

@@ -219,8 +219,11 @@ NUMBER_WORDS = {
     )
 } | {"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
      "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
-     "billion": "1000000000", "dozen": "12", "none": "0", "single": "1", "couple": "2"}
+     "billion": "1000000000", "dozen": "12"}
 # Not "pair": it counts pairs ("a pair of socks" is not "two socks") and is a verb as often ("pair my AirPods").
+# Not "couple": it names two people ("a gift for a couple") as often, and "a couple of days" is a few. Not
+# "single": it says unmarried or one-person ("a single parent", "a single room"). Not "none": a negation
+# ("none of my plants grow"), which the guard reads as one only while it stays a word.
 ORDINAL_WORDS = {
     "first": "1", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6", "seventh": "7", "eighth": "8",
     "ninth": "9", "tenth": "10", "eleventh": "11", "twelfth": "12", "thirteenth": "13", "fourteenth": "14",

@@ -7,8 +7,8 @@ index holds the seeded questions plus `--entries` filler vectors in the same sco
 full index: real questions' embeddings perturbed (`--fillers perturbed`, the default) or uniform random
 vectors (`--fillers random`, harder on the HNSW graph); see bench/fillers.py.
 Requests alternate at c=1: an exact hit (a seeded question again), a semantic hit (a reworded
-seeded question that the guard confirms: case, politeness, frames, typos), a judged hit and a miss.
-A judged hit goes to a second alias whose judge (an alias answered "yes" at once by a stub server in
+seeded question that the guard confirms: case, politeness, frames, typos), a judged lookup and a miss.
+A judged lookup goes to a second alias whose judge (an alias answered "yes" at once by a stub server in
 this process) is asked because the guard cannot align one added word ("... quickly?"): each such
 question is new, so no verdict is cached, and its cost over a semantic hit is the judge call's
 round trip through the gateway, the floor under any real model's own time. Each request is timed end
@@ -24,6 +24,15 @@ are timed in process on one thread: embedding, KNN, guard.
 one BLAS thread, never sleeping) pinned to each core this process may use, started 5 s before the timed
 rounds and stopped after the parts. They are this process's children (the same session, so the same
 scheduler autogroup as the gateway). The load average then reads 2 plus whatever else runs.
+
+With `--judge-url` the judge is a real model instead of the stub: any OpenAI-compatible server you
+started (a llama-server with the judge GGUF, say; `--judge-flavor llamacpp`), asked through the gateway
+as a judged lookup asks it, with `--judge-timeout-ms` and `--judge-min-yes-probability` as the judge's
+settings. A real judge may refuse: the "judged lookup" row then times every lookup that asked it,
+whatever the verdict (a refusal costs the same call, then the backend), and the verdicts are counted.
+
+    python bench/cache_speed.py --entries 5000 --requests 100 --repeats 1 \
+        --judge-url http://127.0.0.1:8090/v1 --judge-flavor llamacpp --judge-min-yes-probability 0.73
 
 Its temporary folder (Redis's and the gateway's logs) is removed at the end unless the run failed.
 """
@@ -72,7 +81,8 @@ VARIANTS = [lambda q: q.lower(), lambda q: "Please tell me: " + q, lambda q: q +
 # question asked once, so every judged lookup calls the judge.
 JUDGED_WORDS = ["quickly", "safely", "easily", "properly", "correctly", "cheaply", "fast", "today", "alone", "now",
                 "better", "myself", "yourself", "carefully", "efficiently", "again", "well", "right", "smoothly", "manually"]
-KINDS = {"exact hit": "hit", "semantic hit": "semantic-hit", "judged hit": "semantic-hit", "miss (zero-latency backend)": "miss"}
+JUDGED = "judged lookup"
+KINDS = {"exact hit": "hit", "semantic hit": "semantic-hit", JUDGED: "semantic-hit", "miss (zero-latency backend)": "miss"}
 
 
 def _text(value: object) -> str:
@@ -173,8 +183,9 @@ def fill(port: int, scope: str, entries: int, fillers: str, vector_type: str, av
 
 
 async def through_gateway(url: str, port: int, entries: int, requests: int, repeats: int, fillers: str,
-                          vector_type: str) -> list[dict[str, list[float]]]:
-    """One dict of end-to-end times per repeat, by kind of request; the index is filled once."""
+                          vector_type: str, verdicts: Counter[str]) -> list[dict[str, list[float]]]:
+    """One dict of end-to-end times per repeat, by kind of request; the index is filled once. A real
+    judge's verdicts on the judged lookups are counted into `verdicts` (served: "judged", refused: "miss")."""
     questions = [f"How do I {t}?" for t in TOPICS]
     runs: list[dict[str, list[float]]] = []
     async with aiohttp.ClientSession(headers={"authorization": "Bearer bench"}) as s:
@@ -208,12 +219,14 @@ async def through_gateway(url: str, port: int, entries: int, requests: int, repe
                 fresh = f"Tell me something new: {uuid.uuid4().hex}"
                 for name, content, model, want in (
                         ("exact hit", q, "cached", "hit"), ("semantic hit", variant, "cached", "semantic-hit"),
-                        ("judged hit", judged, "judged", "judged"), ("miss (zero-latency backend)", fresh, "cached", "miss")):
+                        (JUDGED, judged, "judged", "judged"), ("miss (zero-latency backend)", fresh, "cached", "miss")):
                     try:
                         dt, status = await post(s, url, content, model)
                     except aiohttp.ServerDisconnectedError:  # a keep-alive connection closed under us: not timed
                         dt, status = 0.0, "disconnected"
-                    if status == want:
+                    if name == JUDGED and status in ("judged", "miss"):
+                        verdicts[status] += 1  # a refusal asked the judge too: the same lookup, timed alike
+                    if status == want or (name == JUDGED and status == "miss" and verdicts["real"]):
                         out[name].append(dt)
                     else:
                         unexpected[name, status] += 1
@@ -275,29 +288,46 @@ def main() -> int:
     ap.add_argument("--vector-type", choices=["float16", "float32"], default="float16", help="cache.redis_vector_type")
     ap.add_argument("--busy", action="store_true",
                     help="controlled load: a busy process pinned to each core during the timed rounds and the parts")
+    ap.add_argument("--judge-url", help="a real judge: an OpenAI-compatible base URL (.../v1) instead of the yes stub")
+    ap.add_argument("--judge-model", default="judge", help="the model name the judge server is asked for")
+    ap.add_argument("--judge-flavor", default="openai", help="the judge backend's flavor (llamacpp for llama-server)")
+    ap.add_argument("--judge-timeout-ms", type=float, help="semantic.judge.timeout_ms (default: the shipped one)")
+    ap.add_argument("--judge-min-yes-probability", type=float, help="semantic.judge.min_yes_probability (default: off)")
     args = ap.parse_args()
     vector_type = args.vector_type.upper()
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-cache-bench-"))
     redis_proc, port = start_redis(tmp / "redis.log")
     other = "1" if args.cpus == "0" else None
     fleet = Fleet.zero_latency(tmp, cpus=other)
-    judge_proc, judge_port = start_yes_judge(other)
+    judge_proc = None
+    if args.judge_url:
+        judge_backend = {"base_url": args.judge_url, "model": args.judge_model, "flavor": args.judge_flavor}
+    else:
+        judge_proc, judge_port = start_yes_judge(other)
+        judge_backend = {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "yes"}
+    judge: dict[str, Any] = {"alias": "yes-judge", "min_similarity": 0.75}
+    if args.judge_timeout_ms is not None:
+        judge["timeout_ms"] = args.judge_timeout_ms
+    if args.judge_min_yes_probability is not None:
+        judge["min_yes_probability"] = args.judge_min_yes_probability
     # finish_reason "length" allowed: the zero-latency backend cuts answers at max_tokens.
     cache = {"exact": {"enabled": True}, "semantic": {"enabled": True}, "finish_reasons": ["stop", "length"]}
-    judged = {**cache, "semantic": {"enabled": True, "judge": {"alias": "yes-judge", "min_similarity": 0.75}}}
+    judged = {**cache, "semantic": {"enabled": True, "judge": judge}}
     models = {"cached": {"backends": ["zero"], "cache": cache}, "judged": {"backends": ["zero"], "cache": judged},
               "yes-judge": {"backends": ["yes"]}}
     extra = {"cache": {"store": "redis", "redis_url": f"redis://127.0.0.1:{port}/0", "embedding": {"threads": 1},
                        "redis_vector_type": args.vector_type}}
     extra["backends"] = {"zero": {"base_url": f"http://127.0.0.1:{fleet.backends['zero']['port']}/v1", "model": fleet.model},
-                         "yes": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "yes"}}
+                         "yes": judge_backend}
     gw = start_gateway(tmp, fleet, cpus=args.cpus, models=models, extra=extra)
     busy: list[subprocess.Popen] = []
     ok = False
     try:
         busy = start_busy() if args.busy else []
         load = [os.getloadavg()[0]]
-        runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats, args.fillers, vector_type))
+        verdicts: Counter[str] = Counter(real=int(bool(args.judge_url)))
+        runs = asyncio.run(through_gateway(gw.url, port, args.entries, args.requests, args.repeats, args.fillers, vector_type,
+                                           verdicts))
         load.append(os.getloadavg()[0])
         rows = asyncio.run(parts(port, args.requests, vector_type))
         ok = True
@@ -307,7 +337,8 @@ def main() -> int:
             p.wait()
         gw.stop()
         fleet.stop()
-        judge_proc.terminate()
+        if judge_proc is not None:
+            judge_proc.terminate()
         redis_proc.terminate()
         redis_proc.wait(10)
         if ok:
@@ -326,7 +357,10 @@ def main() -> int:
         p50s = [percentile(r[name], 50) for r in runs]
         print(f"| {name} | {med(p50s):.2f} | {med([percentile(r[name], 90) for r in runs]):.2f} | "
               f"{med([percentile(r[name], 99) for r in runs]):.2f} | {' / '.join(f'{x:.2f}' for x in p50s)} |")
-    for name, target in (("semantic hit", " (target <= 3 ms)"), ("judged hit", "")):
+    judge_desc = (f"a real judge at {args.judge_url} (model {args.judge_model}): {verdicts['judged']} served, "
+                  f"{verdicts['miss']} refused or failed" if args.judge_url else "the yes stub")
+    print(f"\njudged lookups asked {judge_desc}")
+    for name, target in (("semantic hit", " (target <= 3 ms)"), (JUDGED, "")):
         added = {p: [percentile(r[name], p) - percentile(r["exact hit"], p) for r in runs] for p in (50, 90)}
         ratio = [percentile(r[name], 50) / percentile(r["exact hit"], 50) for r in runs]
         print(f"\na {name} adds {med(added[50]):.2f} ms p50 over an exact hit{target}, {med(added[90]):.2f} ms p90 "

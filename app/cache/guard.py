@@ -814,6 +814,8 @@ def _modal_against_fact(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, 
         if {t.canon for t in ty} & _MODALS:
             continue
         if tx and tx[0].canon in _MODALS and _DO_FIRST.match(y.lower().lstrip(" \t\n\"'*")):
+            if tx[0].canon != "can" and _asks_need(y):
+                continue  # "Do they need extra food?" asks what should be, as "Should I give them ...?" does
             return True
         if _wh_fact_against_modal(y, x):
             return True
@@ -821,6 +823,17 @@ def _modal_against_fact(a: str, ta: tuple[Token, ...], b: str, tb: tuple[Token, 
 
 
 _DO_FIRST = re.compile(r"(?:do|does|did)\b")
+
+
+def _asks_need(text: str) -> bool:
+    """The question asks what is needed or required ("Do they need extra feeding?", "Do I have to tip?"): an
+    obligation, as "should" and "must" ask it, not a fact. Not "recommend": "Do doctors recommend statins?"
+    asks what doctors do."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    return bool(_NEED & set(words)) or any(x in ("have", "has") and y == "to" for x, y in pairwise(words))
+
+
+_NEED = frozenset("need needs require requires".split())
 
 
 def _wh_fact_against_modal(fact: str, modal: str) -> bool:

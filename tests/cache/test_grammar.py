@@ -409,6 +409,28 @@ def test_a_modal_against_the_fact_is_only_a_yes_no_question_with_do(a, b):
     assert guard.mismatch(a, b) != "modal"
 
 
+# "Do ... need ...?" and "Do ... have to ...?" ask an obligation, as "should" and "must" do: no fact against
+# advice (conversation-dev: "Do they need extra feeding in winter?" / "Should I give them extra food over the
+# winter?"). The words still differ, so the pair is the contextual check's (and a judge's) to decide. Against
+# "can" (a permission) it stays a modal change, and "recommend" is what someone does.
+@pytest.mark.parametrize("a, b", [
+    ("Do they need extra feeding in winter?", "Should I give them extra food over the winter?"),
+    ("Do we need a tent?", "Should we rent a tent?"),
+    ("Does my dog need a coat in winter?", "Must my dog wear a coat in winter?"),
+    ("Do I have to tip in Japan?", "Should I tip in Japan?"),
+])
+def test_a_need_asked_with_do_is_advice_as_should_and_must_ask_it(a, b):
+    assert guard.mismatch(a, b) not in guard.HARD_REASONS and guard.mismatch(b, a) not in guard.HARD_REASONS
+
+
+@pytest.mark.parametrize("a, b", [
+    ("Does my dog need a coat in winter?", "Can my dog wear a coat in winter?"),  # a permission
+    ("Do doctors recommend statins?", "Must doctors recommend statins?"),  # what doctors do
+])
+def test_a_need_against_a_permission_or_a_recommendation_done_stays_a_modal_change(a, b):
+    assert guard.mismatch(a, b) == "modal" and guard.mismatch(b, a) == "modal"
+
+
 
 # A question word asked of what is done ("do", "does", "did") is not the one asked of what should, must or can
 # be done: the fact is not the advice, the limit or the permission (a hard refusal, as for yes/no questions).

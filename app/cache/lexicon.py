@@ -56,6 +56,9 @@ _FRAMES: list[tuple[str, Replacement]] = [
     (r"\bwhat(?:'s| is| are) (?:the )?(?:steps|way|best way|right way|correct way|proper way|process|procedure) (?:to|for)\b", "how to"),
     (r"\bwhat are the steps to\b", "how to"),
     (r"\bis there (?:a|any) way to\b", "how to"),
+    # The same asked without "is there" ("Any way to stop it?", "Any tips to stop it?"): "any" opens the
+    # question, it limits nothing.
+    (r"^any (?:way|ways|tips?) to\b", "how to"),
     (r"\bexplain how to\b", "how to"),
     # Leave asked ("is it okay / fine / alright to X") is "can i X"; advice ("is it good / wise / time to X"),
     # "should i X".

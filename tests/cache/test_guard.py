@@ -108,6 +108,8 @@ def test_a_typo_is_one_edit_from_a_known_word():
     ("How do I stop wood from splitting?", "How do I prevent wood from splitting?"),
     ("Should I do cardio on an empty stomach?", "Is cardio on an empty stomach a good idea?"),  # advice
     ("Should I take vitamin D in winter?", "Is taking vitamin D in winter recommended?"),
+    ("Any way to stop a controller from drifting?", "How do I stop my controller from drifting?"),  # "is there" left out
+    ("Any tips to get rid of fruit flies?", "How can I get rid of fruit flies?"),
 ])
 def test_question_frames_that_ask_the_same_thing_align(a, b):
     assert mismatch(a, b) is None
@@ -130,6 +132,7 @@ def test_question_frames_that_ask_the_same_thing_align(a, b):
     ("Should I do cardio on an empty stomach?", "Is cardio on an empty stomach a bad idea?"),
     ("Should I do cardio on an empty stomach?", "Is cardio on a full stomach a good idea?"),
     ("Should I take vitamin D in winter?", "Is taking vitamin D in winter dangerous?"),
+    ("Any way to stop a controller from drifting?", "How do I stop a controller from lagging?"),
 ])
 def test_a_frame_never_hides_what_changed(a, b):
     assert mismatch(a, b) is not None

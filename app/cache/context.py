@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import numpy as np
 
@@ -85,7 +85,10 @@ def soft_refused(cached: str, asked: str) -> bool:
     if guard._units(ta) != guard._units(tb) or guard._names(cached) ^ guard._names(asked):
         return True
     ca, cb = [t.canon for t in ta], [t.canon for t in tb]
-    return (guard.roles(ta) != guard.roles(tb) or guard._person_swapped(ca, cb)
+    ra, rb = guard.roles(ta), guard.roles(tb)
+    if guard.comparison_as_choice(ta, tb):
+        ra, rb = (Counter({k: n for k, n in r.items() if k[0] not in ("than", "vs")}) for r in (ra, rb))
+    return (ra != rb or guard._person_swapped(ca, cb)
             or (sorted(ca) == sorted(cb) and ca != cb))
 
 

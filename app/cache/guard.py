@@ -562,6 +562,18 @@ def roles(toks: tuple[Token, ...]) -> Counter:
     return _roles([t.canon for i, t in enumerate(toks) if not _infinitive_to(toks, i)])
 
 
+def comparison_as_choice(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> bool:
+    """One question compares two things with "than" ("Does green tea have more caffeine than coffee?"), the
+    other asks which of two it is ("Which has more caffeine, green tea or coffee?", "Green tea vs coffee:
+    which has more caffeine?"). A choice names no direction: its answer answers the comparison either way
+    round, so the comparison's "than" has no counterpart to keep (the things compared still must)."""
+    for x, y in ((ta, tb), (tb, ta)):
+        cx, cy = {t.canon for t in x}, {t.canon for t in y}
+        if "than" in cx and "than" not in cy and "what" in cy and ("or" in cy or "vs" in cy):
+            return True
+    return False
+
+
 _INFINITIVE_FRAMES = frozenset("how way ways need needs want wants have has had try trying going able".split())
 
 

@@ -288,6 +288,10 @@ def soft(encoder, cached: str, asked: str) -> bool:
     # "how to recall" / "can I recall": the infinitive's "to" is no role (dev-tune).
     ("How do I recall an email I sent by mistake in Outlook?",
      "Is it possible to recall an Outlook email that I sent by mistake?"),
+    # A comparison asked as a choice between the two things (dev-tune): a choice names no direction.
+    ("Does green tea have more caffeine than coffee?", "Which has more caffeine, green tea or coffee?"),
+    ("Does green tea have more caffeine than coffee?", "Green tea vs coffee: which has more caffeine?"),
+    ("Is there more caffeine in green tea than in coffee?", "Which has more caffeine, green tea or coffee?"),
 ])
 def test_a_rewording_whose_every_word_reads_alike_in_context_is_served(encoder, cached, asked):
     assert guard.mismatch(cached, asked) not in guard.HARD_REASONS
@@ -299,6 +303,9 @@ def test_a_rewording_whose_every_word_reads_alike_in_context_is_served(encoder, 
 @pytest.mark.parametrize("cached, asked", [
     # Siblings and opposites in one slot read alike in context, but not at 0.9.
     ("Is the library open on weekends?", "Is the library open on weekdays?"),  # 0.836, the closest on tune
+    # A choice for a comparison keeps the things compared and what they are compared in.
+    ("Does green tea have more caffeine than coffee?", "Which has more caffeine, black tea or coffee?"),
+    ("Does green tea have more caffeine than coffee?", "Which has more antioxidants, green tea or coffee?"),
     ("Do I pay tax on money received from family abroad?", "Do I pay tax on money sent from family abroad?"),
     ("How many pushups should a beginner do?", "How many pullups should a beginner do?"),
     ("How often should adults get a flu shot?", "How often should adults get a tetanus shot?"),
@@ -322,6 +329,9 @@ def test_a_word_only_near_another_never_passes_the_soft_bar(encoder, cached, ask
     ("Is the store open on Sundays?", "Is the store not open on Sundays?"),  # a negation
     ("How long does it take to learn Spanish?", "How many years does it take to learn Spanish?"),  # a unit
     ("How do I recall an email in Outlook?", "How do I recall an email in Gmail?"),  # a name
+    # Two comparisons the other way round, or a choice against another comparative: roles, an opposite.
+    ("Does green tea have more caffeine than coffee?", "Does coffee have more caffeine than green tea?"),
+    ("Which has more caffeine, green tea or coffee?", "Does green tea have less caffeine than coffee?"),
 ])
 def test_what_the_soft_reading_refuses_whatever_the_cosines(cached, asked):
     assert context.soft_refused(cached, asked)

@@ -12,7 +12,9 @@ run). Rates are this box's: ~2 s to prefill a cold ~380-token prompt, ~35 ms a t
 
 Workloads: unique prompts (~300-word system prompts, nothing shared), `--shared K` system prompts (each
 server keeps its last `--cache` prompts), `--mixed` (half the prompts 10x shorter), `--slow F` (the last
-server F times slower). Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
+server F times slower), `--context F` (a decoding slot's step F TPOTs slower per 1,000 tokens of its
+context, as a llama.cpp decode step reads the whole context: the real quick server decoded ~13 ms a token
+for ~60-token prompts and ~20 ms for ~900-token ones, about 0.6; off by default). Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
 each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
@@ -75,7 +77,7 @@ class _Server:
 
 
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
-        slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False) -> list[tuple[float, ...]]:
+        slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
     E2E, sent, 1 for a burst request else 0), in the order they ended. With `burst_s`, `clients` send
     closed-loop for that long first (each again as soon as its answer ends, as bench/real_backends.py's
@@ -130,6 +132,9 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             took = sum(r.uncached for r in new) * PER_TOKEN_S
             if decoding:
                 took += TPOT_S * (1 + GROWTH * (len(decoding) - 1))
+                if context:
+                    # Each decoding slot's step reads its whole context (--context).
+                    took += TPOT_S * context * sum(r.ctx.prompt_tokens + r.out for r in decoding) / 1000
             s.step = new + decoding
             tie += 1
             heapq.heappush(events, (at + took * s.speed, tie, i))
@@ -227,11 +232,13 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true", help="half the prompts 10x shorter")
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--burst", type=float, default=0.0, help="seconds of closed loop (8 clients) before the arrivals")
+    ap.add_argument("--context", type=float, default=0.0,
+                    help="a decoding slot's step costs this many TPOTs more per 1,000 tokens of its context (0: none)")
     ap.add_argument("--after", type=int, default=8, help="with --burst: the arrivals whose prediction error is printed apart")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
     runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
-                          burst_s=args.burst, detail=True)
+                          burst_s=args.burst, detail=True, context=args.context)
                       for seed in range(args.seeds)]
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
@@ -249,7 +256,8 @@ def main() -> None:
     print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
           + (f", {args.shared} shared prompts (cache {args.cache})" if args.shared else ", unique prompts")
           + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
-          + (f", after a {args.burst:g} s closed-loop burst" if args.burst else ""))
+          + (f", after a {args.burst:g} s closed-loop burst" if args.burst else "")
+          + (f", decode {args.context:g} TPOT slower per 1,000 context tokens" if args.context else ""))
     base = [k for k in ("least_inflight", "round_robin") if k in results]
     for label, seeds in results.items():
         tt = [x[0] for s in seeds for x in s]

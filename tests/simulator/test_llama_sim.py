@@ -25,3 +25,17 @@ def test_burst_errors_are_signed_and_absolute_medians():
     rows = [(1.0, 2.0, 1.1, 3.0, 0.0, 0.0), (1.0, 2.0, 0.9, 1.0, 1.0, 0.0), (1.0, 2.0, 1.0, 2.4, 2.0, 0.0)]
     assert _errors(rows) == "TTFT +0% / 10%, E2E +20% / 50%"
     assert _errors([]) == "TTFT n/a, E2E n/a"
+
+
+def test_with_a_context_cost_an_answer_to_a_long_prompt_decodes_slower_than_one_to_a_short_prompt():
+    """--context: each decoding slot's step reads its context, as a llama.cpp decode step does (issue 24:
+    ~13 against ~20 ms a token for ~60- and ~900-token prompts on the real quick server)."""
+    # Far apart (0.05 req/s): every answer decodes alone, so only its own context sets its pace.
+    plain = run("round_robin", 1, 30, 0.05, 0, 2, 1.0, True, 2)
+    costly = run("round_robin", 1, 30, 0.05, 0, 2, 1.0, True, 2, context=0.6)
+    decode = lambda done: sorted(e - t for t, e in done)
+    alone = (OUTPUT - 1) * TPOT_S
+    assert all(abs(d - alone) < 1e-6 for d in decode(plain))  # without it, every answer decodes alike
+    fast, slow = decode(costly)[0], decode(costly)[-1]
+    assert fast > alone + 1e-3  # even a short prompt's context costs something
+    assert slow > 1.25 * fast  # the mix's long prompts (~10x the short ones) decode much slower

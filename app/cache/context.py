@@ -100,6 +100,13 @@ def soft_aligned(cached: str, asked: str, cached_states: list[tuple[str, np.ndar
     if soft_refused(cached, asked) if refused is None else refused:
         return False
     vec_a, vec_b = dict(reversed(cached_states)), dict(reversed(asked_states))
+    # A content word the frames put in for others ("disable" for "turn off") was never read by the model:
+    # nothing shows it reads alike, so the pair is refused (left out, "How do I blur my background?" / "How
+    # do I turn off background blur?" read as the same three words). A question word the frames put in
+    # ("why" for "what makes") is left out, as the words of a question frame are.
+    unread = [w for w in _content(cached) if w not in vec_a] + [w for w in _content(asked) if w not in vec_b]
+    if any(w not in guard._WH for w in unread):
+        return False
     words_a = [vec_a[w] for w in _content(cached) if w in vec_a]
     words_b = [vec_b[w] for w in _content(asked) if w in vec_b]
     if not words_a or not words_b:

@@ -303,6 +303,9 @@ def test_a_rewording_whose_every_word_reads_alike_in_context_is_served(encoder, 
 @pytest.mark.parametrize("cached, asked", [
     # Siblings and opposites in one slot read alike in context, but not at 0.9.
     ("Is the library open on weekends?", "Is the library open on weekdays?"),  # 0.836, the closest on tune
+    # A word the frames put in for others ("disable" for "turn off") was never read: it has no counterpart
+    # to show, and is not left out (then this read as "mute microphone teams" both ways).
+    ("How do I mute my microphone in Teams?", "How do I turn off microphone mute in Teams?"),
     # A choice for a comparison keeps the things compared and what they are compared in.
     ("Does green tea have more caffeine than coffee?", "Which has more caffeine, black tea or coffee?"),
     ("Does green tea have more caffeine than coffee?", "Which has more antioxidants, green tea or coffee?"),

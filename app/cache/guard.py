@@ -124,11 +124,13 @@ def _numbers(words: list[str]) -> list[str]:
 
 
 def _ordinal_first(words: list[str], i: int) -> bool:
-    """ "first" before a noun, or a number, is an ordinal ("my first layer" / "my 1st layer", "the first 3
-    days"); elsewhere it is an adverb ("which goes first", "what should I do first", "first, ..."), no
-    number, and a rewording that puts the same things in order another way ("before or after") is a
-    word more, not another number."""
+    """ "first" before a noun, or a number, or after a determiner is an ordinal ("my first layer" / "my 1st
+    layer", "the first 3 days", "is rent due on the first?" / "on the 1st?"); elsewhere it is an adverb
+    ("which goes first", "what should I do first", "first, ..."), no number, and a rewording that puts
+    the same things in order another way ("before or after") is a word more, not another number."""
     after = words[i + 1] if i + 1 < len(words) else ""
+    if i > 0 and (words[i - 1] in _ONE_AFTER or words[i - 1] in _POSSESSIVES):
+        return True
     return bool(after) and (after[:1].isdigit() or after in lx.NUMBER_WORDS or wordnet.noun(after))
 
 
@@ -147,6 +149,7 @@ def _pronoun_one(words: list[str], i: int) -> bool:
 
 
 _ONE_AFTER = frozenset("a an the this that which what each every any another no either neither".split())
+_POSSESSIVES = frozenset("my your our their his her its".split())
 
 
 @lru_cache(maxsize=4096)

@@ -633,6 +633,7 @@ def test_none_is_a_negation():
 @pytest.mark.parametrize("text, words", [
     ("Why is my first layer not sticking?", ["why", "my", "1", "layer", "not", "stick"]),
     ("Is the first day free?", ["1", "day", "fre"]),
+    ("Is the rent due on the first?", ["rent", "due", "on", "1"]),  # after a determiner: the first (day)
     ("What should I do first?", ["what", "should", "i", "first"]),
     ("Sunscreen or moisturizer: which goes first?", ["sunscreen", "or", "moisturizer", "what", "goe", "first"]),
 ])

@@ -185,25 +185,12 @@ class AnswerDecode:
     by the prefill of every request that takes a freed slot: after one, the slow llama.cpp server's
     line read 0.17 s per token at batch 1 against its 0.03, and that server, sent few requests, had no
     answers of its own at batch 1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`.
-
-    Within a level, an answer is priced at the median of the answers to prompts of about its size (within
-    one octave of its own: `sized`), where there are at least ANSWER_MIN_SAMPLES of them. A llama.cpp
-    decode step reads the whole context, so per token an answer to a long prompt decodes slower: on the
-    real quick server (issue 24, mixed prompt lengths) ~13 ms against ~20 ms for ~60- and ~900-token
-    prompts at one in flight, and priced at the level's median (mostly long prompts' answers there) every
-    short answer's decode was predicted +50 %, its end-to-end time +27 %. Prompts of one size share one
-    class and its neighbours, so on traffic of like prompts the sized median is the level's.
     """
 
     window: int = ANSWER_WINDOW
     stale_tau_s: float = 120.0
     _levels: dict[int, deque[float]] = field(default_factory=dict)
     _medians: dict[int, tuple[float, float]] = field(default_factory=dict)  # level -> (median, updated)
-    # Each answer's prompt size class (`size_class`), beside its per-token figure in `_levels`; and per
-    # (level, size class), the median of the level's answers within one class of it, where at least
-    # ANSWER_MIN_SAMPLES are (else the level's median stands), computed at the first read after an answer.
-    _sizes: dict[int, deque[int]] = field(default_factory=dict)
-    _sized: dict[tuple[int, int], float] = field(default_factory=dict)
     # Stretches of answers still under way, per batch they decoded in (running requests, at most the
     # slots): their medians bound the levels no answer has taught yet.
     _stretches: dict[int, deque[float]] = field(default_factory=dict)
@@ -215,31 +202,9 @@ class AnswerDecode:
             return _LEVELS[load]
         return _level(load)
 
-    def add(self, load: float, per_token_s: float, now: float, prompt_tokens: float = 0.0) -> None:
-        """A whole answer sent with `load` in flight (this one included), to a prompt of `prompt_tokens`
-        (0: not known; it then counts as the shortest size class)."""
-        key = self.level(load)
-        self._fold(self._levels, self._medians, key, per_token_s, now)
-        sizes = self._sizes.get(key)
-        if sizes is None:
-            sizes = self._sizes[key] = deque(maxlen=self.window)
-        sizes.append(size_class(prompt_tokens))
-        if self._sized:
-            self._sized.clear()
-
-    def sized(self, key: int, prompt_tokens: float) -> float | None:
-        """The median per-token decode of the answers at level `key` to prompts within one size class of
-        `prompt_tokens` (a factor of two to four either way), or None where fewer than
-        ANSWER_MIN_SAMPLES are: the level's median then stands for every size."""
-        cls = size_class(prompt_tokens)
-        got = self._sized.get((key, cls))
-        if got is not None:
-            return got if got > 0.0 else None
-        near = sorted(x for x, c in zip(self._levels.get(key, ()), self._sizes.get(key, ())) if -1 <= c - cls <= 1)
-        k = len(near)
-        median = (near[k // 2] if k % 2 else 0.5 * (near[k // 2 - 1] + near[k // 2])) if k >= ANSWER_MIN_SAMPLES else 0.0
-        self._sized[(key, cls)] = median
-        return median if median > 0.0 else None
+    def add(self, load: float, per_token_s: float, now: float) -> None:
+        """A whole answer sent with `load` in flight (this one included)."""
+        self._fold(self._levels, self._medians, self.level(load), per_token_s, now)
 
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way, decoded in a batch of `batch` running requests."""
@@ -363,7 +328,7 @@ class LatencyModel:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
-                       measured: bool = True, count_output: bool = True, prompt_tokens: float = 0.0) -> None:
+                       measured: bool = True, count_output: bool = True) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
         a point on the line of TPOT against the batch. `measured` says whether it was timed (a stream,
         the backend's report) or inferred from a whole answer's time; both count alike, since no sample
@@ -379,7 +344,7 @@ class LatencyModel:
             self.tpot_base.add(tpot / (1.0 + self.tpot_growth * extra), t)
             if count_output:
                 # A whole answer (not a stretch of one still under way): a sample of what one takes.
-                self.answers.add(load, tpot, t, prompt_tokens)
+                self.answers.add(load, tpot, t)
             else:
                 self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:
@@ -409,7 +374,7 @@ class LatencyModel:
         batch = load if self.slots is None else min(load, self.slots)
         return max(MIN_TPOT_S, a + b * max(0.0, batch - 1.0))
 
-    def answer_tpot(self, load: float, now: float, prompt_tokens: float = 0.0) -> float:
+    def answer_tpot(self, load: float, now: float) -> float:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
         included): the median of recent such answers, else the TPOT line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
@@ -429,15 +394,10 @@ class LatencyModel:
         if not line > MIN_TPOT_S:
             line = MIN_TPOT_S
         answers = self.answers
-        key = _LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load)
-        known = answers._medians.get(key)
+        known = answers._medians.get(_LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load))
         if known is None:
             return answers.get(load, line, now)
         median, updated = known
-        if prompt_tokens:
-            # The answers to prompts of about this size, where there are enough of them: a llama.cpp
-            # decode step reads the whole context, so an answer to a long prompt decodes slower per token.
-            median = answers.sized(key, prompt_tokens) or median
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
@@ -471,12 +431,6 @@ class LatencyModel:
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
         }
-
-
-def size_class(prompt_tokens: float) -> int:
-    """A prompt's size class for AnswerDecode: its token count's octave (1-1, 2-3, 4-7, ... tokens; 0
-    for none)."""
-    return int(prompt_tokens).bit_length() if prompt_tokens > 0 else 0
 
 
 def _level(load: float) -> int:

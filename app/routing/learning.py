@@ -160,7 +160,7 @@ class Learner:
             elif s.backend.adapter.headers_at_slot and a.headers:
                 # The queue was before the headers: from headers to the first event was prefill.
                 model.observe_prefill(prompt, a.first_event - a.headers)
-            model.observe_decode(output, a.end - a.first_event, a.load, prompt_tokens=prompt_hint)
+            model.observe_decode(output, a.end - a.first_event, a.load)
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
@@ -169,7 +169,7 @@ class Learner:
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
         if r.decode_s is not None:
-            model.observe_decode(r.output_tokens or output, r.decode_s, a.load, prompt_tokens=prompt_hint)
+            model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
         elif output > 1:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)

@@ -143,7 +143,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     n -= 1
     if not n > 0.0:
         n = 0.0
-    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now, ctx.prompt_tokens), penalty
+    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:

@@ -10,11 +10,9 @@ import pytest
 
 from app.config import BackendConfig, BreakerConfig
 from app.record import AttemptRecord, Estimate
-from app.routing.context import RouteContext
 from app.routing.health import Breaker
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
-from app.routing.predict import estimate
 from app.routing.state import BackendState
 from app.upstream.adapters import BackendReport, ServerLoad, adapter_for
 
@@ -184,27 +182,3 @@ def test_a_chat_template_the_server_reuses_of_every_prompt_is_learned_as_routing
                                  prompt_cached=30)
         t.learn(a, prompt_hint=hint, output=10)
     assert model.prefill_s(90) == pytest.approx(0.3, rel=0.1)
-
-
-def test_an_answer_to_a_short_prompt_decodes_at_what_short_prompts_answers_took_not_long_ones():
-    """A llama.cpp decode step reads the whole context: on the real quick server (issue 24, mixed prompt
-    lengths) answers to ~60-token prompts decoded at ~13 ms a token and answers to ~900-token ones at
-    ~20 ms, in the same state (one in flight). Priced at the median of both, every short answer's decode
-    was predicted +50 % (E2E +27 %) and every long one's -10 %."""
-    t, _ = telemetry("llamacpp")
-    for i in range(12):
-        short = i % 3 == 0  # a third of the answers, so the level's median is a long prompt's
-        a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
-        a.start, a.headers, a.first_event = 100.0 + i, 100.001 + i, 100.011 + i
-        a.end = a.first_event + 23 * (0.013 if short else 0.020)
-        t.learn(a, prompt_hint=60 if short else 900, output=24)
-    now = time.monotonic()  # the learner stamps samples with the monotonic clock
-    state = t.states["b"]
-    for prompt, per_token in ((60, 0.013), (900, 0.020)):
-        ctx = RouteContext(stream=True, prompt_tokens=prompt, max_tokens=24, exact_output=True, now=now)
-        e = estimate(state, ctx)
-        assert e.e2e_s - e.ttft_s == pytest.approx(23 * per_token, rel=1e-6)
-    # A prompt of a size no answer had yet is priced at the median of all of them.
-    ctx = RouteContext(stream=True, prompt_tokens=8000, max_tokens=24, exact_output=True, now=now)
-    e = estimate(state, ctx)
-    assert e.e2e_s - e.ttft_s == pytest.approx(23 * 0.020, rel=1e-6)

@@ -14,7 +14,12 @@ Workloads: unique prompts (~300-word system prompts, nothing shared), `--shared 
 server keeps its last `--cache` prompts), `--mixed` (half the prompts 10x shorter), `--slow F` (the last
 server F times slower), `--context F` (a decoding slot's step F TPOTs slower per 1,000 tokens of its
 context, as a llama.cpp decode step reads the whole context: the real quick server decoded ~13 ms a token
-for ~60-token prompts and ~20 ms for ~900-token ones, about 0.6; off by default). Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
+for ~60-token prompts and ~20 ms for ~900-token ones, about 0.6; off by default). With `--per-slot`, each slot keeps only the last prompt it ran instead (llama.cpp
+with --cache-ram 0): a request taking a slot takes the free one holding its prompt, else the least
+recently used free one, whose prompt it replaces; the servers publish their slots (as /props does) and the
+gateway's burst wait is played (a request held back for a sibling's busy copy of its prefix is sent when
+that copy frees, or at the wait's limit). Without them a request whose prompt sat in a running request's
+slot found it as if the cache were shared, and the collapses seen on real servers did not show. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
 each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
@@ -27,6 +32,7 @@ arrivals after the burst beside the rest's: the issue's "no over-prediction afte
     python bench/llama_sim.py --strategies latency_aware,latency_aware@/tmp/main,least_inflight,round_robin
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.8
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.5 --requests 60 --seeds 12 --burst 20 --after 8
+    python bench/llama_sim.py --shared 4 --per-slot --rate 1.0 --requests 30 --seeds 60
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class _Req:
     first: float | None = None
     out: int = 0
     burst: bool = False
+    system: str = ""
+    slot: int = -1  # with --per-slot: the slot that took it
 
 
 @dataclass
@@ -74,12 +82,19 @@ class _Server:
     step: list[_Req] = field(default_factory=list)
     busy: bool = False
     cache: list[str] = field(default_factory=list)
+    # With --per-slot: each slot's last prompt, when it was last released, and the request it runs.
+    held: list[str | None] = field(default_factory=list)
+    used: list[float] = field(default_factory=list)
+    taken: list[_Req | None] = field(default_factory=list)
+    waiting: list[tuple[float, Any, _Req]] = field(default_factory=list)  # held back: (limit, copy's event, request)
 
 
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
-        slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0) -> list[tuple[float, ...]]:
+        slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0,
+        per_slot: bool = False) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
-    E2E, sent, 1 for a burst request else 0), in the order they ended. With `burst_s`, `clients` send
+    E2E, sent, 1 for a burst request else 0), in the order they ended. With `per_slot`, each slot keeps
+    only the last prompt it ran (llama.cpp with --cache-ram 0) instead of each server its last `cache`. With `burst_s`, `clients` send
     closed-loop for that long first (each again as soon as its answer ends, as bench/real_backends.py's
     calibration does), and the `requests` arrivals begin when the burst's last answer has ended."""
     from app.config import BackendConfig, ModelAlias
@@ -98,7 +113,13 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
         if hasattr(entry.strategy, "_rng"):
             entry.strategy._rng.seed(seed)  # its exploration, the same each run
     learner = router.learner
+    if per_slot:
+        # As the gateway's discovery reads llama.cpp's /props (total_slots) before the first request.
+        for state in router.states.values():
+            state.model.set_reported_slots(slots)
     servers = [_Server(1.0), _Server(slow)]
+    for s in servers:
+        s.held, s.used, s.taken = [None] * slots, [0.0] * slots, [None] * slots
     rng = random.Random(seed)
     systems = [f"[s{seed} policy {i}] " + " ".join(rng.choice(WORDS) for _ in range(300)) + "." for i in range(shared)]
     done: list[tuple[float, ...]] = []
@@ -142,7 +163,9 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
         while events:
             at, _, i = heapq.heappop(events)
             box[0] = at
-            if i < 0:
+            if i <= -10:
+                pass  # a held request's wait limit (per slot): checked below
+            elif i < 0:
                 burst = i == -2
                 bursting += burst
                 if shared:
@@ -156,15 +179,24 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 lease = _drive(router.acquire("m", ctx=ctx))
                 k = int(lease.state.name[1:])
                 s = servers[k]
-                hit = system in s.cache
-                if shared:
+                hit = system in s.cache and not per_slot  # per slot: decided when a slot takes it
+                if shared and not per_slot:
                     if hit:
                         s.cache.remove(system)
                     s.cache = [*s.cache, system][-cache:]
                 reused = round(ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
                 rec = AttemptRecord(len(done), "m", lease.state.name, "llamacpp", "h", 1, "m", True, at,
                                     load=lease.state.inflight, predicted=lease.estimate, prefix=lease.prefix)
-                s.queue.append(_Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused, burst=burst))
+                r = _Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused, burst=burst, system=system)
+                leader = lease.prefix.leader if lease.prefix is not None else None
+                if per_slot and lease.burst_wait_s and leader is not None and not leader.is_set():
+                    # The gateway holds it back for a sibling's copy of its prefix (app/dispatch's burst
+                    # wait), until that copy is free or the wait's limit.
+                    s.waiting.append((at + lease.burst_wait_s, leader, r))
+                    tie += 1
+                    heapq.heappush(events, (at + lease.burst_wait_s, tie, -10 - k))
+                else:
+                    s.queue.append(r)
             else:
                 s = servers[i]
                 for r in s.step:
@@ -183,6 +215,8 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                             learner.progress(r.rec, r.lease.state, last, r.out, at)
                     if r.out >= OUTPUT:
                         s.slots.remove(r)
+                        if r.slot >= 0:
+                            s.taken[r.slot], s.used[r.slot] = None, at
                         r.rec.end = at
                         r.rec.report = BackendReport(prefill_s=r.first - (r.slot_at or r.sent), decode_s=at - r.first,
                                                      prompt_tokens=r.ctx.prompt_tokens, output_tokens=OUTPUT,
@@ -202,11 +236,23 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                                 schedule(at)
                 s.step = []
                 s.busy = False
-            k = int(i if i >= 0 else lease.state.name[1:])
+            k = int(i if i >= 0 else -10 - i if i <= -10 else lease.state.name[1:])
             s = servers[k]
+            for held in [w for w in s.waiting if w[1].is_set() or w[0] <= at]:
+                s.waiting.remove(held)
+                s.queue.append(held[2])
             while len(s.slots) < slots and s.queue:
                 r = s.queue.pop(0)
                 r.slot_at = at
+                if per_slot:
+                    # llama.cpp's choice: the free slot whose last prompt this one repeats, else the least
+                    # recently used free one, whose prompt it then replaces.
+                    free = [j for j in range(slots) if s.taken[j] is None]
+                    j = next((j for j in free if s.held[j] == r.system), min(free, key=s.used.__getitem__))
+                    hit = s.held[j] == r.system
+                    s.held[j], s.taken[j], r.slot = r.system, r, j
+                    r.reused = round(r.ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
+                    r.uncached = r.ctx.prompt_tokens - r.reused
                 # llama.cpp sends a stream's headers when a slot takes it (the wait before is queue).
                 r.rec.headers = at + NET_S
                 s.slots.append(r)
@@ -231,6 +277,8 @@ def main() -> None:
     ap.add_argument("--slow", type=float, default=1.0, help="the second server this many times slower")
     ap.add_argument("--mixed", action="store_true", help="half the prompts 10x shorter")
     ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--per-slot", action="store_true",
+                    help="each slot keeps only its last prompt (llama.cpp --cache-ram 0), not each server its last --cache")
     ap.add_argument("--burst", type=float, default=0.0, help="seconds of closed loop (8 clients) before the arrivals")
     ap.add_argument("--context", type=float, default=0.0,
                     help="a decoding slot's step costs this many TPOTs more per 1,000 tokens of its context (0: none)")
@@ -238,7 +286,7 @@ def main() -> None:
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
     runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
-                          burst_s=args.burst, detail=True, context=args.context)
+                          burst_s=args.burst, detail=True, context=args.context, per_slot=args.per_slot)
                       for seed in range(args.seeds)]
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
@@ -254,7 +302,8 @@ def main() -> None:
                              capture_output=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout
         results[label] = [sorted((x for x in seed if not x[5]), key=lambda x: x[4]) for seed in orjson.loads(out)]
     print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
-          + (f", {args.shared} shared prompts (cache {args.cache})" if args.shared else ", unique prompts")
+          + (f", {args.shared} shared prompts (" + ("a prompt per slot" if args.per_slot else f"cache {args.cache}") + ")"
+             if args.shared else ", unique prompts")
           + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
           + (f", after a {args.burst:g} s closed-loop burst" if args.burst else "")
           + (f", decode {args.context:g} TPOT slower per 1,000 context tokens" if args.context else ""))

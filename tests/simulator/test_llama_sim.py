@@ -39,3 +39,16 @@ def test_with_a_context_cost_an_answer_to_a_long_prompt_decodes_slower_than_one_
     fast, slow = decode(costly)[0], decode(costly)[-1]
     assert fast > alone + 1e-3  # even a short prompt's context costs something
     assert slow > 1.25 * fast  # the mix's long prompts (~10x the short ones) decode much slower
+
+
+def test_per_slot_a_prompt_lives_in_the_slot_that_ran_it():
+    # One shared prompt, two servers of two slots: once it ran in a slot, a request taking that slot is
+    # warm; one taking the other slot (its copy busy, or another server) computes it again. Nothing is
+    # warm before its first run, and runs repeat exactly.
+    done = run("round_robin", 3, 60, 0.65, 1, 2, 1.0, False, 2, per_slot=True)
+    ttft = sorted(t for t, _ in done)
+    assert ttft[30] < 0.5 and ttft[-1] > 1.6  # most warm; the first run of each slot cold
+    assert done == run("round_robin", 3, 60, 0.65, 1, 2, 1.0, False, 2, per_slot=True)
+    # Four prompts round-robined over four slots: some request always finds its prompt pushed out.
+    four = [t for t, _ in run("round_robin", 3, 60, 0.65, 4, 2, 1.0, False, 2, per_slot=True)]
+    assert sum(t > 1.6 for t in four) > sum(t > 1.6 for t in ttft)

@@ -135,6 +135,23 @@ class LatencyAware:
                 lags[i] = c.book.overdue(ctx.now, OVERDUE_SLACK_S)
             elif m.tpot_base.samples < 2:  # PredictedLatency's _measured
                 measured = False
+        if not timed and any(lag >= SLOWER_HOME for lag in lags):
+            # Judged against how late first tokens are where they were seen: a first token that came
+            # anywhere, a timed candidate's prefill over the prior's (the prior may be a GPU's for all).
+            # Judged against the prior alone, a CPU server computing a shared prompt read as 10-40x late
+            # beside a timed server just as slow, or beside an idle one never tried, and the prompt's
+            # siblings went cold to the other: on two real llama.cpp servers (four shared prompts, two
+            # slots each) every collapsed run had prompts placed on both servers this way in its first
+            # seconds, three or four prompts a server for two slots (issue 24; tests/routing/
+            # test_latency_aware.py's test on a backend judged late beside timed ones).
+            seen = [r for c in candidates if (r := c.book.first_token_lag()) is not None]
+            for c in candidates:
+                if c.model.prefill.samples:
+                    t = max(ctx.prompt_tokens, 1)
+                    seen.append(c.model.prefill_s(t, ctx.now) * c.model.prior.prefill_tokens_per_s / t)
+            ref = max(1.0, min(seen, default=1.0))
+            if ref > 1.0:
+                lags = [lag / ref if lag > 1.0 else lag for lag in lags]
         matched = max([m.tokens for m in ctx.cached.values()], default=0.0)
         if ctx.explore and ctx.cached:  # a real placement, not a question (explain, the deadline check)
             self.reuse.observe(matched / ctx.prompt_tokens if ctx.prompt_tokens else 0.0, ctx.now, matched)
@@ -249,7 +266,9 @@ class LatencyAware:
     def _load_keys(candidates, ctx: RouteContext, lags: list[float]) -> list[tuple[bool, int, int]]:
         """Each candidate's rank before its score, while some candidate was never timed: lagging ones
         last (ranked among themselves by their scaled scores alone), then the prefills each placement
-        leaves running there, then the most blocks of the prompt held."""
+        leaves running there, then the most blocks of the prompt held. A placement where the prompt's
+        prefix is held adds no prefill there, whether a sibling is still computing it or it is settled
+        (a warm prompt's prefill is its question's few tokens)."""
         cached = ctx.cached or {}
         keys = []
         for c, lag in zip(candidates, lags):
@@ -264,8 +283,12 @@ class LatencyAware:
             # second request for a prompt went cold to the other server: two prompts prefilled on both
             # (6 clients, 4 prompts of ~680 tokens, two llama.cpp servers: 6 cold prefills where 4
             # were needed, the other server's own cold prompt slowed from ~7.5 s to 15 s).
-            waits = held is not None and held.leader is not None and blocks >= MIN_BURST_BLOCKS
-            keys.append((False, c.inflight - c.copy_waiters + (not waits), -blocks))
+            # Settled copies count alike: with lags judged against the lateness seen (above), a backend
+            # holding the prompt with two in flight and a cold one with one tied on load, and the warm
+            # one lost to the cold one's prefill of the same prompt (the pinned real scenario in the test
+            # on a stream long past its predicted first token).
+            holds = blocks >= MIN_BURST_BLOCKS
+            keys.append((False, c.inflight - c.copy_waiters + (not holds), -blocks))
         return keys
 
     def _home(self, candidates, ctx: RouteContext) -> int | None:

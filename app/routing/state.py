@@ -140,6 +140,16 @@ class InflightBook:
                     worst = waited / e.ttft_s
         return worst
 
+    def first_token_lag(self) -> float | None:
+        """The smallest ratio of a first token's wait to its prediction among the streams here whose first
+        token came (None: none came)."""
+        low = None
+        for e in self._entries.values():
+            if e.stream and e.ttft_s > 0 and e.first_at:
+                r = (e.first_at - e.sent) / e.ttft_s
+                low = r if low is None or r < low else low
+        return low
+
     def nth_finish(self, n: int, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> float | None:
         """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""
         if n >= len(self._entries):

@@ -418,6 +418,31 @@ def test_a_stream_long_past_its_predicted_first_token_is_evidence_of_a_slow_back
         assert policy.choose(fleet, ctx_for(ask(f"q {k}", f"Policy {k}. " * 150), now=10.0), k)[0] == homes[k]
 
 
+def test_a_backend_never_timed_is_judged_late_against_the_backends_timed_beside_it():
+    # Scripted state of a collapsed repeat (real llama.cpp, two equal servers, 4 shared prompts, issue 24):
+    # a's first answer had timed it (~2.4 s a cold prompt, 20x the prior's GPU rate); b, never timed,
+    # was computing p2 for a stream sent 2.95 s before, predicted at the prior's 0.12 s. Read as 25x
+    # late, b ranked last, and p2's sibling went cold to a, beside a's own cold prompt: p2 was then held
+    # on both servers and p3 followed it to a (three prompts for two slots), 31 % of prompt tokens
+    # cached where the run's other repeats reached 72-74 %. As late as a timed backend is no evidence of
+    # a slower one: the sibling waits for b's copy.
+    p0, p2 = ask("q", "Policy zero. " * 150), ask("q", "Policy two. " * 150)
+    policy = LatencyAware(exploration=0)
+    for k in range(4):
+        a, b = State("a", slots=2), State("b", slots=2)
+        for s in (a, b):
+            s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))
+        for tokens in (600, 620):  # a's answers: ~4 ms a gateway token, the prior's 0.2 ms
+            a.model.observe_prefill(tokens, tokens * 0.004, now=4.0)
+        a.prefixes.record(ctx_for(p0).prefix.keys, now=4.1, ready_at=6.5, leader=asyncio.Event())
+        a.inflight, a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 1, 600, 4.1
+        a.book.add(4.1, 2.4, 15, reports_first_token=True)
+        b.prefixes.record(ctx_for(p2).prefix.keys, now=2.0, ready_at=2.12, leader=asyncio.Event())
+        b.inflight, b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 1, 600, 2.0
+        b.book.add(2.0, 0.12, 15, reports_first_token=True)
+        assert policy.choose([a, b], ctx_for(p2, now=4.95), k)[0] == 1
+
+
 def test_before_any_backend_is_timed_a_burst_sibling_joins_the_backend_computing_its_prompt():
     # Scripted state of a closed-loop burst on two real llama.cpp servers (6 clients at once, neither
     # server timed): a computes p0 for one request and holds a second that waits for it; b does the same

@@ -136,8 +136,11 @@ class Lease:
             if slotted:
                 # Its slot holds a copy of the prefix until it ends (set at the end there: prefilled);
                 # one that waits for a busy copy takes that copy over rather than computing another.
+                # With the slots the server publishes (llama.cpp /props), it holds no more copies than that.
+                m = state.model
                 state.prefixes.occupy(self._keys, ctx.now + self.estimate.e2e_s, self._prefilled,
-                                      computes=not self.burst_wait_s)
+                                      computes=not self.burst_wait_s,
+                                      slots=m.slots if m.slots_source == "reported" else None)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.start_prefill(self._uncached, ctx.now)
             self._prefilling = True

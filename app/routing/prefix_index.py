@@ -28,6 +28,9 @@ CHARS_PER_TOKEN = 4.0
 # Believed share of a predicted match before any report has confirmed or denied one.
 PRIOR_ACCURACY = 0.8
 _RELEASE = operator.itemgetter(0)  # of a (predicted release, event) user of a prefix copy
+_SEEN = operator.itemgetter(0)  # of a (seen, key, entry) copy in a free slot
+# Prompts a taken slot forgot, kept to recognise one reported reused later (a host-memory prompt cache).
+FORGOTTEN_ENTRIES = 1024
 
 
 @dataclass(slots=True)
@@ -108,6 +111,12 @@ class BackendPrefixes:
     verified: int = 0  # requests whose reported cached tokens were compared with the index's match
     _blocks: OrderedDict[bytes, _Entry] = field(default_factory=OrderedDict)
     _written: int = 0  # estimated tokens this gateway has sent into the backend's cache
+    # On a backend whose cache belongs to a slot: whether a copy pushed out of its slot is gone (llama.cpp
+    # with --cache-ram 0), until a prompt forgotten so is reported reused there (a host-memory prompt
+    # cache kept it: then a slot taken forgets nothing). See occupy.
+    slot_bound: bool = True
+    _held: dict[bytes, None] = field(default_factory=dict)  # first blocks believed in a slot (copies)
+    _forgotten: dict[bytes, None] = field(default_factory=dict)  # first blocks a taken slot forgot
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -142,7 +151,7 @@ class BackendPrefixes:
                 ready, leader = busy
         return n, ready, leader, float(self._written - oldest)
 
-    def occupy(self, keys: list[bytes], release_at: float, event: Any, computes: bool) -> None:
+    def occupy(self, keys: list[bytes], release_at: float, event: Any, computes: bool, slots: int | None = None) -> None:
         """On a backend whose prompt cache belongs to the slot that computed it (llama.cpp), a request
         sent here holds one copy of its prefix in its slot until it ends (`event` set, predicted at
         `release_at`): a sibling that comes meanwhile finds that copy busy and, when every copy is,
@@ -153,7 +162,17 @@ class BackendPrefixes:
         prompts, every request dumped): a prompt is loaded from the host cache into a slot, not copied,
         so a sibling sent while the only copy was in a running request's slot was prefilled cold in the
         other slot (cached share 0.09, 1.8-5 s) where the router had counted it warm; that backend's
-        index accuracy then fell and the router sent nearly every later request to the other server."""
+        index accuracy then fell and the router sent nearly every later request to the other server.
+
+        A copy computed takes a slot, and with `slots` (the server's, known) a server holds no more
+        copies than that: past them, the copy in the least recently used free slot is gone (llama.cpp
+        gives a prompt it holds nowhere its least recently used idle slot), and its prompt is forgotten
+        here once no copy is left. Unforgotten, a backend read as holding every prompt ever sent there:
+        on two real llama.cpp servers (--cache-ram 0, 2 slots each, four shared prompts, issue 24)
+        each prompt sent to both read as warm on both, every such request found its prompt evicted, and
+        the index's accuracy fell to 0.07 and its learned capacity to one block, so the router stopped
+        seeing any prefix and spread all four over both servers: 17-31 % of prompt tokens cached in a
+        third of the runs, against ~83 % in the rest."""
         if not keys:
             return
         e = self._blocks.get(keys[0])
@@ -162,8 +181,38 @@ class BackendPrefixes:
         users = [u for u in (e.users or ()) if not u[1].is_set()]
         if computes and len(users) >= e.copies:
             e.copies += 1
+            self._held[keys[0]] = None
+            if slots and self.slot_bound:
+                self._free_slot(keys[0], slots)
         users.append((release_at, event))
         e.users = users
+
+    def _free_slot(self, taker: bytes, slots: int) -> None:
+        """A copy of the prompt whose first block is `taker` took a slot: while more copies are believed
+        held than the server has slots, the least recently used prompt with a copy in a free slot loses
+        that copy, and is forgotten with its last one."""
+        held = []
+        for k in list(self._held):
+            e = self._blocks.get(k)
+            if e is None or not e.copies:
+                del self._held[k]  # gone from the index already (its capacity, its TTL)
+            else:
+                held.append((k, e))
+        total = sum(e.copies for _, e in held)
+        while total > slots:
+            idle = [(e.seen, k, e) for k, e in held
+                    if k != taker and e.copies > sum(1 for u in (e.users or ()) if not u[1].is_set())]
+            if not idle:
+                return  # every other copy is running: the server queues this one for a slot
+            _, k, e = min(idle, key=_SEEN)
+            e.copies -= 1
+            total -= 1
+            if not e.copies:
+                del self._blocks[k], self._held[k]
+                if len(self._forgotten) >= FORGOTTEN_ENTRIES:
+                    self._forgotten.clear()
+                self._forgotten[k] = None
+                held = [(k2, e2) for k2, e2 in held if k2 != k]
 
     def record(self, keys: list[bytes], now: float, ready_at: float, leader: Any = None) -> None:
         """The request was sent here: its blocks are (or, by `ready_at`, will be) in the backend's cache."""
@@ -192,11 +241,18 @@ class BackendPrefixes:
                 else:
                     e.ready_at, e.leader = min(e.ready_at, now), None
 
-    def verify(self, predicted_blocks: int, turnover: float, reported_share: float, share_per_block: float) -> None:
+    def verify(self, predicted_blocks: int, turnover: float | None, reported_share: float, share_per_block: float,
+               first: bytes | None = None) -> None:
         """Compare the match predicted at routing time with the share of the prompt the backend says it
         reused: update the accuracy figure and, unless configured, the cache capacity. `turnover` is
-        what this gateway had sent into the backend's cache since the matched blocks were last used."""
+        what this gateway had sent into the backend's cache since the matched blocks were last used
+        (None: a cache whose entries are lost to a slot taken, not to tokens sent: no capacity figure).
+        `first`: the prompt's first block, to tell a prompt a taken slot forgot that came back reused."""
         predicted_share = min(1.0, predicted_blocks * share_per_block)
+        if predicted_share <= 0.0 and reported_share >= 0.5 and first is not None and first in self._forgotten:
+            # Forgotten when its slot was taken, yet reused: the server keeps what leaves a slot (llama.cpp's
+            # host-memory prompt cache). From now on a taken slot forgets nothing here.
+            self.slot_bound = False
         if predicted_share <= 0.0:
             # The index claimed nothing, so nothing it claimed was wrong. A backend that reused more than
             # this gateway sent it (another gateway replica placed the prefix there, or another client)
@@ -209,7 +265,7 @@ class BackendPrefixes:
         self.verified += 1
         w = 0.2 if self.verified > 5 else 1.0 / self.verified
         self.accuracy = self.accuracy * (1 - w) + agree * w
-        if self.fixed_capacity or not predicted_blocks or turnover <= 0:
+        if self.fixed_capacity or not predicted_blocks or turnover is None or turnover <= 0:
             return
         if reported_share < 0.5 * predicted_share:
             # Evicted: the backend's cache holds less than what entered it since.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from app.config import PrefixPolicy
 from app.routing.predict import ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
+from app.routing.state import slot_scoped_cache
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
@@ -147,5 +148,10 @@ def verify(a, c: BackendState, blocks) -> int | None:
     if a.prefix is None or share is None or blocks is None or not blocks.chars:
         return None
     total = a.report.prompt_tokens or 0
-    c.prefixes.verify(a.prefix.blocks, a.prefix.turnover, 1.0 - share, BLOCK_CHARS / blocks.chars)
+    # A cache kept per slot (llama.cpp) loses a prompt to whichever request takes its slot, however few
+    # tokens were sent since: a miss there says nothing of a capacity in tokens (learned from one, a
+    # capacity fell to one block after a sibling sent with its prefix's copy busy took the other slot).
+    turnover = None if slot_scoped_cache(c) else a.prefix.turnover
+    c.prefixes.verify(a.prefix.blocks, turnover, 1.0 - share, BLOCK_CHARS / blocks.chars,
+                      blocks.keys[0] if blocks.keys else None)
     return a.report.prompt_cached if a.report.prompt_cached is not None else round(total * (1 - share))

@@ -182,3 +182,26 @@ def test_a_chat_template_the_server_reuses_of_every_prompt_is_learned_as_routing
                                  prompt_cached=30)
         t.learn(a, prompt_hint=hint, output=10)
     assert model.prefill_s(90) == pytest.approx(0.3, rel=0.1)
+
+
+@pytest.mark.parametrize(("flavor", "learned"), [("llamacpp", False), ("vllm", True)])
+def test_a_prompt_missed_on_a_cache_kept_per_slot_teaches_no_capacity(flavor, learned):
+    # llama.cpp keeps a prompt in the slot that ran it: a sibling sent while that copy was busy takes the
+    # other slot and pushes out whatever it held, however few tokens were sent since. Read as a capacity
+    # (what entered the cache since the prompt was last used), one such miss on a real server set it to
+    # one block, and the index forgot every prompt it had placed there (issue 24). A block cache (vLLM's)
+    # loses prompts to the tokens that entered it since: there the miss is a capacity.
+    from app.routing.prefix_index import prompt_blocks
+    from app.routing.prefix_routing import PrefixMatch
+
+    t, _ = telemetry(flavor)
+    state = t.states["b"]
+    blocks = prompt_blocks("Policy zero. " * 100 + "What is my balance?")
+    state.prefixes.record(blocks.keys, now=0.0, ready_at=0.0)
+    a = stream_attempt(load=1, wait=2.0, flavor=flavor)
+    a.end = a.first_event + 0.5
+    a.prefix = PrefixMatch(len(blocks.keys), blocks.tokens, blocks.tokens, turnover=32.0)
+    a.report = BackendReport(prefill_s=2.0, prompt_tokens=330, prompt_processed=320, prompt_cached=10)
+    t.learn(a, prompt_hint=round(blocks.tokens), output=16, blocks=blocks)
+    assert state.prefixes.accuracy < 0.5  # the miss counts against the index either way
+    assert (state.prefixes.capacity_tokens < 1000) is learned

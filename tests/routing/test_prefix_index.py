@@ -199,6 +199,64 @@ def test_a_sibling_that_computed_its_own_copy_leaves_one_free_for_the_next():
     assert idx.copies(keys) == (2, 2) and idx.match(keys, now=3.6)[2] is first
 
 
+def _computed(idx: BackendPrefixes, keys: list[bytes], now: float, slots: int = 2) -> asyncio.Event:
+    """A request sent at `now` computed its own copy of `keys`' prefix in a slot; the event ends it."""
+    idx.record(keys, now=now, ready_at=now)
+    end = asyncio.Event()
+    idx.occupy(keys, release_at=now + 1.0, event=end, computes=True, slots=slots)
+    return end
+
+
+def test_a_slot_scoped_backend_holds_no_more_prompts_than_it_has_slots():
+    # llama.cpp (--cache-ram 0, 2 slots) keeps one prompt per slot: a third prompt computed there takes
+    # the least recently used free slot, and the prompt it held is gone (its first block is forgotten).
+    idx = BackendPrefixes()
+    p0, p1, p2, p3 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(4))
+    _computed(idx, p0, now=0.0).set()
+    _computed(idx, p1, now=1.0).set()
+    assert idx.match(p0, now=2.0)[0] == len(p0) and idx.match(p1, now=2.0)[0] == len(p1)
+    _computed(idx, p2, now=2.0).set()
+    assert idx.match(p0, now=3.0)[0] == 0  # the least recently used: its slot was taken
+    assert idx.match(p1, now=3.0)[0] == len(p1) and idx.match(p2, now=3.0)[0] == len(p2)
+    # A copy in a running request's slot is not the one taken, however long ago it was placed.
+    running = _computed(idx, p1, now=4.0)  # p1 again: its free copy is reused, not computed anew
+    assert idx.copies(p1) == (1, 1)
+    _computed(idx, p3, now=5.0)
+    assert idx.match(p1, now=5.5)[0] == len(p1) and idx.match(p2, now=5.5)[0] == 0
+    running.set()
+    # Without the slots known, nothing is forgotten (the index's capacity and TTL alone bound it).
+    free = BackendPrefixes()
+    for k, keys in enumerate((p0, p1, p2, p3)):
+        _computed(free, keys, now=float(k), slots=0).set()
+    assert all(free.match(keys, now=4.0)[0] == len(keys) for keys in (p0, p1, p2, p3))
+
+
+def test_a_prompt_reused_after_its_slot_was_taken_says_the_server_keeps_what_leaves_a_slot():
+    # llama.cpp's host-memory prompt cache (--cache-ram) keeps a prompt pushed out of its slot and brings
+    # it back: a prompt forgotten here and then reported reused turns forgetting off for that backend.
+    idx = BackendPrefixes()
+    p0, p1, p2, p3 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(4))
+    for k, keys in enumerate((p0, p1, p2)):
+        _computed(idx, keys, now=float(k)).set()
+    assert idx.match(p0, now=3.0)[0] == 0
+    # Another prompt, never forgotten, reused beyond the index's claim: another replica's, no evidence.
+    idx.verify(predicted_blocks=0, turnover=None, reported_share=0.9, share_per_block=0.05, first=p3[0])
+    assert idx.slot_bound
+    idx.verify(predicted_blocks=0, turnover=None, reported_share=0.9, share_per_block=0.05, first=p0[0])
+    assert not idx.slot_bound
+    _computed(idx, p0, now=3.0).set()
+    _computed(idx, p3, now=4.0).set()
+    assert all(idx.match(keys, now=5.0)[0] == len(keys) for keys in (p0, p1, p2, p3))
+
+
+def test_a_miss_on_a_cache_lost_to_a_slot_teaches_no_capacity():
+    # No turnover (a slot-scoped cache: a prompt is lost to a slot taken, not to tokens sent since): the
+    # accuracy learns from the miss, the capacity does not.
+    idx = BackendPrefixes(capacity_tokens=32768)
+    idx.verify(predicted_blocks=10, turnover=None, reported_share=0.0, share_per_block=0.1)
+    assert idx.capacity_tokens == 32768 and idx.accuracy < 0.8
+
+
 def test_a_backend_whose_cache_is_shared_by_every_request_never_has_a_busy_copy():
     idx = BackendPrefixes()
     keys = blocks_of(chat(("system", SYSTEM), ("user", "first"))).keys

@@ -75,6 +75,7 @@ from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, matches, rendezvous
 from app.routing.reuse import ReuseTracker
+from app.routing.state import slot_scoped_cache
 from app.routing.strategies import PredictedLatency
 
 if TYPE_CHECKING:
@@ -164,9 +165,11 @@ class LatencyAware:
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
             # prediction now, but the look-ahead's only where the delay it passes on could change the pick.
             estimates, raw = ranked(candidates, ctx)
+            raw = self._evicting(candidates, ctx, raw)
             first, bounds, complete = first_passed_on(candidates, ctx, estimates, gap, raw, order)
         elif timed:
             estimates, scores = self._scores(candidates, ctx, gap, lags)
+            scores = self._evicting(candidates, ctx, scores)
             first = min(order, key=scores.__getitem__)
         else:
             # A candidate whose prefill was never timed prices the prompts in flight at its prior (a GPU's
@@ -224,10 +227,37 @@ class LatencyAware:
                         break  # it may be within: every score decides
             scores = complete()
         elif scores is None:
-            scores = self._scores(candidates, ctx, gap, lags)[1]
+            scores = self._scores(candidates, ctx, gap, lags)[1]  # untimed, ranked by load: as if read
         best = scores[first]
         within = [i for i in range(n) if scores[i] <= best + margin]
         return max(within, key=hashed.__getitem__), scores
+
+    def _evicting(self, candidates, ctx: RouteContext, scores: list[float]) -> list[float]:
+        """`scores` with each placement charged the prompt it pushes out of a slot: on a server whose
+        cache belongs to a slot and whose published slots all hold copies of other prompts (the prefix
+        index's, app/routing/prefix_index.py), a prompt it does not hold takes one of them, and the
+        prompt there is computed again when it next comes. That is priced as this prompt's prefill there
+        (the evicted one is like it) times the share of recent requests that found a prefix cached, and
+        only while this alias's prompts repeat a prefix worth keeping.
+
+        Unpriced, a busy warm server shed its prompt to the other, whose two slots held two others: on
+        two real llama.cpp servers (--cache-ram 0, four shared prompts at 1.0 req/s) the sibling went
+        cold there, pushed one of them out, and that one's next request did the same the other way: all
+        four prompts on both servers, 13-43 % of prompt tokens cached where a partition held ~83 %
+        (issue 24). A new prompt, which every server computes cold, goes where a slot is free of others."""
+        if not ctx.cached or not ctx.prefix or not ctx.prefix.keys or not self._prefixes_repeat(ctx.now):
+            return scores
+        share, first, out = self.reuse.expected_share(ctx.now), ctx.prefix.keys[0], scores
+        for i, c in enumerate(candidates):
+            m = c.model
+            if m.slots_source != "reported" or not m.slots or not c.prefixes.slot_bound or not slot_scoped_cache(c):
+                continue
+            held = ctx.cached.get(c.name)
+            if (held is None or held.blocks < MIN_BURST_BLOCKS) and c.prefixes.copies_besides(first) >= m.slots:
+                if out is scores:
+                    out = list(scores)
+                out[i] += share * m.prefill_s(ctx.prompt_tokens, ctx.now)
+        return out
 
     def _margin(self, c, ctx: RouteContext) -> float:
         """What placing a prompt no candidate holds at its hash may cost over `c`'s prediction: the share

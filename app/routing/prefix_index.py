@@ -274,6 +274,11 @@ class BackendPrefixes:
             # Kept through all that: the cache holds at least as much.
             self.capacity_tokens = max(self.capacity_tokens, turnover)
 
+    def copies_besides(self, first: bytes | None) -> int:
+        """On a backend whose cache belongs to a slot: the copies believed held of prompts other than the
+        one whose first block is `first` (the slots they fill)."""
+        return sum(e.copies for k in self._held if k != first and (e := self._blocks.get(k)) is not None)
+
     def copies(self, keys: list[bytes]) -> tuple[int, int]:
         """(copies believed held, of them in use) of the prefix starting with `keys`' first block."""
         e = self._blocks.get(keys[0]) if keys else None

@@ -7,9 +7,11 @@ import math
 import time
 from collections import Counter
 
+from app.config import PrefixPolicy
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
+from app.upstream.adapters import adapter_for
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for, warm
 
 
@@ -441,6 +443,49 @@ def test_a_backend_never_timed_is_judged_late_against_the_backends_timed_beside_
         b.inflight, b.prefilling, b.uncached_inflight, b.prefill_busy_since = 1, 1, 600, 2.0
         b.book.add(2.0, 0.12, 15, reports_first_token=True)
         assert policy.choose([a, b], ctx_for(p2, now=4.95), k)[0] == 1
+
+
+class SlotServer(State):
+    """A llama.cpp server (its cache kept per slot) that publishes its 2 slots, timed at RATE."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, slots=2)
+        self.model.set_reported_slots(2)
+        self.backend = type("Backend", (), {"adapter": adapter_for("llamacpp")})()
+        timed(self)
+
+
+def test_a_cold_placement_is_charged_the_prompt_it_pushes_out_of_a_full_servers_slot():
+    # Scripted state of a collapsed real repeat (two llama.cpp servers, --cache-ram 0, 2 slots each, four
+    # shared prompts): a held p0 and p1, b held p2 and p3. p0's copy was in a running request's slot and
+    # a was prefilling a cold prompt, so a p0 sibling predicted cheaper cold on b; there it pushed p2 or
+    # p3 out, whose next request did the same the other way, until every prompt was on both servers.
+    bodies = [ask("q", f"Policy {k}. " * 150) for k in range(4)]
+    policy = seen_shared(LatencyAware(exploration=0))
+    a, b = SlotServer("a"), SlotServer("b")
+    for server, held in ((a, bodies[:2]), (b, bodies[2:])):
+        for k, body in enumerate(held):
+            keys = ctx_for(body).prefix.keys
+            server.prefixes.record(keys, now=0.5 + k, ready_at=0.5 + k)
+            end = asyncio.Event()
+            server.prefixes.occupy(keys, release_at=1.0 + k, event=end, computes=True, slots=2)
+            end.set()
+    # p0's copy busy until t=4 (a's request on it), and a backlog of another cold prompt on a.
+    copy_in_use(a, bodies[0], release_at=4.0)
+    a.prefilling, a.uncached_inflight, a.prefill_busy_since = 1, 450, 3.0
+    ctx = ctx_for(bodies[0], now=3.0)
+    i, scores = policy.choose([a, b], ctx, 0)
+    assert i == 0, scores
+    # Unpriced, b was the lower prediction: the charge is what decides.
+    estimates = [estimate(s, ctx_for(bodies[0], now=3.0)) for s in (a, b)]
+    assert estimates[1].ttft_s < estimates[0].ttft_s
+    # A prompt b holds is not charged there; a new one is, where a free slot would take it at no charge
+    # (ranked by prediction alone: with consistent hashing, a margin of the same expected reuse may still
+    # send it to its hash, which every replica would pick alike).
+    assert policy._evicting([b], ctx_for(bodies[2], now=3.0), [1.0]) == [1.0]
+    fresh = ctx_for(ask("q", "Policy nine. " * 150), now=3.0)
+    fresh.prefix_policy = PrefixPolicy(consistent_hashing=False)
+    assert policy.choose([b, SlotServer("c")], fresh, 0)[0] == 1
 
 
 def test_before_any_backend_is_timed_a_burst_sibling_joins_the_backend_computing_its_prompt():

@@ -238,6 +238,7 @@ class BackendPrefixes:
             if e is not None and e.leader is not None and (leader is None or e.leader is leader):
                 if lost:
                     del self._blocks[key]
+                    self._held.pop(key, None)
                 else:
                     e.ready_at, e.leader = min(e.ready_at, now), None
 
@@ -288,14 +289,17 @@ class BackendPrefixes:
 
     def _evict(self, now: float) -> None:
         limit = max(1, math.floor(self.capacity_tokens * CHARS_PER_TOKEN / BLOCK_CHARS))
+        # A prompt believed in a slot (`_held`) goes with its entry: `_free_slot`, which also prunes them,
+        # runs only where a slot taken forgets, and elsewhere every prompt ever sent stayed there.
+        held = self._held
         while len(self._blocks) > limit:
-            self._blocks.popitem(last=False)
+            held.pop(self._blocks.popitem(last=False)[0], None)
         # Expired entries at the old end go too, so an idle index does not hold memory.
         while self._blocks:
             e = next(iter(self._blocks.values()))
             if now - e.seen <= self.ttl_s:
                 break
-            self._blocks.popitem(last=False)
+            held.pop(self._blocks.popitem(last=False)[0], None)
 
     def snapshot(self) -> dict:
         return {"blocks": len(self._blocks), "capacity_tokens": round(self.capacity_tokens),

@@ -262,3 +262,16 @@ def test_a_backend_whose_cache_is_shared_by_every_request_never_has_a_busy_copy(
     keys = blocks_of(chat(("system", SYSTEM), ("user", "first"))).keys
     idx.record(keys, now=0, ready_at=0.0)  # nothing occupies it (vLLM's block cache: no occupy)
     assert idx.match(keys, now=1)[2] is None
+
+
+def test_the_prompts_believed_in_slots_leave_with_their_entries():
+    # Where no slot taken forgets a prompt (the slots not published, or the server keeps what leaves a slot),
+    # the index's capacity and TTL alone bound it: a prompt they drop leaves no mark of a copy behind, so
+    # a stream of unique prompts holds the memory of the few still indexed, not of every one ever sent.
+    unbound = BackendPrefixes(ttl_s=120)
+    unbound.slot_bound = False
+    for idx, slots in ((BackendPrefixes(ttl_s=120), 0), (unbound, 2)):
+        for k in range(50):
+            keys = blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys
+            _computed(idx, keys, now=200.0 * k, slots=slots).set()
+        assert len(idx._held) == 1  # the last prompt's: every earlier one expired

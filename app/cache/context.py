@@ -104,11 +104,12 @@ def soft_aligned(cached: str, asked: str, cached_states: list[tuple[str, np.ndar
     # nothing shows it reads alike, so the pair is refused (left out, "How do I blur my background?" / "How
     # do I turn off background blur?" read as the same three words). A question word the frames put in
     # ("why" for "what makes") is left out, as the words of a question frame are.
-    unread = [w for w in _content(cached) if w not in vec_a] + [w for w in _content(asked) if w not in vec_b]
+    content_a, content_b = _content(cached), _content(asked)
+    unread = [w for w in content_a if w not in vec_a] + [w for w in content_b if w not in vec_b]
     if any(w not in guard._WH for w in unread):
         return False
-    words_a = [vec_a[w] for w in _content(cached) if w in vec_a]
-    words_b = [vec_b[w] for w in _content(asked) if w in vec_b]
+    words_a = [vec_a[w] for w in content_a if w in vec_a]
+    words_b = [vec_b[w] for w in content_b if w in vec_b]
     if not words_a or not words_b:
         return False
     sims = np.array(words_a) @ np.array(words_b).T

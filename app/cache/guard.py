@@ -514,8 +514,7 @@ def _asks_how(text: str) -> bool:
     """A question asked with a question word or for a way ("how do I take it", "any way to take it"),
     not yes or no ("can I take it"): the "to" of "how to" is no infinitive to drop against "can I"
     ("How do I take ibuprofen with alcohol?" / "Can I take ibuprofen with alcohol?")."""
-    words = {w.lower() for w in _WORD.findall(text)}
-    return bool(words & _WH) or bool(_WAY_TO.search(text.lower()))
+    return bool(_word_set(text) & _WH) or bool(_WAY_TO.search(text.lower()))
 
 
 _WH = frozenset("how what why when where which who whose".split())
@@ -637,6 +636,13 @@ def _prefixed(x: str, y: str) -> bool:
 
 
 _WORD = re.compile(r"[^\W\d_]+")
+
+
+def _word_set(text: str) -> set[str]:
+    """The words of a text as written (letters only), lower-cased."""
+    return {w.lower() for w in _WORD.findall(text)}
+
+
 _SENTENCE_START = re.compile(r"(?:^|[.?!:]\s*)[\"'(]*$")
 
 # Chosen on the tune split of bench/data/semantic_set.jsonl (README, "Semantic cache quality"): the
@@ -671,8 +677,7 @@ def _negated_word(a: str, b: str) -> bool:
     drive with headphones?" (0.70-0.73) sits among true rewordings' (README, "Semantic cache quality").
     Read on the words as written, not on tokens: stems drop letters ("unsaf" / "saf"), and the question
     frames rewrite one side only ("Is it possible to" reads "can I", leaving "impossible" unpaired)."""
-    words_a = {m.group(0).lower() for m in _WORD.finditer(a)}
-    words_b = {m.group(0).lower() for m in _WORD.finditer(b)}
+    words_a, words_b = _word_set(a), _word_set(b)
     return any(min(len(x), len(y)) >= 4 and _one_prefixes_other(x, y, _OPPOSING_PREFIXES)
                for x in words_a - words_b for y in words_b - words_a)
 

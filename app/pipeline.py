@@ -13,7 +13,7 @@ from starlette.responses import Response
 from app.admission.service import Admitted
 from app.cache.entry import Hit
 from app.cache.replay import SERVED_BY, hit_body, served_by
-from app.cache.service import CachePlan
+from app.cache.service import CATEGORY_HEADER, CachePlan
 from app.conversations.service import Turn
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.log import DispatchLog
@@ -133,6 +133,7 @@ async def _serve(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
     # cache, exact: a stored answer takes no backend, slot or tokens, so it is served before admission
     # and never refused for the tenant's limits (README "Cache hits and limits")
     plan = gw.cache.plan(tenant.name, req, gw.config.models[req.alias].cache, headers)
+    record.cache_category = plan.category
     exact_s = 0.0
     if plan.status != "bypass":
         t0 = time.perf_counter()
@@ -207,6 +208,8 @@ def _base_headers(record: RequestRecord, dispatched: Dispatched, plan: CachePlan
         "x-slipstream-cache": plan.status,
         **dispatched.result.headers,
     }
+    if plan.category is not None:
+        out[CATEGORY_HEADER] = plan.category  # whose TTL its entry gets (README, "Question categories")
     if dispatched.fallback:
         out["x-slipstream-fallback"] = f"{dispatched.alias}; reason={dispatched.fallback}"
     if record.attempts > 1:
@@ -314,6 +317,8 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow:
     record = flow.record
     body = hit_body(hit, req.protocol)
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
+    if plan.category is not None:
+        headers[CATEGORY_HEADER] = plan.category  # whose rules this lookup followed
     if hit.similarity is not None:
         headers["x-slipstream-cache-similarity"] = f"{hit.similarity:.4f}"
     if hit.verifier is not None:

@@ -127,6 +127,7 @@ class RequestRecord:
     retries: int = 0
     fallback: str | None = None
     cache: str = "bypass"
+    cache_category: str | None = None  # the question's category (app/cache/category.py); None when bypassed
     cache_start: float = 0.0
     cache_end: float = 0.0
     embed_s: float = 0.0

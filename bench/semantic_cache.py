@@ -47,11 +47,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.cache import context, history
+from app.cache.category import classify_turns
 from app.cache.embedder import OnnxEncoder
 from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_body, read_verdict, yes_probability
 from app.cache.normalise import normalise
-from app.config import EmbeddingConfig, JudgeConfig, SemanticCachePolicy
+from app.config import CategoryPolicies, CategoryPolicy, EmbeddingConfig, JudgeConfig, SemanticCachePolicy
 from bench.harness import ROOT, free_port, wait_healthy
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
@@ -117,6 +118,10 @@ class Scored:
             pairs = [{**p, "a": normalise(p["a"]), "b": normalise(p["b"])} for p in pairs]
         self.pairs = pairs
         self.same = np.array([p["label"] == "same" for p in pairs])
+        # Each side's category as the cache names it (app/cache/service.py): the normalised last turn,
+        # or, when that is general, the earlier user turns' (they alternate user, assistant).
+        self.stored_cat = np.array([classify_turns(p["a"], tuple((p.get("context_a") or [])[::2])).value for p in pairs])
+        self.asked_cat = np.array([classify_turns(p["b"], tuple((p.get("context_b") or [])[::2])).value for p in pairs])
         a = encoder.encode([p["a"] for p in pairs])
         b = encoder.encode([p["b"] for p in pairs])
         self.sims = np.sum(a * b, axis=1)
@@ -173,12 +178,69 @@ class Scored:
                 self.hist_context[i] &= need is history.Need.SIMILARITY or (
                     need is history.Need.CONTEXT and in_context(x, y, mismatch(x, y)))
 
-    def served(self, threshold: float, verified: np.ndarray, guard_history: bool | str = True) -> np.ndarray:
-        """guard_history: True (the guard aligns every differing earlier turn), "context" (the guard or
-        the contextual check does), False (similarity alone)."""
+    def served(self, threshold: float | np.ndarray, verified: np.ndarray, guard_history: bool | str = True) -> np.ndarray:
+        """threshold: one for all pairs, or one per pair (the category rules). guard_history: True (the
+        guard aligns every differing earlier turn), "context" (the guard or the contextual check does),
+        False (similarity alone)."""
         aligned = self.hist_context if guard_history == "context" else self.hist_guard if guard_history else True
         history = (self.hist_sim >= threshold) & aligned
         return (self.sims >= threshold) & verified & history
+
+
+CATEGORIES = ("volatile", "code", "general")
+
+
+def category_rules(s: Scored, categories: CategoryPolicies, threshold: float, semantic_ttl_s: float,
+                   age_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, as app/cache/service.py decides it: the threshold (the stricter of the asked and the
+    stored question's category thresholds, each defaulting to the alias's), and whether an entry
+    `age_s` old may be served (younger than the stored entry's TTL and than the asked category's)."""
+    def ttl(c: str) -> float:
+        t = categories.of(c).ttl_s
+        return semantic_ttl_s if t is None else t
+
+    def th(c: str) -> float:
+        t = categories.of(c).threshold
+        return threshold if t is None else t
+
+    thresholds = np.array([max(th(a), th(b)) for a, b in zip(s.asked_cat, s.stored_cat)])
+    fresh = np.array([age_s < ttl(a) and age_s < ttl(b) for a, b in zip(s.asked_cat, s.stored_cat)])
+    return thresholds, fresh
+
+
+def per_category(s: Scored, masks: dict[str, np.ndarray]) -> None:
+    """Served (true repeats) and wrong (traps) per category of the asked question."""
+    print("| asked category | pairs (stored in another category) | " +
+          " | ".join(f"{name}: served | wrong" for name in masks) + " |")
+    print("|---|---|" + "---|---|" * len(masks))
+    for c in CATEGORIES:
+        rows = s.asked_cat == c
+        if not rows.any():
+            continue
+        cells = []
+        for m in masks.values():
+            cells += [f"{int((m & rows & s.same).sum())}/{int((rows & s.same).sum())}",
+                      f"{int((m & rows & ~s.same).sum())}/{int((rows & ~s.same).sum())}"]
+        print(f"| {c} | {int(rows.sum())} ({int((rows & (s.stored_cat != c)).sum())}) | " + " | ".join(cells) + " |")
+
+
+def category_sweep(s: Scored, ok: np.ndarray, gh: bool | str, threshold: float) -> None:
+    """Each category's own threshold, the others at the alias's: where a category could move."""
+    print("| category | its threshold | its true repeats served | its traps wrong | all served | all wrong |\n|---|---|---|---|---|---|")
+    for c in CATEGORIES:
+        rows = (s.asked_cat == c) | (s.stored_cat == c)
+        if not rows.any():
+            continue
+        for th in THRESHOLDS:
+            if not (0.6 <= th <= 0.96):
+                continue
+            policies = CategoryPolicies(**{c: CategoryPolicy(threshold=float(th))})
+            thresholds, _ = category_rules(s, policies, threshold, 3600.0, 0.0)
+            m = s.served(thresholds, ok, gh)
+            mark = " (alias)" if abs(th - threshold) < 1e-9 else ""
+            print(f"| {c} | {th:.2f}{mark} | {int((m & rows & s.same).sum())}/{int((rows & s.same).sum())} | "
+                  f"{int((m & rows & ~s.same).sum())}/{int((rows & ~s.same).sum())} | {int((m & s.same).sum())} | "
+                  f"{int((m & ~s.same).sum())} |")
 
 
 def pct(x: float) -> str:
@@ -248,6 +310,11 @@ def main() -> int:
     ap.add_argument("--no-normalise", action="store_true",
                     help="compare the questions as typed (before app/cache/normalise.py)")
     ap.add_argument("--show", type=int, default=15, help="wrong answers to list at the default")
+    ap.add_argument("--age-s", type=float, default=1.0,
+                    help="seconds between an answer's store and the lookup (the category TTLs apply; default 1: "
+                         "a live bench looks up within seconds)")
+    ap.add_argument("--category-sweep", action="store_true",
+                    help="also print each category's served / wrong at its own threshold (for tuning)")
     args = ap.parse_args()
     if args.judge_min_yes_probability is not None and not 0 < args.judge_min_yes_probability < 1:
         ap.error("--judge-min-yes-probability must lie strictly between 0 and 1")
@@ -313,6 +380,24 @@ def main() -> int:
         print(summary(name, s, masks[name]))
     print("\nPer kind (true repeats: how many served; traps: how many answered wrongly):\n")
     per_kind(s, masks)
+
+    # Question categories (app/cache/category.py) at the shipped defaults: one threshold and TTL for all
+    # ("before") against the category rules (`cache.categories`), entries looked up --age-s after they were stored.
+    shipped_ok, shipped_gh = configs[SHIPPED]
+    categories = CategoryPolicies()
+    thresholds, fresh = category_rules(s, categories, t, default.ttl_s, args.age_s)
+    before = s.served(t, shipped_ok, shipped_gh) & (args.age_s < default.ttl_s)
+    after = s.served(thresholds, shipped_ok, shipped_gh) & fresh
+    rules = ", ".join(f"{c}: ttl_s {categories.of(c).ttl_s}, threshold {categories.of(c).threshold}" for c in CATEGORIES)
+    print(f"\n## Per question category, {SHIPPED}, entries {args.age_s:g} s old\n")
+    print(f"categories ({rules}; None: the alias's); stored questions: " +
+          ", ".join(f"{c} {int((s.stored_cat == c).sum())}" for c in CATEGORIES) + "\n")
+    per_category(s, {"one threshold and TTL": before, "category rules (shipped)": after})
+    print(f"\ntotal: one threshold and TTL served {int((before & s.same).sum())} wrong {int((before & ~s.same).sum())}; "
+          f"category rules served {int((after & s.same).sum())} wrong {int((after & ~s.same).sum())}")
+    if args.category_sweep:
+        print(f"\n## Per-category threshold sweep ({SHIPPED}; a pair counts for a category when either side is in it)\n")
+        category_sweep(s, shipped_ok, shipped_gh, t)
 
     print(f"\n## Precision across cache-hit ratio (hits / all {len(pairs)} lookups; precision = right hits / hits; "
           "served / wrong as above)\n")

@@ -7,15 +7,23 @@ from dataclasses import dataclass
 
 import orjson
 
+from app.cache.category import Category
+
+_CATEGORIES = frozenset(c.value for c in Category)
+
 
 @dataclass(frozen=True, slots=True)
 class CachedAnswer:
     body: dict  # a complete chat.completion or text_completion object
     created: float  # wall-clock seconds
     fresh_until: float  # after this it may only be served stale (when every backend fails)
+    # The stored question's category (app/cache/category.py), fixed when it was stored; entries written
+    # before categories existed read as "general", which is how they were cached.
+    category: str = "general"
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps({"v": 1, "body": self.body, "created": self.created, "fresh_until": self.fresh_until})
+        return orjson.dumps({"v": 1, "body": self.body, "created": self.created, "fresh_until": self.fresh_until,
+                             "category": self.category})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CachedAnswer | None:
@@ -24,7 +32,9 @@ class CachedAnswer:
             d = orjson.loads(data)
             if d.get("v") != 1 or not isinstance(d.get("body"), dict):
                 return None
-            return cls(d["body"], float(d["created"]), float(d["fresh_until"]))
+            category = d.get("category", "general")
+            return cls(d["body"], float(d["created"]), float(d["fresh_until"]),
+                       category if category in _CATEGORIES else "general")
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.cache import guard, history, normalise, wordnet
+from app.cache.category import Category, classify_turns
 from app.cache.context import ContextAligner
 from app.cache.embedder import WINDOW_CHARS, Embedder, beyond_window
 from app.cache.entry import CachedAnswer, Hit
@@ -28,11 +29,13 @@ from app.cache.writer import StoreWriter, WriteOp, WriterStats
 from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
 from app.protocols import CHAT, ClientProtocol, ParsedRequest
+from app.protocols.chat import plain_text
 
 log = logging.getLogger("slipstream.cache")
 
 TTL_HEADER = "x-slipstream-cache-ttl"
 THRESHOLD_HEADER = "x-slipstream-cache-threshold"
+CATEGORY_HEADER = "x-slipstream-cache-category"
 _LOG_EVERY_S = 10.0
 _NEIGHBOURS = 4
 _TURN_VECTORS_MAX = 4096
@@ -48,8 +51,11 @@ class CachePlan:
     semantic: SemanticQuery | None = None
     lookup: bool = False
     store: bool = False
-    ttl_s: float | None = None
+    ttl_s: float | None = None  # the client's x-slipstream-cache-ttl, capped
     threshold: float = 1.0
+    threshold_asked: bool = False  # the client set it (x-slipstream-cache-threshold): no category changes it
+    # The question's category (app/cache/category.py): its TTL and threshold apply; None when bypassed.
+    category: Category | None = None
     vector: np.ndarray | None = None
     stale: CachedAnswer | None = None
     similarity: float | None = None
@@ -70,6 +76,9 @@ class CacheStats:
     judge_rejections: int = 0  # the judge answered no
     judge_failures: int = 0  # the judge gave no verdict: it failed, timed out or answered neither yes nor no
     history_rejections: int = 0
+    # Candidates refused by their category's rules: older than the asked question's category allows, or
+    # below the stored question's category threshold.
+    category_rejections: int = 0
     beyond_window: int = 0  # semantic lookups skipped: the last turn is longer than the model reads
     embed_timeouts: int = 0
     errors: int = 0
@@ -122,12 +131,20 @@ class Cache:
             plan.exact_key = exact_key(tenant, req)
         if policy.semantic.enabled and self.embedder is not None:
             plan.semantic = semantic_query(tenant, req)
-            plan.threshold = _threshold(headers.get(THRESHOLD_HEADER), policy.semantic.threshold)
+            asked = headers.get(THRESHOLD_HEADER)
+            plan.threshold, plan.threshold_asked = _threshold(asked, policy.semantic.threshold), asked is not None
         if plan.exact_key is None and plan.semantic is None:
             return plan
         plan.ttl_s = _ttl(headers.get(TTL_HEADER))
         if plan.ttl_s is not None:
             plan.ttl_s = min(plan.ttl_s, policy.max_client_ttl_s)  # a client may shorten, not pin, an entry
+        plan.category = _category(req, plan.semantic)
+        rules = policy.categories.of(plan.category)
+        if rules.ttl_s == 0:  # this category is never cached: nothing looked up, nothing stored
+            plan.exact_key, plan.semantic, plan.category = None, None, None
+            return plan
+        if rules.threshold is not None and not plan.threshold_asked:
+            plan.threshold = rules.threshold
         control = headers.get("cache-control")
         directives = {d.strip().lower() for d in control.split(",")} if control else set()
         plan.lookup = "no-cache" not in directives
@@ -193,6 +210,12 @@ class Cache:
         for n in neighbours:
             if n.similarity < plan.threshold:
                 break
+            answer = CachedAnswer.from_bytes(n.answer)
+            if answer is None:
+                continue
+            if not _category_admits(plan, answer, n.similarity):
+                self.stats.category_rejections += 1
+                continue
             cached, earlier = parse_stored(n.query)
             ok, by = await confirm(q.text, cached, n.similarity, policy.guard, judge, judge_from, left, context)
             if not ok and by in ("guard:words", "guard:order") and history.same_statement(cached, q.text):
@@ -207,9 +230,6 @@ class Cache:
                 continue
             if not await self._same_history(q, earlier, plan.threshold, policy.guard, left, context):
                 self.stats.history_rejections += 1
-                continue
-            answer = CachedAnswer.from_bytes(n.answer)
-            if answer is None:
                 continue
             self.stats.semantic_hits += 1
             plan.status, plan.similarity, plan.verifier = "semantic-hit", n.similarity, by
@@ -296,16 +316,18 @@ class Cache:
         if not reasons or not all(r in plan.policy.finish_reasons for r in reasons):
             return  # errors, truncated answers and excluded finish reasons are never cached
         now = time.time()
+        category = plan.category or Category.GENERAL
+        rules = plan.policy.categories.of(category)
         if plan.exact_key is not None:
-            ttl = plan.ttl_s or plan.policy.exact.ttl_s
-            entry = CachedAnswer(body, now, now + ttl).to_bytes()
+            ttl = _entry_ttl(plan.ttl_s, rules.ttl_s, plan.policy.exact.ttl_s)
+            entry = CachedAnswer(body, now, now + ttl, category).to_bytes()
             self.writer.submit(WriteOp(entry, ttl + plan.policy.stale_s, key=plan.exact_key))
         if plan.semantic is not None and self.embedder is not None:
-            ttl = plan.ttl_s or plan.policy.semantic.ttl_s
+            ttl = _entry_ttl(plan.ttl_s, rules.ttl_s, plan.policy.semantic.ttl_s)
             # The lookup's vector, or (when that embedding was late) one made now, off the request's path.
             vector = plan.vector if plan.vector is not None else await self.embedder.embed(plan.semantic.text, 10.0)
             if vector is not None and not beyond_window(vector):
-                entry = CachedAnswer(body, now, now + ttl).to_bytes()
+                entry = CachedAnswer(body, now, now + ttl, category).to_bytes()
                 self.writer.submit(WriteOp(entry, ttl, scope=plan.semantic.scope, vector=vector, query=plan.semantic.stored()))
         self.stats.stores += 1
 
@@ -365,6 +387,42 @@ class Cache:
         if self.embedder is not None:
             await self.embedder.aclose()
         await self.store.aclose()
+
+
+def _category(req: ParsedRequest, q: SemanticQuery | None) -> Category:
+    """The request's category: of its last user turn as the semantic cache compares it (normalised:
+    "rn" reads "right now"), else as sent; a general last turn takes the earlier user turns' (a
+    follow-up "And in London?" asks what its conversation asked)."""
+    if q is not None:
+        return classify_turns(q.text, tuple(t for r, t in zip(q.roles, q.history) if r == "user"))
+    turns = req.protocol.cache_turns(req.body)
+    if turns is None:
+        return Category.GENERAL  # media or tool turns: only the exact cache can hold them (README, "Question categories")
+    text, earlier = turns
+    users = (plain_text(m.get("content")) for m in earlier if isinstance(m, dict) and m.get("role") == "user")
+    return classify_turns(text, tuple(t for t in users if t))
+
+
+def _entry_ttl(client_s: float | None, category_s: float | None, store_s: float) -> float:
+    """An entry's TTL: the client's, else its category's, else the store's; a category's TTL is also
+    the longest a client may ask for (a price is not made fresh for a day by asking)."""
+    ttl = client_s or (category_s if category_s is not None else store_s)
+    return ttl if category_s is None else min(ttl, category_s)
+
+
+def _category_admits(plan: CachePlan, answer: CachedAnswer, similarity: float) -> bool:
+    """A candidate's category rules: the asked question's category bounds the entry's age (a volatile
+    question never gets a general entry's answer older than the volatile TTL), and the stored
+    question's category threshold applies as well as the asked one's (the stricter wins) unless the
+    client set the threshold."""
+    categories = plan.policy.categories
+    max_age = categories.of(plan.category or Category.GENERAL).ttl_s
+    if max_age is not None and time.time() - answer.created >= max_age:
+        return False
+    if plan.threshold_asked:
+        return True
+    stored = categories.of(answer.category).threshold
+    return similarity >= (stored if stored is not None else plan.policy.semantic.threshold)
 
 
 def _ttl(value: str | None) -> float | None:

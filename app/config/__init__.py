@@ -232,9 +232,37 @@ class SemanticCachePolicy(Strict):
     judge: JudgeConfig | None = None
 
 
+class CategoryPolicy(Strict):
+    """How one category of question (app/cache/category.py) is cached, in both stores."""
+
+    # Its entries' TTL and the longest a client may ask for (x-slipstream-cache-ttl); 0: never stored
+    # or served, exactly or semantically. None: the store's own (`exact.ttl_s`, `semantic.ttl_s`).
+    # Also the oldest entry a question of this category is served semantically, whatever the entry's
+    # own category.
+    ttl_s: float | None = Field(None, ge=0)
+    # The semantic threshold for a lookup or an entry of this category (the stricter of the two
+    # applies); None: the alias's `semantic.threshold`. A caller's x-slipstream-cache-threshold wins.
+    threshold: float | None = Field(None, gt=0, le=1)
+
+
+class CategoryPolicies(Strict):
+    # Prices, scores, weather, news, "today" / "right now" / "latest": stale within minutes. Five
+    # minutes bounds how old a served answer can be while a burst of the same question (the traffic a
+    # cache is for) is still served; 0 turns caching off for them (README, "Question categories").
+    volatile: CategoryPolicy = CategoryPolicy(ttl_s=300.0)
+    code: CategoryPolicy = CategoryPolicy()
+    general: CategoryPolicy = CategoryPolicy()
+
+    def of(self, category: str) -> CategoryPolicy:
+        """The policy of a category by its name ("volatile", "code", "general")."""
+        return getattr(self, category)
+
+
 class CachePolicy(Strict):
     exact: ExactCachePolicy = ExactCachePolicy()
     semantic: SemanticCachePolicy = SemanticCachePolicy()
+    # Per question category (app/cache/category.py): TTLs for both stores, thresholds for the semantic one.
+    categories: CategoryPolicies = CategoryPolicies()
     # Only answers that ended for one of these reasons are stored.
     finish_reasons: tuple[str, ...] = ("stop",)
     # When every backend fails, an exact entry up to this long past its TTL may be served, marked stale.

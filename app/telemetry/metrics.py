@@ -51,8 +51,9 @@ class Metrics:
         self.retries = Counter("slipstream_retries", "Retries made.", ["gen_ai_request_model"], registry=r)
         self.fallbacks = Counter("slipstream_fallbacks", "Answers served by a fallback model.",
                                  ["gen_ai_request_model", "reason"], registry=r)
-        self.cache = Counter("slipstream_cache_requests", "Cache outcome per request.",
-                             ["gen_ai_request_model", "result"], registry=r)
+        # category: volatile | code | general | none (bypassed): three values and one, never a client's text.
+        self.cache = Counter("slipstream_cache_requests", "Cache outcome per request and question category.",
+                             ["gen_ai_request_model", "result", "category"], registry=r)
         # The prefix index's predictions against what backends reported reusing (bounded labels:
         # backend names from the config, four results).
         self.prefix_predicted = Counter("slipstream_prefix_predicted_cached_tokens",
@@ -92,7 +93,7 @@ class Metrics:
         outcome = record.outcome.value
         self._labelled(self.duration, *base, outcome, record.cache).observe(record.duration_s)
         if record.alias:
-            self._labelled(self.cache, record.alias, record.cache).inc()
+            self._labelled(self.cache, record.alias, record.cache, record.cache_category or "none").inc()
         if record.stream and record.first_token and record.outcome is Outcome.OK:
             self._labelled(self.ttft, *base).observe(record.first_token - record.received)
         if record.usage is not None:

@@ -146,6 +146,8 @@ class Tracing:
             "slipstream.attempts": record.attempts,
             "slipstream.retries": record.retries,
         })
+        if record.cache_category:
+            span.set_attribute("slipstream.cache.category", record.cache_category)
         if record.fallback:
             span.set_attribute("slipstream.fallback", record.fallback)
         if record.target_result:
@@ -164,6 +166,8 @@ class Tracing:
                                       attributes={"slipstream.cache.status": record.cache, "slipstream.timing.source": "measured"})
             if record.similarity is not None:
                 cache.set_attribute("slipstream.cache.similarity", record.similarity)
+            if record.cache_category:
+                cache.set_attribute("slipstream.cache.category", record.cache_category)
             if record.embed_s:
                 emb = tracer.start_span("embedding", context=trace.set_span_in_context(cache),
                                         start_time=ns(record.cache_start), attributes={"slipstream.timing.source": "measured"})

@@ -5,6 +5,7 @@ The volatile TTL is 3 s here (300 s by default), so expiry is seen within a test
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -41,6 +42,11 @@ def gw(request, fleet, tmp_path_factory):
     g = start_gateway(tmp_path_factory.mktemp(f"categories-{request.param}"), fleet, config)
     yield g
     g.process.stop()
+
+
+def category_rejections(gw) -> float:
+    text = httpx.get(f"{gw.url}/metrics", timeout=5).text
+    return float(re.search(r"^slipstream_cache_category_rejections_total (\S+)$", text, re.MULTILINE).group(1))
 
 
 def tag() -> str:
@@ -91,6 +97,7 @@ def test_a_volatile_question_never_gets_a_general_answer_older_than_the_volatile
     assert (h["x-slipstream-cache"], h["x-slipstream-cache-category"]) == ("semantic-hit", "volatile")
     time.sleep(VOLATILE_TTL_S + 0.2)
     assert ask(gw, volatile, model="similarity-only")[0]["x-slipstream-cache"] == "miss"
+    assert category_rejections(gw) >= 1
     # The general entry itself lives on (300 s) for general questions.
     general = f"Please, how can I reset the password of my Router model {t}?"
     assert ask(gw, general, model="similarity-only")[0]["x-slipstream-cache"] == "semantic-hit"

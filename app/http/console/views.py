@@ -307,6 +307,7 @@ def cache(gw: Gateway) -> dict:
         "exact_hit_rate": round(st.hits / looked, 4) if looked else None,
         "semantic_hit_rate": round(st.semantic_hits / looked, 4) if looked else None,
         "guard_rejections": st.guard_rejections, "verifier_rejections": st.judge_rejections, "verifier_failures": st.judge_failures,
+        "category_rejections": st.category_rejections,
         "embed_timeouts": st.embed_timeouts, "store_errors": st.errors, "stores": st.stores,
         "writer": {"written": w.written, "lost": w.lost, "batches": w.batches, "retries": w.retries},
     }

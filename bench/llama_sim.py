@@ -19,7 +19,12 @@ with --cache-ram 0): a request taking a slot takes the free one holding its prom
 recently used free one, whose prompt it replaces; the servers publish their slots (as /props does) and the
 gateway's burst wait is played (a request held back for a sibling's busy copy of its prefix is sent when
 that copy frees, or at the wait's limit). Without them a request whose prompt sat in a running request's
-slot found it as if the cache were shared, and the collapses seen on real servers did not show. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
+slot found it as if the cache were shared, and the collapses seen on real servers did not show. With
+`--per-slot --host-cache`, a prompt a slot gives up is saved to host memory and moved back into the slot
+that next takes it (llama.cpp's default --cache-ram: the prompt in a running request's slot is the one copy
+it has). `--clients N` plays bench/prefix_routing.py's closed loop: N clients start together (a burst
+before any server is timed) and each sends its next request a think time after its answer (mean --think,
+by default N / --rate, as that bench), --requests in all, every one counted. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
 each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
@@ -33,6 +38,7 @@ arrivals after the burst beside the rest's: the issue's "no over-prediction afte
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.8
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.5 --requests 60 --seeds 12 --burst 20 --after 8
     python bench/llama_sim.py --shared 4 --per-slot --rate 1.0 --requests 30 --seeds 60
+    python bench/llama_sim.py --shared 4 --per-slot --host-cache --clients 6 --rate 0.52 --requests 22 --seeds 100
 """
 
 from __future__ import annotations
@@ -87,16 +93,21 @@ class _Server:
     used: list[float] = field(default_factory=list)
     taken: list[_Req | None] = field(default_factory=list)
     waiting: list[tuple[float, Any, _Req]] = field(default_factory=list)  # held back: (limit, copy's event, request)
+    stored: list[str] = field(default_factory=list)  # with --host-cache: prompts saved from slots to host memory
 
 
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
         slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0,
-        per_slot: bool = False) -> list[tuple[float, ...]]:
+        per_slot: bool = False, host_cache: bool = False, closed: int = 0, think: float = 0.0) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
-    E2E, sent, 1 for a burst request else 0), in the order they ended. With `per_slot`, each slot keeps
+    E2E, sent, 1 for a burst request else 0, share of the prompt reused), in the order they ended. With `per_slot`, each slot keeps
     only the last prompt it ran (llama.cpp with --cache-ram 0) instead of each server its last `cache`. With `burst_s`, `clients` send
     closed-loop for that long first (each again as soon as its answer ends, as bench/real_backends.py's
-    calibration does), and the `requests` arrivals begin when the burst's last answer has ended."""
+    calibration does), and the `requests` arrivals begin when the burst's last answer has ended. With
+    `host_cache` (and `per_slot`), a prompt a slot gives up is kept in host memory and moved back into the
+    slot that next takes it (llama.cpp's --cache-ram, on by default). With `closed`, that many clients
+    start together and each sends its next request a think time (exponential, mean `think`) after its
+    answer, until `requests` were sent: bench/prefix_routing.py's --clients."""
     from app.config import BackendConfig, ModelAlias
     from app.dispatch.loop import route_context, with_policy
     from app.protocols.chat import CHAT
@@ -136,10 +147,15 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 tie += 1
                 heapq.heappush(events, (t, tie, -1))
 
+        sent = min(closed, requests)  # with `closed`: requests sent (or scheduled) so far
         if burst_s > 0:
             for _ in range(clients):
                 tie += 1
                 heapq.heappush(events, (box[0], tie, -2))
+        elif closed:
+            for _ in range(min(closed, requests)):
+                tie += 1
+                heapq.heappush(events, (box[0], tie, -1))
         else:
             schedule(box[0])
 
@@ -225,8 +241,14 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         router.report(r.lease.state, None)
                         learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape)
                         p = r.rec.predicted
-                        done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst)) if detail
+                        done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst),
+                                     r.reused / r.ctx.prompt_tokens) if detail
                                     else (r.first - r.sent, at - r.sent))
+                        if closed and sent < requests:
+                            # Its client thinks, then sends its next request (the others are in flight or thinking).
+                            tie += 1
+                            heapq.heappush(events, (at + rng.expovariate(1 / think), tie, -1))
+                            sent += 1
                         if r.burst:
                             bursting -= 1
                             if at < burst_end:
@@ -250,6 +272,14 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                     free = [j for j in range(slots) if s.taken[j] is None]
                     j = next((j for j in free if s.held[j] == r.system), min(free, key=s.used.__getitem__))
                     hit = s.held[j] == r.system
+                    if host_cache and not hit:
+                        # llama.cpp saves the slot's prompt to host memory before it is overwritten, and
+                        # moves the new one's prompt from there into the slot if it was kept.
+                        if (gone := s.held[j]) is not None and gone not in s.stored:
+                            s.stored.append(gone)
+                        if r.system in s.stored:
+                            s.stored.remove(r.system)
+                            hit = True
                     s.held[j], s.taken[j], r.slot = r.system, r, j
                     r.reused = round(r.ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
                     r.uncached = r.ctx.prompt_tokens - r.reused
@@ -279,6 +309,12 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--per-slot", action="store_true",
                     help="each slot keeps only its last prompt (llama.cpp --cache-ram 0), not each server its last --cache")
+    ap.add_argument("--host-cache", action="store_true",
+                    help="with --per-slot: a prompt a slot gives up is kept in host memory (llama.cpp's default --cache-ram)")
+    ap.add_argument("--clients", type=int, default=0,
+                    help="closed loop: this many clients start together, each sending its next request a think time "
+                         "after its answer, --requests in all (bench/prefix_routing.py's --clients; 0: open loop at --rate)")
+    ap.add_argument("--think", type=float, default=None, help="closed loop: mean think time (default: clients / --rate)")
     ap.add_argument("--burst", type=float, default=0.0, help="seconds of closed loop (8 clients) before the arrivals")
     ap.add_argument("--context", type=float, default=0.0,
                     help="a decoding slot's step costs this many TPOTs more per 1,000 tokens of its context (0: none)")
@@ -286,7 +322,9 @@ def main() -> None:
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
     runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
-                          burst_s=args.burst, detail=True, context=args.context, per_slot=args.per_slot)
+                          burst_s=args.burst, detail=True, context=args.context, per_slot=args.per_slot,
+                          host_cache=args.host_cache, closed=args.clients,
+                          think=args.think if args.think is not None else args.clients / args.rate)
                       for seed in range(args.seeds)]
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
@@ -302,17 +340,20 @@ def main() -> None:
                              capture_output=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout
         results[label] = [sorted((x for x in seed if not x[5]), key=lambda x: x[4]) for seed in orjson.loads(out)]
     print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
-          + (f", {args.shared} shared prompts (" + ("a prompt per slot" if args.per_slot else f"cache {args.cache}") + ")"
+          + (f", {args.shared} shared prompts (" + (("a prompt per slot" + (" and a host cache" if args.host_cache else ""))
+                                                     if args.per_slot else f"cache {args.cache}") + ")"
              if args.shared else ", unique prompts")
           + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
           + (f", after a {args.burst:g} s closed-loop burst" if args.burst else "")
+          + (f", closed loop: {args.clients} clients starting together" if args.clients else "")
           + (f", decode {args.context:g} TPOT slower per 1,000 context tokens" if args.context else ""))
     base = [k for k in ("least_inflight", "round_robin") if k in results]
     for label, seeds in results.items():
         tt = [x[0] for s in seeds for x in s]
         ee = [x[1] for s in seeds for x in s]
         line = (f"  {label:<28} TTFT mean {statistics.fmean(tt):6.3f} p50 {statistics.median(tt):6.3f} p99 {_pct(tt, 99):6.3f}"
-                f"  E2E mean {statistics.fmean(ee):6.3f} p50 {statistics.median(ee):6.3f} p99 {_pct(ee, 99):6.3f} s")
+                f"  E2E mean {statistics.fmean(ee):6.3f} p50 {statistics.median(ee):6.3f} p99 {_pct(ee, 99):6.3f} s"
+                + (f"  cached {statistics.fmean(x[6] for s in seeds for x in s):.1%}" if args.shared else ""))
         if base:
             for k, col in (("TTFT", 0), ("E2E", 1)):
                 ratios = [statistics.fmean(x[col] for x in s) / min(statistics.fmean(x[col] for x in results[b][j]) for b in base) - 1

@@ -52,3 +52,30 @@ def test_per_slot_a_prompt_lives_in_the_slot_that_ran_it():
     # Four prompts round-robined over four slots: some request always finds its prompt pushed out.
     four = [t for t, _ in run("round_robin", 3, 60, 0.65, 4, 2, 1.0, False, 2, per_slot=True)]
     assert sum(t > 1.6 for t in four) > sum(t > 1.6 for t in ttft)
+
+
+def test_with_a_host_cache_a_prompt_pushed_out_of_its_slot_comes_back_warm():
+    # llama.cpp's default --cache-ram: a prompt a slot gives up is kept in host memory and moved back into
+    # the slot that next takes it. Four prompts round-robined over two servers' four slots: without it some
+    # request always finds its prompt pushed out; with it each server computes a prompt again only while
+    # its one copy is in a running request's slot.
+    cold = lambda done: sum(t > 1.6 for t, _ in done)
+    without = run("round_robin", 3, 60, 0.65, 4, 2, 1.0, False, 2, per_slot=True)
+    kept = run("round_robin", 3, 60, 0.65, 4, 2, 1.0, False, 2, per_slot=True, host_cache=True)
+    assert cold(kept) < cold(without)
+    assert cold(kept) >= 4  # each prompt is cold at least once
+    assert kept == run("round_robin", 3, 60, 0.65, 4, 2, 1.0, False, 2, per_slot=True, host_cache=True)
+
+
+def test_closed_loop_clients_start_together_and_send_again_only_after_their_answer():
+    # bench/prefix_routing.py's --clients: six clients send at once (a burst before any server is timed),
+    # then each its next request a think time after its answer, 22 requests in all, every one counted.
+    done = run("latency_aware", 5, 22, 0.52, 4, 2, 1.0, False, 2, detail=True, per_slot=True, host_cache=True,
+               closed=6, think=6 / 0.52)
+    assert len(done) == 22 and not any(x[5] for x in done)
+    start = min(x[4] for x in done)
+    assert sum(x[4] == start for x in done) == 6
+    # Never more than six in flight: at each send, at most five others were sent and not yet answered.
+    spans = [(x[4], x[4] + x[1]) for x in done]
+    assert all(sum(s <= t < e for s, e in spans) <= 6 for t, _ in spans)
+    assert all(0.0 <= x[6] <= 1.0 for x in done)  # the share of each prompt reused

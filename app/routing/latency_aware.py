@@ -160,6 +160,7 @@ class LatencyAware:
         scores: list[float] | None = None
         bounds: list[float] | None = None
         complete: Callable[[], list[float]] | None = None
+        keys: list[tuple[bool, int, int, int]] | None = None  # before every candidate is timed: their load
         if timed and measured and not ctx.scored and gap is not None:
             # No one reads the scores (the decision is not traced) and every candidate is measured (so none
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
@@ -204,7 +205,14 @@ class LatencyAware:
         if not ctx.cached or n == 1:
             return first, scores or _UNSCORED * n
         home = self._home(candidates, ctx)
-        if home is not None:
+        if home is not None and (keys is None or keys[home][:3] == keys[first][:3]):
+            # Before every candidate is timed, the home only if it ranks first by load (_load_keys): bounded
+            # load counts requests, and a closed-loop burst's sixth request, a new prompt, went to its home
+            # within its 1.25x share (4 of 6 in flight), which computed a prompt two siblings waited for,
+            # rather than to the server computing one that one sibling waited for: three first tokens 2.6 s
+            # later where two would have been (two llama.cpp servers, 6 clients on 4 shared prompts). On
+            # llama_sim's closed loop the burst's mean TTFT fell 2-4 %; the margin's hash below is left as
+            # it was (restricted to the first by load too, it cost 8 prompts on 8 clients 0.6 %).
             return home, scores or _UNSCORED * n
         if matched > 0 or not ctx.prefix:
             # Something is warm: its saving is already in the predictions.
@@ -293,7 +301,7 @@ class LatencyAware:
         return estimates, scores
 
     @staticmethod
-    def _load_keys(candidates, ctx: RouteContext, lags: list[float]) -> list[tuple[bool, int, int]]:
+    def _load_keys(candidates, ctx: RouteContext, lags: list[float]) -> list[tuple[bool, int, int, int]]:
         """Each candidate's rank before its score, while some candidate was never timed: lagging ones
         last (ranked among themselves by their scaled scores alone), then the prefills each placement
         leaves running there, then the most blocks of the prompt held. A placement where the prompt's
@@ -303,7 +311,7 @@ class LatencyAware:
         keys = []
         for c, lag in zip(candidates, lags):
             if lag >= SLOWER_HOME:
-                keys.append((True, 0, 0))
+                keys.append((True, 0, 0, 0))
                 continue
             held = cached.get(c.name)
             blocks = held.blocks if held is not None else 0
@@ -318,7 +326,10 @@ class LatencyAware:
             # one lost to the cold one's prefill of the same prompt (the pinned real scenario in the test
             # on a stream long past its predicted first token).
             holds = blocks >= MIN_BURST_BLOCKS
-            keys.append((False, c.inflight - c.copy_waiters + (not holds), -blocks))
+            # Of placements leaving as many prefills running, the one whose cold prefill delays fewer first
+            # tokens goes first: each prefill there, and each sibling held back for one of their copies,
+            # waits for it too (one thread's compute is shared). Where it holds the prompt it delays none.
+            keys.append((False, c.inflight - c.copy_waiters + (not holds), 0 if holds else c.prefilling, -blocks))
         return keys
 
     def _home(self, candidates, ctx: RouteContext) -> int | None:

@@ -11,6 +11,7 @@ from app.config import PrefixPolicy
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate
+from app.routing.prefix_routing import rendezvous
 from app.upstream.adapters import adapter_for
 from tests.routing.test_prefix_routing import RATE, State, ask, ctx_for, warm
 
@@ -539,6 +540,32 @@ def test_before_any_backend_is_timed_a_sibling_waits_for_its_copy_rather_than_pr
         assert LatencyAware(exploration=0).choose(fleet, ctx_for(p0), k)[0] == 0
         # A new prompt still goes where fewer prefills run: b.
         assert LatencyAware(exploration=0).choose(fleet, ctx_for(ask("q", "Policy two. " * 150)), k)[0] == 1
+
+
+def test_before_any_backend_is_timed_a_new_prompt_goes_where_its_prefill_slows_fewer_first_tokens():
+    # Scripted state of a closed-loop burst on two real llama.cpp servers (6 clients at once on 4 shared
+    # prompts, neither server timed): a computes p0 and holds two siblings back for that copy; b computes p2
+    # and holds one. Each runs one prefill, but a cold prefill on a slows three first tokens (the copy's
+    # and its two waiting siblings': one thread's compute is shared) and on b two. The burst's sixth
+    # request, a prompt no one holds, went to its hashed home a, within bounded load (4 of 6 requests in
+    # flight): the three first tokens there came 2.6 s later where two on b would have. It goes to b,
+    # before the alias is known to repeat prefixes (as many prefills either way) and after (whatever its hash).
+    p0, p2 = ask("q", "Policy zero. " * 150), ask("q", "Policy two. " * 150)
+    homes = Counter()
+    for k in range(12):
+        new = ask("q", f"Policy {k + 10}. " * 150)
+        group = ctx_for(new).prefix.group
+        homes[max("ab", key=lambda name: rendezvous(group, name))] += 1
+        for turn in range(2):
+            fleet = [State("a"), State("b")]
+            for s, body, siblings in zip(fleet, (p0, p2), (2, 1)):
+                s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))  # untimed: the prior
+                s.prefixes.record(ctx_for(body).prefix.keys, now=1.0, ready_at=1.5, leader=asyncio.Event())
+                s.inflight, s.copy_waiters, s.prefilling = 1 + siblings, siblings, 1 + siblings
+                s.uncached_inflight, s.prefill_busy_since = 600 + 20 * siblings, 1.0
+            for policy in (LatencyAware(exploration=0), seen_shared(LatencyAware(exploration=0))):
+                assert policy.choose(fleet, ctx_for(new), turn)[0] == 1, (k, turn)
+    assert homes["a"] >= 3  # the test covers new prompts whose home is a
 
 
 def test_unread_scores_leave_every_pick_and_prediction_as_pinned(monkeypatch):

@@ -24,10 +24,12 @@ MSG = [{"role": "user", "content": "a secret prompt about telemetry"}]
 
 
 class InProcessGateway:
-    def __init__(self, fleet) -> None:
+    def __init__(self, fleet, models: dict | None = None) -> None:
         self.port = free_port()
         self.exporter = InMemorySpanExporter()
-        config = GatewayConfig.model_validate(gateway_config(fleet, self.port))
+        raw = gateway_config(fleet, self.port)
+        raw["models"].update(models or {})
+        config = GatewayConfig.model_validate(raw)
         self.app = create_app(config, span_exporter=self.exporter)
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -115,6 +117,20 @@ def test_streamed_request_span_tree(gw):
         assert p["slipstream.predicted.output_tokens"] == 12  # ignore_eos: max_tokens is the length
         assert 0 < p["slipstream.predicted.ttft_s"] < p["slipstream.predicted.e2e_s"]
         assert 0 < p["slipstream.measured.ttft_s"] < p["slipstream.measured.e2e_s"] <= total / 1e9 + 0.001
+
+
+def test_cache_spans_carry_the_question_category(fleet):
+    g = InProcessGateway(fleet, {"cached": {"backends": ["fast"], "cache": {"exact": {"enabled": True}}}})
+    try:
+        ask = [{"role": "user", "content": f"What is the price of bitcoin right now? {time.time()}"}]
+        raw = g.client().chat.completions.with_raw_response.create(model="cached", messages=ask, temperature=0)
+        assert raw.headers["x-slipstream-cache"] == "miss"
+        server, kids = tree(g.spans_of(raw.headers["x-request-id"]))
+        assert server.attributes["slipstream.cache.category"] == "volatile"
+        lookup = next(s for s in kids(server) if s.name == "cache lookup")
+        assert lookup.attributes["slipstream.cache.category"] == "volatile"
+    finally:
+        g.stop()
 
 
 def test_a_traced_gateway_has_every_score_computed(gw):

@@ -151,6 +151,8 @@ class Cache:
         plan.store = "no-store" not in directives
         if plan.lookup or plan.store:
             plan.status = "miss"
+        else:
+            plan.category = None  # a bypass follows no category's rules
         return plan
 
     async def lookup(self, plan: CachePlan, deadline=None) -> Hit | None:

@@ -160,7 +160,10 @@ class Learner:
             elif s.backend.adapter.headers_at_slot and a.headers:
                 # The queue was before the headers: from headers to the first event was prefill.
                 model.observe_prefill(prompt, a.first_event - a.headers)
-            model.observe_decode(output, a.end - a.first_event, a.load)
+            # Where a newcomer's prefill stops the decodes running beside it (llama.cpp), the time
+            # this answer stood still for the prefills logged during it is its neighbours', not its own.
+            stalled = s.prefills.covered(a.first_event, a.end) if s.stalls_decodes else 0.0
+            model.observe_decode(output, a.end - a.first_event, a.load, stalled_s=stalled)
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0

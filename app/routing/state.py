@@ -189,6 +189,18 @@ class PrefillLog:
                 total += tokens * overlap / (e - s)
         return total
 
+    def covered(self, start: float, end: float) -> float:
+        """Seconds of `start`..`end` during which another request prefilled here (the union of the
+        prefills overlapping it, each counted once however many ran together): on a server whose
+        decodes stop for a newcomer's prefill, the time a decode over that interval stood still."""
+        spans = sorted((max(s, start), min(e, end)) for s, e, _ in self._entries if e > start and s < end)
+        total, reach = 0.0, start
+        for s, e in spans:
+            if e > reach:
+                total += e - max(s, reach)
+                reach = e
+        return total
+
 
 @dataclass(slots=True)
 class BackendState:

@@ -205,3 +205,50 @@ def test_a_prompt_missed_on_a_cache_kept_per_slot_teaches_no_capacity(flavor, le
     t.learn(a, prompt_hint=round(blocks.tokens), output=16, blocks=blocks)
     assert state.prefixes.accuracy < 0.5  # the miss counts against the index either way
     assert (state.prefixes.capacity_tokens < 1000) is learned
+
+
+def test_an_answer_is_taught_without_the_time_it_stood_still_for_a_neighbours_prefill():
+    # llama.cpp runs a newcomer's prompt in the same steps as the decodes beside it: a 24-token answer
+    # decoding at 20 ms a token (0.46 s) stands still through a 3 s prefill that begins 0.2 s into it and
+    # ends at 3.46 s. The answer's median is taught the 0.46 s it decoded, not 3.46 s: the stall was a
+    # later arrival's, which the next answer's prediction cannot know of.
+    t, model = telemetry("llamacpp")
+    for k in range(4):
+        t0 = 100.0 + 20 * k
+        neighbour = stream_attempt(load=2, wait=3.0, flavor="llamacpp")
+        neighbour.start, neighbour.headers, neighbour.first_event = t0 + 0.3, t0 + 0.3, t0 + 3.3
+        t.first_token(neighbour, prompt_tokens=600)
+        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
+        a.start, a.headers, a.first_event = t0, t0, t0 + 0.1
+        a.end = a.first_event + 0.46 + 3.0
+        a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+        t.learn(a, prompt_hint=60, output=24)
+    now = time.monotonic()  # learned as the answers end, at the clock's now
+    assert model.answer_tpot(1, now) == pytest.approx(0.46 / 23, rel=0.05)
+    # The line, which prices when the requests in flight will finish, keeps the stalls.
+    assert model.tpot(1, now) > 5 * 0.46 / 23
+
+
+def test_an_answer_on_a_server_whose_decodes_never_stop_for_a_prefill_is_taught_as_it_took():
+    # vLLM chunks a newcomer's prefill between decode steps: whatever else ran, the answer's time is its own.
+    t, model = telemetry("vllm")
+    for k in range(4):
+        t0 = 100.0 + 20 * k
+        t.states["b"].prefills.add(t0 + 0.2, t0 + 0.4, 600.0)  # another request's prefill during the decode
+        a = stream_attempt(load=1, wait=0.1, flavor="vllm")
+        a.start, a.headers, a.first_event = t0, t0, t0 + 0.1
+        a.end = a.first_event + 0.46
+        a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+        t.learn(a, prompt_hint=60, output=24)
+    assert model.answer_tpot(1, time.monotonic()) == pytest.approx(0.46 / 23, rel=0.05)
+
+
+def test_prefills_that_ran_together_count_once_in_the_time_a_decode_stood_still():
+    from app.routing.state import PrefillLog
+
+    log = PrefillLog()
+    for start, end in ((1.0, 3.0), (2.0, 4.0), (6.0, 7.0), (9.0, 10.0)):
+        log.add(start, end, 500.0)
+    # 1-4 s (two prefills side by side: one stall of 3 s, not 4), then 6-6.5 s of the third; none of the last.
+    assert log.covered(0.5, 6.5) == pytest.approx(3.5)
+    assert log.covered(4.0, 6.0) == 0.0

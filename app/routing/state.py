@@ -192,8 +192,19 @@ class PrefillLog:
     def covered(self, start: float, end: float) -> float:
         """Seconds of `start`..`end` during which another request prefilled here (the union of the
         prefills overlapping it, each counted once however many ran together): on a server whose
-        decodes stop for a newcomer's prefill, the time a decode over that interval stood still."""
-        spans = sorted((max(s, start), min(e, end)) for s, e, _ in self._entries if e > start and s < end)
+        decodes stop for a newcomer's prefill, the time a decode over that interval stood still.
+        Prefills are logged as they end, so the log is in the order of their ends: read from the
+        newest back to the first that ended before `start` (every answer's end reads it; most of the
+        log is older)."""
+        spans = []
+        for s, e, _ in reversed(self._entries):
+            if e <= start:
+                break
+            if s < end:
+                spans.append((max(s, start), min(e, end)))
+        if not spans:
+            return 0.0
+        spans.sort()
         total, reach = 0.0, start
         for s, e in spans:
             if e > reach:

@@ -52,7 +52,7 @@ from app.cache.embedder import OnnxEncoder
 from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_body, read_verdict, yes_probability
 from app.cache.normalise import normalise
-from app.config import CategoryPolicies, CategoryPolicy, EmbeddingConfig, JudgeConfig, SemanticCachePolicy
+from app.config import CategoryPolicies, EmbeddingConfig, JudgeConfig, SemanticCachePolicy
 from bench.harness import ROOT, free_port, wait_healthy
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
@@ -234,7 +234,7 @@ def category_sweep(s: Scored, ok: np.ndarray, gh: bool | str, threshold: float) 
         for th in THRESHOLDS:
             if not (0.6 <= th <= 0.96):
                 continue
-            policies = CategoryPolicies(**{c: CategoryPolicy(threshold=float(th))})
+            policies = CategoryPolicies.model_validate({c: {"threshold": float(th)}})
             thresholds, _ = category_rules(s, policies, threshold, 3600.0, 0.0)
             m = s.served(thresholds, ok, gh)
             mark = " (alias)" if abs(th - threshold) < 1e-9 else ""

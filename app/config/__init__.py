@@ -245,11 +245,16 @@ class CategoryPolicy(Strict):
     threshold: float | None = Field(None, gt=0, le=1)
 
 
-class CategoryPolicies(Strict):
+class VolatilePolicy(CategoryPolicy):
     # Prices, scores, weather, news, "today" / "right now" / "latest": stale within minutes. Five
     # minutes bounds how old a served answer can be while a burst of the same question (the traffic a
     # cache is for) is still served; 0 turns caching off for them (README, "Question categories").
-    volatile: CategoryPolicy = CategoryPolicy(ttl_s=300.0)
+    # The field's own default, not the section's: `volatile: {threshold: 0.9}` keeps the five minutes.
+    ttl_s: float | None = Field(300.0, ge=0)
+
+
+class CategoryPolicies(Strict):
+    volatile: VolatilePolicy = VolatilePolicy()
     code: CategoryPolicy = CategoryPolicy()
     general: CategoryPolicy = CategoryPolicy()
 

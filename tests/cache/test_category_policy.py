@@ -199,3 +199,12 @@ def test_category_defaults_keep_volatile_answers_five_minutes_and_the_rest_as_th
 ])
 def test_a_bad_category_setting_fails_naming_its_key(tmp_path, categories, key):
     assert key in error_for(tmp_path, categories)
+
+
+def test_setting_only_the_volatile_threshold_keeps_the_volatile_ttl(tmp_path):
+    # The five minutes are the volatile TTL's own default, not the section's: a config that tunes the
+    # threshold alone must not give prices and scores the store's hour.
+    path = tmp_path / "gw.yaml"
+    path.write_text(GOOD.replace("CATEGORIES", "{volatile: {threshold: 0.9}}"))
+    volatile = load_config(path, environ={}).models["chat"].cache.categories.volatile
+    assert (volatile.ttl_s, volatile.threshold) == (300, 0.9)

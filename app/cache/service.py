@@ -169,7 +169,7 @@ class Cache:
             return None
         raw = await self._safe(self.store.get(plan.exact_key))
         answer = CachedAnswer.from_bytes(raw) if raw else None
-        if answer is not None and answer.fresh:
+        if answer is not None and answer.fresh and not _too_old(plan, answer):
             self.stats.hits += 1
             plan.status = "hit"
             return Hit(answer, "hit")
@@ -417,14 +417,20 @@ def _category_admits(plan: CachePlan, answer: CachedAnswer, similarity: float) -
     question never gets a general entry's answer older than the volatile TTL), and the stored
     question's category threshold applies as well as the asked one's (the stricter wins) unless the
     client set the threshold."""
-    categories = plan.policy.categories
-    max_age = categories.of(plan.category or Category.GENERAL).ttl_s
-    if max_age is not None and time.time() - answer.created >= max_age:
+    if _too_old(plan, answer):
         return False
     if plan.threshold_asked:
         return True
-    stored = categories.of(answer.category).threshold
+    stored = plan.policy.categories.of(answer.category).threshold
     return similarity >= (stored if stored is not None else plan.policy.semantic.threshold)
+
+
+def _too_old(plan: CachePlan, answer: CachedAnswer) -> bool:
+    """Older than the asked question's category allows, whatever the entry's own TTL: an exact entry
+    stored before categories existed (general, the store's hour, still in Redis after an upgrade) or
+    before a reload shortened the category's TTL is not served fresh to a volatile question."""
+    max_age = plan.policy.categories.of(plan.category or Category.GENERAL).ttl_s
+    return max_age is not None and time.time() - answer.created >= max_age
 
 
 def _ttl(value: str | None) -> float | None:

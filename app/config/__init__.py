@@ -237,7 +237,7 @@ class CategoryPolicy(Strict):
 
     # Its entries' TTL and the longest a client may ask for (x-slipstream-cache-ttl); 0: never stored
     # or served, exactly or semantically. None: the store's own (`exact.ttl_s`, `semantic.ttl_s`).
-    # Also the oldest entry a question of this category is served semantically, whatever the entry's
+    # Also the oldest entry a question of this category is served, exactly or semantically, whatever the entry's
     # own category.
     ttl_s: float | None = Field(None, ge=0)
     # The semantic threshold for a lookup or an entry of this category (the stricter of the two

@@ -5,14 +5,19 @@ The volatile TTL is 3 s here (300 s by default), so expiry is seen within a test
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
 
 import httpx
+import orjson
 import pytest
 
-from app.config import ConfigError, load_config
+from app.cache.service import Cache
+from app.cache.store import MemoryStore
+from app.config import CacheConfig, CachePolicy, ConfigError, load_config
+from app.protocols import CHAT
 from tests.cache.conftest import cache_config
 from tests.cache.test_cache import ask, settle
 from tests.conftest import start_gateway
@@ -208,3 +213,29 @@ def test_setting_only_the_volatile_threshold_keeps_the_volatile_ttl(tmp_path):
     path.write_text(GOOD.replace("CATEGORIES", "{volatile: {threshold: 0.9}}"))
     volatile = load_config(path, environ={}).models["chat"].cache.categories.volatile
     assert (volatile.ttl_s, volatile.threshold) == (300, 0.9)
+
+
+def test_an_exact_entry_older_than_the_asked_category_allows_is_not_served_fresh():
+    """An exact entry written before categories existed (no category: general, the store's hour) is
+    still in Redis after an upgrade, and one written before a reload shortened the volatile TTL keeps
+    its own expiry: neither is served as a hit to a volatile question older than the volatile TTL."""
+    policy = CachePolicy.model_validate({"exact": {"ttl_s": 3600}})  # volatile: the shipped 300 s
+    body = {"model": "m", "temperature": 0, "messages": [
+        {"role": "user", "content": "What is the price of bitcoin right now?"}]}
+    req = CHAT.parse(orjson.dumps(body))
+    answer = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop",
+                                                        "message": {"role": "assistant", "content": "$1"}}]}
+
+    async def lookup(age_s: float) -> str:
+        cache = Cache(CacheConfig(), MemoryStore(10), None)
+        plan = cache.plan("t", req, policy, {})
+        assert plan.category == "volatile"
+        now = time.time()
+        old = orjson.dumps({"v": 1, "body": answer, "created": now - age_s, "fresh_until": now - age_s + 3600})
+        await cache.store.set(plan.exact_key, old, 3600)
+        await cache.lookup(plan)
+        await cache.aclose()
+        return plan.status
+
+    assert asyncio.run(lookup(60)) == "hit"  # within the volatile TTL
+    assert asyncio.run(lookup(600)) == "miss"  # ten minutes old: the volatile question is asked again

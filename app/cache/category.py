@@ -23,7 +23,8 @@ shorter TTL); a missed one can serve a stale answer, so the rules lean to volati
 about time. Known misses (README, "Question categories"): time implied without a time word ("Who is
 the president of France?", "How old is Taylor Swift?", "Is it raining in Oslo?"), relative dates
 ("last Friday", "in two days"), other languages, and follow-ups whose time word is in an earlier turn
-are caught only where the caller classifies those turns too (app/cache/service.py does).
+are caught only where the caller classifies those turns too (app/cache/service.py does), and only in
+the recent ones (EARLIER_MAX_TURNS, EARLIER_MAX_CHARS).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class Category(StrEnum):
 # (app/cache/embedder.py WINDOW_CHARS): the rules look for signals, not proof, and a pasted file must
 # not cost milliseconds on every request (bench/category_cost.py).
 MAX_CHARS = 2048
+# A general follow-up's earlier user turns are read newest first, this many and this much text in all:
+# a follow-up asks what its conversation recently asked, and a conversation of hundreds of turns (every
+# one classified, on every request) cost a classification per turn: 64 turns of 2,048 characters took
+# 96 ms of the event loop per request (session notes t29v).
+EARLIER_MAX_TURNS = 8
+EARLIER_MAX_CHARS = 2 * MAX_CHARS
 
 # Languages and tools named after "in", "with" or "using" ("in Python"): none that is also a common
 # word there ("in assembly", "with a flask", "in go", "in r").
@@ -161,13 +168,21 @@ def _looks_like_code(text: str) -> bool:
 
 def classify_turns(last: str, earlier_user_turns: tuple[str, ...] = ()) -> Category:
     """A conversation's category: its last turn's, or, when that is general, the strongest of the
-    earlier user turns' (volatile, then code): "And in London?" after "What's the weather in Paris
-    today?" asks about today too."""
+    recent earlier user turns' (volatile, then code): "And in London?" after "What's the weather in
+    Paris today?" asks about today too. The earlier turns are read newest first, at most
+    EARLIER_MAX_TURNS of them and EARLIER_MAX_CHARS in all."""
     category = classify(last)
     if category is not Category.GENERAL or not earlier_user_turns:
         return category
-    found = {classify(t) for t in earlier_user_turns}
-    for c in (Category.VOLATILE, Category.CODE):
-        if c in found:
-            return c
-    return Category.GENERAL
+    left = EARLIER_MAX_CHARS
+    for turn in earlier_user_turns[:-EARLIER_MAX_TURNS - 1:-1]:
+        if left <= 0:
+            break
+        text = turn[:min(left, MAX_CHARS)]
+        c = classify(text)
+        if c is Category.VOLATILE:
+            return c  # nothing outranks it: the older turns are not read
+        if c is Category.CODE:
+            category = c
+        left -= len(text)
+    return category

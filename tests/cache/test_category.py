@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.cache.category import MAX_CHARS, Category, classify, classify_turns
+from app.cache import category
+from app.cache.category import EARLIER_MAX_CHARS, EARLIER_MAX_TURNS, MAX_CHARS, Category, classify, classify_turns
 
 VOLATILE, CODE, GENERAL = Category.VOLATILE, Category.CODE, Category.GENERAL
 
@@ -84,3 +85,25 @@ def test_only_the_start_of_a_huge_prompt_is_read():
     # A signal past MAX_CHARS is not seen: the cost per question stays bounded (bench/category_cost.py).
     assert classify("a " * MAX_CHARS + "today") is GENERAL
     assert classify("today " + "a " * MAX_CHARS) is VOLATILE
+
+
+def test_a_long_conversation_costs_a_bounded_read_of_its_recent_turns(monkeypatch):
+    # Every earlier user turn was classified on every request: 64 pasted turns cost 64 passes of 2,048
+    # characters. Only the recent ones are read, newest first (the real classifier, counted).
+    read: list[str] = []
+    real = category.classify
+    monkeypatch.setattr(category, "classify", lambda text: read.append(text) or real(text))
+    pasted = "Here is the next part of my essay about the history of the town. " * 40
+    assert classify_turns("And then?", (pasted,) * 64) is GENERAL
+    earlier = read[1:]  # read[0] is the last turn
+    assert len(earlier) <= EARLIER_MAX_TURNS
+    assert sum(len(t) for t in earlier) <= EARLIER_MAX_CHARS
+
+
+def test_a_follow_up_reads_the_newest_earlier_turns_first():
+    many = ("How do I get a library card?",) * (EARLIER_MAX_TURNS - 1)
+    assert classify_turns("And in London?", ("Write a Python function to parse dates",) + many
+                          + ("What's the weather in Paris today?",)) is VOLATILE
+    # A time word further back than the turns read is one of the classifier's documented misses.
+    assert classify_turns("And in London?", ("What's the weather in Paris today?",)
+                          + ("How do I get a library card?",) * EARLIER_MAX_TURNS) is GENERAL

@@ -17,7 +17,7 @@ import pytest
 from app.cache.service import Cache
 from app.cache.store import MemoryStore
 from app.config import CacheConfig, CachePolicy, ConfigError, load_config
-from app.protocols import CHAT
+from app.protocols import CHAT, COMPLETIONS, MESSAGES, RESPONSES
 from tests.cache.conftest import cache_config
 from tests.cache.test_cache import ask, settle
 from tests.conftest import start_gateway
@@ -239,3 +239,34 @@ def test_an_exact_entry_older_than_the_asked_category_allows_is_not_served_fresh
 
     assert asyncio.run(lookup(60)) == "hit"  # within the volatile TTL
     assert asyncio.run(lookup(600)) == "miss"  # ten minutes old: the volatile question is asked again
+
+
+ASKED = "What is the price of bitcoin right now?"
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+@pytest.mark.parametrize("protocol, body", [
+    # A photo beside the question: the answer is text, stored by the exact cache.
+    (CHAT, {"model": "m", "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": ASKED}, IMAGE]}]}),
+    # The question, a tool call and its result: the model answers from a result that ages.
+    (CHAT, {"model": "m", "temperature": 0, "messages": [
+        {"role": "user", "content": ASKED},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "price", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "97000"}]}),
+    (MESSAGES, {"model": "m", "max_tokens": 64, "temperature": 0, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": ASKED},
+                                     {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": "iVBORw0KGgo="}}]}]}),
+    (RESPONSES, {"model": "m", "temperature": 0, "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": ASKED}, {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]}),
+    (COMPLETIONS, {"model": "m", "temperature": 0, "prompt": ["Hello", ASKED]}),
+])
+def test_a_request_only_the_exact_cache_holds_is_classified_by_its_text(protocol, body):
+    """Media, tool turns and prompt lists are not compared semantically, but their exact entries live as
+    long as their category says: a volatile question with a photo is not kept for the store's hour."""
+    req = protocol.parse(orjson.dumps(body))
+    plan = Cache(CacheConfig(), MemoryStore(10), None).plan("t", req, CachePolicy(), {})
+    assert plan.exact_key is not None
+    assert plan.category == "volatile"

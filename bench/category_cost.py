@@ -27,6 +27,22 @@ DATA = Path(__file__).resolve().parent / "data"
 SETS = ("semantic_set", "dev_set", "independent_set", "near_repeat_set", "conversation_dev")
 
 
+# Inputs that made a pattern rescan from every position (each was 5-7 ms before it was bounded; session
+# notes t29v), and repeated words and quotes of every kind.
+ADVERSARIAL = {
+    "unclosed curly quotes": "\u201c" * 3000,
+    "unclosed guillemets": "\u00ab" * 3000,
+    "SELECT without FROM": "SELECT " * 400,
+    "calls without a closing parenthesis": "a.b(" * 700,
+    "repeated 'is the'": "is the " * 400,
+    "repeated quoted words": '"a ' * 1000,
+    "repeated single-quoted words": "'a " * 1000,
+    "repeated backticked words": "`a " * 1000,
+    "write and 1,200 words": "write " + "x " * 1200,
+    "repeated words": "word " * 500,
+}
+
+
 def questions() -> dict[str, list[str]]:
     out = {}
     for name in SETS:
@@ -84,6 +100,13 @@ def main() -> int:
     for size in (1_000, MAX_CHARS, 100_000):
         text = (filler * (size // len(filler) + 1))[:size]
         print(f"  {size:>7} chars: {min(_once(text) for _ in range(20)):.1f} us")
+    print("\nadversarial prompts of 2,048+ characters (best of 10, us): what a client can make one request cost")
+    for name, text in ADVERSARIAL.items():
+        print(f"  {min(_once(text) for _ in range(10)):8.1f} us  {name}")
+    many = ("is the " * 400,) * 1000
+    t0 = time.perf_counter()
+    classify_turns("ok", many)
+    print(f"  {(time.perf_counter() - t0) * 1e6:8.1f} us  a general follow-up after 1,000 earlier turns of 2,800 characters")
     turns = tuple(everything[:8])
     t0 = time.perf_counter()
     for _ in range(200):

@@ -107,3 +107,14 @@ def test_a_follow_up_reads_the_newest_earlier_turns_first():
     # A time word further back than the turns read is one of the classifier's documented misses.
     assert classify_turns("And in London?", ("What's the weather in Paris today?",)
                           + ("How do I get a library card?",) * EARLIER_MAX_TURNS) is GENERAL
+
+
+def test_the_bounded_patterns_still_read_what_they_read():
+    # The quote, SELECT and call patterns stop their scan at the next opener (bench/category_cost.py's
+    # adversarial prompts): quotes, nested queries and calls are still found.
+    assert classify("Who said “today is a gift”? And «tonight» too?") is GENERAL
+    assert classify("Who said “today is a gift” and “what now”?") is GENERAL
+    assert classify("Why is SELECT a, (SELECT max(x) FROM t) FROM u slow?") is CODE
+    assert classify("Why does SELECT Sum(x) FROM t return null?") is CODE
+    assert classify("my list:\nitems.append(1);") is CODE
+    assert classify("“What's the weather today?") is VOLATILE  # an unclosed quote hides nothing

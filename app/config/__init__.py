@@ -189,7 +189,9 @@ class BackendConfig(Strict):
 
 class ExactCachePolicy(Strict):
     enabled: bool = True
-    ttl_s: float = Field(3600.0, gt=0)
+    # Cache TTLs are finite (allow_inf_nan=False here and below): an entry's expiry is stored as JSON,
+    # where infinity is written null, and an entry that never reads back is a cache silently off.
+    ttl_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
     # Cache only answers that are meant to repeat: temperature 0 or a seed, and n = 1.
     deterministic_only: bool = True
 
@@ -216,7 +218,7 @@ class JudgeConfig(Strict):
 
 class SemanticCachePolicy(Strict):
     enabled: bool = False
-    ttl_s: float = Field(3600.0, gt=0)
+    ttl_s: float = Field(3600.0, gt=0, allow_inf_nan=False)
     # Cosine similarity that makes a cached question a candidate; verifiers then confirm it. Chosen on
     # the tune split of bench/data/semantic_set.jsonl; README gives the test split's figures.
     threshold: float = Field(0.75, gt=0, le=1)
@@ -239,7 +241,7 @@ class CategoryPolicy(Strict):
     # or served, exactly or semantically. None: the store's own (`exact.ttl_s`, `semantic.ttl_s`).
     # Also the oldest entry a question of this category is served, exactly or semantically, whatever the entry's
     # own category.
-    ttl_s: float | None = Field(None, ge=0)
+    ttl_s: float | None = Field(None, ge=0, allow_inf_nan=False)
     # The semantic threshold for a lookup or an entry of this category (the stricter of the two
     # applies); None: the alias's `semantic.threshold`. A caller's x-slipstream-cache-threshold wins.
     threshold: float | None = Field(None, gt=0, le=1)
@@ -250,7 +252,7 @@ class VolatilePolicy(CategoryPolicy):
     # minutes bounds how old a served answer can be while a burst of the same question (the traffic a
     # cache is for) is still served; 0 turns caching off for them (README, "Question categories").
     # The field's own default, not the section's: `volatile: {threshold: 0.9}` keeps the five minutes.
-    ttl_s: float | None = Field(300.0, ge=0)
+    ttl_s: float | None = Field(300.0, ge=0, allow_inf_nan=False)
 
 
 class CategoryPolicies(Strict):
@@ -271,9 +273,9 @@ class CachePolicy(Strict):
     # Only answers that ended for one of these reasons are stored.
     finish_reasons: tuple[str, ...] = ("stop",)
     # When every backend fails, an exact entry up to this long past its TTL may be served, marked stale.
-    stale_s: float = Field(0.0, ge=0)
+    stale_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     # The longest TTL a client may ask for with x-slipstream-cache-ttl.
-    max_client_ttl_s: float = Field(86400.0, gt=0)
+    max_client_ttl_s: float = Field(86400.0, gt=0, allow_inf_nan=False)
 
 
 class HedgePolicy(Strict):

@@ -201,6 +201,9 @@ def test_category_defaults_keep_volatile_answers_five_minutes_and_the_rest_as_th
     ("{code: {threshold: 0}}", "models.chat.cache.categories.code.threshold"),
     ("{weather: {ttl_s: 60}}", "models.chat.cache.categories.weather"),
     ("{general: {ttl: 60}}", "models.chat.cache.categories.general.ttl"),
+    # Infinity is no "forever": an entry's expiry is JSON, where it reads back null (an entry never served).
+    ("{code: {ttl_s: .inf}}", "models.chat.cache.categories.code.ttl_s"),
+    ("{volatile: {ttl_s: .nan}}", "models.chat.cache.categories.volatile.ttl_s"),
 ])
 def test_a_bad_category_setting_fails_naming_its_key(tmp_path, categories, key):
     assert key in error_for(tmp_path, categories)

@@ -29,7 +29,6 @@ from app.cache.writer import StoreWriter, WriteOp, WriterStats
 from app.config import CacheConfig, CachePolicy, SemanticCachePolicy
 from app.errors import InvalidRequest
 from app.protocols import CHAT, ClientProtocol, ParsedRequest
-from app.protocols.chat import plain_text
 
 log = logging.getLogger("slipstream.cache")
 
@@ -394,23 +393,18 @@ class Cache:
 def _category(req: ParsedRequest, q: SemanticQuery | None) -> Category:
     """The request's category: of its last user turn as the semantic cache compares it (normalised:
     "rn" reads "right now"), else as sent; a general last turn takes the earlier user turns' (a
-    follow-up "And in London?" asks what its conversation asked)."""
+    follow-up "And in London?" asks what its conversation asked). Without a semantic query (the semantic
+    cache off, or media and tool turns, which only the exact cache holds: an answer about a photo "right
+    now" ages as fast as any) the text parts of the user turns are read as sent."""
     if q is not None:
         return classify_turns(q.text, tuple(t for r, t in zip(q.roles, q.history) if r == "user"))
-    turns = req.protocol.cache_turns(req.body)
-    if turns is None:
-        # Media or tool turns (only the exact cache holds them): an answer about a photo "right now" ages
-        # as fast as any, so their text parts are read.
-        texts = _user_texts(req.body)
-        return classify_turns(texts[-1], tuple(texts[:-1])) if texts else Category.GENERAL
-    text, earlier = turns
-    users = (plain_text(m.get("content")) for m in earlier if isinstance(m, dict) and m.get("role") == "user")
-    return classify_turns(text, tuple(t for t in users if t))
+    texts = _user_texts(req.body)
+    return classify_turns(texts[-1], tuple(texts[:-1])) if texts else Category.GENERAL
 
 
 def _user_texts(body: dict) -> list[str]:
     """The text parts of a request's user turns, oldest first, wherever its API keeps them (`messages`
-    of chat and Anthropic Messages, Responses `input`, a completions `prompt` list), for a request that
+    of chat and Anthropic Messages, Responses `input`, a completions `prompt`), including a request that
     `cache_turns` cannot compare: images, tool calls and results, thinking. Parts without text (an
     image, a tool result block) are skipped."""
     turns = body.get("messages", body.get("input", body.get("prompt")))

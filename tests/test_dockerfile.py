@@ -63,6 +63,7 @@ def image_install(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, context / name)
     shutil.copytree(ROOT / "app", context / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "constraints", context / "constraints")
     venv = tmp / "python"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     prefix = tmp / "install"
@@ -89,6 +90,18 @@ def test_the_build_stage_pins_no_machine_paths():
     for command, _ in build_stage_runs(DOCKERFILE.read_text()):
         for pip in re.findall(r"pip install[^&]*", command):
             assert "--prefix=/install" in pip, pip
+
+
+def test_the_image_installs_the_versions_the_readme_figures_were_measured_with(image_install):
+    # constraints/semantic.txt pins the semantic extra; an image that drifted from it would serve a
+    # different share of rephrased questions than README reports.
+    site = next(image_install.glob("lib/python*/site-packages"))
+    installed = {p.name.split("-")[0].lower().replace("_", "-"): p.name[:-len(".dist-info")].split("-")[1]
+                 for p in site.glob("*.dist-info")}
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (ROOT / "constraints/semantic.txt").read_text(), re.MULTILINE))
+    assert pins, "constraints/semantic.txt pins nothing"
+    for name, version in pins.items():
+        assert installed.get(name.lower().replace("_", "-")) == version, (name, version, installed.get(name))
 
 
 def test_no_torch_cuda_or_nvidia_wheels_go_in(image_install):

@@ -187,4 +187,5 @@ def test_siblings_behind_a_copy_stuck_on_a_hung_backend_go_elsewhere_once_it_fai
     assert leader[:2] == (other, 2), leader  # timed out on the hung backend, retried on the other
     for backend, attempts, took in siblings:
         assert (backend, attempts) == (other, 1), siblings
-        assert took < 1.5 + 1.0, siblings  # one timeout (the leader's), not two
+        # One timeout (the leader's), not two: the line between them, so a slow box cannot fail it.
+        assert took < 2 * 1.5, siblings

@@ -398,33 +398,8 @@ def _category(req: ParsedRequest, q: SemanticQuery | None) -> Category:
     now" ages as fast as any) the text parts of the user turns are read as sent."""
     if q is not None:
         return classify_turns(q.text, tuple(t for r, t in zip(q.roles, q.history) if r == "user"))
-    texts = _user_texts(req.body)
+    texts = req.protocol.user_texts(req.body)
     return classify_turns(texts[-1], tuple(texts[:-1])) if texts else Category.GENERAL
-
-
-def _user_texts(body: dict) -> list[str]:
-    """The text parts of a request's user turns, oldest first, wherever its API keeps them (`messages`
-    of chat and Anthropic Messages, Responses `input`, a completions `prompt`), including a request that
-    `cache_turns` cannot compare: images, tool calls and results, thinking. Parts without text (an
-    image, a tool result block) are skipped."""
-    turns = body.get("messages", body.get("input", body.get("prompt")))
-    if isinstance(turns, str):
-        return [turns]
-    if not isinstance(turns, list):
-        return []
-    out = []
-    for m in turns:
-        if isinstance(m, str):  # a completions prompt list's strings (token lists are not text)
-            out.append(m)
-            continue
-        if not isinstance(m, dict) or m.get("role") != "user":
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if isinstance(content, str) and content:
-            out.append(content)
-    return out
 
 
 def _entry_ttl(client_s: float | None, category_s: float | None, store_s: float) -> float:

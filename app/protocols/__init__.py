@@ -15,7 +15,8 @@ The interface, by the stage that asks:
   `ratelimit_headers(figures)` names the limits as the API's clients read them.
 - Routing: `prefix_text(body)` (the prompt as one canonical text for prefix affinity; None: none).
 - Cache: `cache_turns(body)` (the last user turn's text and the earlier turns, or None: not eligible for
-  the semantic cache), `replay(body, include_usage)` (a stored answer as the API's stream events),
+  the semantic cache), `user_texts(body)` (every user turn's text, for the question's category),
+  `replay(body, include_usage)` (a stored answer as the API's stream events),
   `served_again(body, suffix, semantic)` (a stored answer made honest: fresh id, usage), `assembler()`
   (a stream rebuilt into its JSON answer, to store it).
 - Dispatch: `upstream(req, backend, streamed) -> Upstream` (path, body, headers, and an `adapt` that

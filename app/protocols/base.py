@@ -193,6 +193,12 @@ class ClientProtocol:
         `role` and plain-text `content` where they have one), or None when the request is not eligible."""
         return None
 
+    def user_texts(self, body: dict) -> list[str]:
+        """The text of every user turn, oldest first, including turns `cache_turns` refuses (images, tool
+        calls and results, thinking): what the cache's category classifier reads. Parts without text are
+        skipped."""
+        return user_turn_texts(body.get("messages"))
+
     def credentials(self, headers: dict[str, str]) -> str | None:
         """The Authorization value the gateway checks (Bearer <key>), from this API's auth headers."""
         return headers.get("authorization")
@@ -293,6 +299,22 @@ class ClientProtocol:
     def answer_text(self, body: dict) -> str | None:
         """The first answer's text, for content capture."""
         return None
+
+
+def user_turn_texts(turns: object) -> list[str]:
+    """The text parts of the `role: user` turns in a list of messages (chat, Messages, Responses items)."""
+    if not isinstance(turns, list):
+        return []
+    out = []
+    for m in turns:
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        if isinstance(content, str) and content:
+            out.append(content)
+    return out
 
 
 def load_object(raw: bytes) -> dict:

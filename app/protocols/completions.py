@@ -37,6 +37,13 @@ class CompletionsProtocol(OpenAIProtocol):
         prompt = body["prompt"]
         return (prompt, []) if isinstance(prompt, str) else None
 
+    def user_texts(self, body: dict) -> list[str]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return [prompt]
+        # A prompt list's strings (token lists are not text).
+        return [p for p in prompt if isinstance(p, str)] if isinstance(prompt, list) else []
+
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:
         base = {k: body[k] for k in ("id", "created", "model") if k in body}
         base["object"] = "text_completion"

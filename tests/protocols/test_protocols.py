@@ -11,7 +11,7 @@ from app.admission.limits import TOKENS, Check, CheckState
 from app.admission.reserve import reservation
 from app.dispatch.loop import route_context
 from app.errors import InvalidRequest, RateLimited
-from app.protocols import CHAT, COMPLETIONS, EMBEDDINGS, PROTOCOLS, EventKind
+from app.protocols import CHAT, COMPLETIONS, EMBEDDINGS, MESSAGES, PROTOCOLS, RESPONSES, EventKind
 
 
 def chat(**extra) -> bytes:
@@ -119,3 +119,23 @@ def test_an_embedding_is_predicted_as_a_prefill_with_no_decode():
     # Not the alias's learned chat answer length (hundreds of tokens of decode that never happen).
     assert est.decode_tokens == 0
     assert est.e2e_s == est.ttft_s
+
+
+def test_each_api_names_its_user_turns_text_for_the_caches_category():
+    # Every user turn, media and tool turns included (their text parts), oldest first; nothing else.
+    photo = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    assert CHAT.user_texts({"messages": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "price of gold"},
+        {"role": "assistant", "content": "..."}, {"role": "user", "content": [{"type": "text", "text": "now?"}, photo]},
+    ]}) == ["price of gold", "now?"]
+    assert MESSAGES.user_texts({"system": "be brief", "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "42"},
+                                     {"type": "text", "text": "and today?"}]}]}) == ["and today?"]
+    assert RESPONSES.user_texts({"input": "weather right now"}) == ["weather right now"]
+    assert RESPONSES.user_texts({"instructions": "x", "input": [
+        {"type": "function_call_output", "call_id": "c", "output": "sunny"},
+        {"role": "user", "content": [{"type": "input_text", "text": "and tomorrow?"}]}]}) == ["and tomorrow?"]
+    assert COMPLETIONS.user_texts({"prompt": "once upon"}) == ["once upon"]
+    assert COMPLETIONS.user_texts({"prompt": ["a", [1, 2], "b"]}) == ["a", "b"]
+    # An embedding's input is not a question: it has no category to age by.
+    assert EMBEDDINGS.user_texts({"input": "bitcoin price now"}) == []

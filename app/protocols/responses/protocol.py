@@ -16,7 +16,7 @@ import orjson
 
 from app.config import BackendConfig
 from app.errors import GatewayError, UpstreamProtocolError
-from app.protocols.base import EventKind, ParsedRequest, Upstream, positive_int
+from app.protocols.base import EventKind, ParsedRequest, Upstream, positive_int, user_turn_texts
 from app.protocols.chat import SEP, plain_text
 from app.protocols.openai import OpenAIProtocol
 from app.protocols.responses import request
@@ -129,6 +129,10 @@ class ResponsesProtocol(OpenAIProtocol):
         except GatewayError:
             return None
         return text, earlier
+
+    def user_texts(self, body: dict) -> list[str]:
+        value = body.get("input")
+        return user_turn_texts(as_items(value)) if isinstance(value, (str, list)) else []
 
     def upstream_body(self, req: ParsedRequest, backend_model: str, request_usage: bool) -> bytes:
         # The chain is already in `input` (app.conversations): the backend never sees the id.

@@ -35,6 +35,9 @@ LINE_WINDOW = 16.0
 # median is taken, and the fewest that make a figure.
 ANSWER_WINDOW = 16
 ANSWER_MIN_SAMPLES = 3
+# A backend's failure share is over its last this many outcomes (answers and failures), not its last
+# seconds: each outcome moves it 1/OUTCOME_WINDOW of the way.
+OUTCOME_WINDOW = 16
 # Samples' worth of "an empty prompt takes no time" in the prefill line: enough to decide the split
 # between fixed part and rate when prompt lengths hardly vary, too little to outweigh a workload that
 # shows a real fixed part.
@@ -88,6 +91,35 @@ class Decaying:
         else:
             w = math.exp(-(now - self.updated) / self.tau_s)
             self.value = self.value * w + sample * (1.0 - w) if self.updated else sample
+        self.updated = now
+        self.samples += 1
+
+
+@dataclass
+class OutcomeShare(Decaying):
+    """The share of a backend's recent outcomes that failed (0..1): each outcome, answer or failure, moves
+    it 1/`window` of the way from its current read, whatever time passed since the last; unfed, it
+    relaxes toward `prior` with `stale_tau_s` like `Decaying` (whose reads it shares, so the inline read
+    in app/routing/predict.py holds).
+
+    A rate weighted by time (`Decaying`'s w = exp(-dt/tau)) reads a failure that comes after a silence as
+    nearly every outcome failing, since the silence faded everything before it. A slow server goes silent
+    exactly when it is overloaded: on two real llama.cpp servers (issue 24, mixed prompt lengths), a
+    closed-loop burst queued long prompts on the throttled one, which reported nothing for ~20 s while it
+    prefilled them, then two of its queued requests hit the first-token timeout (retried on the quick
+    one). Its failure rate read 0.90 and 0.97 after two such bursts, a 4.6-4.9x failure penalty on
+    every prediction there: the default sent 12 of 12 requests of the run after it to the quick server
+    and lost to least_inflight at the median (1.13x TTFT, 1.58x E2E). Two failures among the last 16
+    outcomes are a share of ~0.12. A backend whose answers all fail still reads 1.0 from its first."""
+
+    window: int = OUTCOME_WINDOW
+
+    def add(self, sample: float, now: float, peak: bool = False) -> None:
+        if not self.samples:
+            self.value = sample
+        else:
+            read = self.get(now)
+            self.value = read + (sample - read) / self.window
         self.updated = now
         self.samples += 1
 
@@ -289,9 +321,9 @@ class LatencyModel:
         self.slots_source = "prior" if p.slots is not None else "unknown"
         # The most requests seen running here at once with none waiting: what it surely handles.
         self.slots_at_least = 1
-        # Share of recent attempts that failed (0..1), and the plain average of observed end-to-end
-        # latency that simpler strategies route on.
-        self.failure_rate = Decaying(0.0, tau_s)
+        # Share of recent attempts that failed (0..1), over outcomes, not seconds (OutcomeShare), and
+        # the plain average of observed end-to-end latency that simpler strategies route on.
+        self.failure_rate = OutcomeShare(0.0, tau_s)
         self.observed_latency = 0.0
 
     # --- observations -------------------------------------------------------------------------

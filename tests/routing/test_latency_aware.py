@@ -596,3 +596,25 @@ def test_unread_scores_leave_every_pick_and_prediction_as_pinned(monkeypatch):
             g[4], skipped = w[4], skipped + 1
         pinned._same(g, w, f"step {w[0]}")
     assert skipped  # 137 placements skip scores (3 before first_passed_on: untimed ones ranked by load alone)
+
+
+def test_a_slower_server_that_timed_out_twice_after_a_silence_still_takes_what_the_jammed_one_would_delay():
+    # Issue 24, mixed lengths on two real llama.cpp servers: after a closed-loop burst the throttled
+    # server's two queued requests hit the first-token timeout, after ~20 s in which it reported nothing.
+    # Its failure rate read 0.90, and the default sent all 12 requests of the next run to the quick
+    # server, short prompts too, each waiting seconds there behind long prefills (p50 E2E 1.58x
+    # least_inflight's). Two failures among its recent answers must not outweigh a jam twice its cost.
+    quick = State("quick", slots=2)
+    quick.inflight, quick.prefilling, quick.uncached_inflight, quick.prefill_busy_since = 2, 2, 600.0, 1.0
+    quick.book.add(0.0, 5.0, 0.0)
+    quick.book.add(0.0, 6.0, 0.0)
+    throttled = slow(State("throttled", slots=2), 2.5)
+    for m in (quick.model, throttled.model):
+        m.observe_prefill(100, 100 / (RATE if m is quick.model else RATE / 2.5), now=0.0)
+        m.observe_decode(20, 19 * 0.01, load=1, now=0.0)
+    for k in range(16):
+        throttled.model.observe_outcome(True, now=-40.0 + k)
+    throttled.model.observe_outcome(False, now=-4.0)
+    throttled.model.observe_outcome(False, now=-4.0)
+    ctx = ctx_for(ask("a short question", "Answer in one line. " * 16), now=1.0)
+    assert LatencyAware(exploration=0).choose([quick, throttled], ctx, 0)[0] == 1

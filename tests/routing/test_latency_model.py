@@ -83,3 +83,27 @@ def test_after_a_burst_a_state_no_answer_has_taught_is_priced_no_slower_than_ful
     assert line > 0.1
     assert model.answer_tpot(1, 16.0) == pytest.approx(0.05)  # the stretches' median at batch 2
     assert model.answer_tpot(4, 16.0) == pytest.approx(0.2)  # its own answers' median
+
+
+def test_a_failure_after_a_silence_is_one_outcome_among_the_recent_ones_not_all_of_them():
+    # A throttled llama.cpp server answered steadily, then went silent for 20 s prefilling long prompts,
+    # and two of its queued requests hit the first-token timeout (issue 24, mixed lengths: read as a
+    # 0.90 failure rate, the default then sent it nothing for a whole run). Two of the last 18 outcomes.
+    m = LatencyModel()
+    for k in range(16):
+        m.observe_outcome(True, now=float(k))
+    m.observe_outcome(False, now=36.0)
+    m.observe_outcome(False, now=36.0)
+    assert 0.05 < m.failure_rate.get(36.0) < 0.2
+
+
+def test_a_backend_whose_outcomes_turn_to_failures_reads_as_failing_within_a_window_of_them():
+    m = LatencyModel()
+    for k in range(16):
+        m.observe_outcome(True, now=float(k))
+    for k in range(16):
+        m.observe_outcome(False, now=16.0 + 0.01 * k)  # fast errors
+    assert m.failure_rate.get(16.2) > 0.6
+    fresh = LatencyModel()
+    fresh.observe_outcome(False, now=0.0)
+    assert fresh.failure_rate.get(0.0) == 1.0  # nothing else known of it: its one outcome failed

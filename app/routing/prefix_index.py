@@ -97,6 +97,9 @@ class _Entry:
     # release, the event set at it). See BackendPrefixes.occupy.
     copies: int = 0
     users: list[tuple[float, Any]] | None = None
+    # Requests sent here carrying this block (two or more: the prompt repeats; one forgotten before and
+    # sent again starts at two).
+    sent: int = 1
 
 
 @dataclass
@@ -190,7 +193,13 @@ class BackendPrefixes:
     def _free_slot(self, taker: bytes, slots: int) -> None:
         """A copy of the prompt whose first block is `taker` took a slot: while more copies are believed
         held than the server has slots, the least recently used prompt with a copy in a free slot loses
-        that copy, and is forgotten with its last one."""
+        that copy, and is forgotten with its last one. With every other copy running, the server queues
+        the new one for the slot that frees first, and the copy there is the one lost.
+
+        Kept while they ran (issue 24, bench/llama_sim.py --per-slot, four shared prompts, two slots a
+        server), the index read three or four prompts on a two-slot server as held for the rest of a run:
+        their siblings were priced warm and went cold, the index's accuracy fell to 0.07-0.4, and the
+        router stopped trusting what it did know."""
         held = []
         for k in list(self._held):
             e = self._blocks.get(k)
@@ -202,9 +211,15 @@ class BackendPrefixes:
         while total > slots:
             idle = [(e.seen, k, e) for k, e in held
                     if k != taker and e.copies > sum(1 for u in (e.users or ()) if not u[1].is_set())]
-            if not idle:
-                return  # every other copy is running: the server queues this one for a slot
-            _, k, e = min(idle, key=_SEEN)
+            if idle:
+                _, k, e = min(idle, key=_SEEN)
+            else:
+                # Every other copy is running: the one whose request is predicted to end first.
+                running = [(min(u[0] for u in e.users if not u[1].is_set()), k, e) for k, e in held
+                           if k != taker and e.users and any(not u[1].is_set() for u in e.users)]
+                if not running:
+                    return  # only copies of this prompt run: the server queues it behind them
+                _, k, e = min(running, key=_RELEASE)
             e.copies -= 1
             total -= 1
             if not e.copies:
@@ -221,9 +236,11 @@ class BackendPrefixes:
             e = self._blocks.get(key)
             if e is None:
                 self._written += int(per_block)
-                self._blocks[key] = _Entry(now, self._written, ready_at, leader)
+                e = self._blocks[key] = _Entry(now, self._written, ready_at, leader)
+                if key in self._forgotten:
+                    e.sent = 2
             else:
-                e.seen, e.written = now, self._written
+                e.seen, e.written, e.sent = now, self._written, e.sent + 1
                 if e.leader is not None and ready_at < e.ready_at:
                     e.ready_at, e.leader = ready_at, leader
                 self._blocks.move_to_end(key)
@@ -279,6 +296,29 @@ class BackendPrefixes:
         """On a backend whose cache belongs to a slot: the copies believed held of prompts other than the
         one whose first block is `first` (the slots they fill)."""
         return sum(e.copies for k in self._held if k != first and (e := self._blocks.get(k)) is not None)
+
+    def pushed_out(self, first: bytes | None) -> bytes | None:
+        """On a backend whose cache belongs to a slot: the first block of the prompt a new copy of another
+        prompt (`first`'s) would push out, as _free_slot would choose it: the least recently used one in a
+        free slot, else the one whose slot frees first (None: none held)."""
+        idle, running = [], []
+        for k in self._held:
+            e = self._blocks.get(k)
+            if k == first or e is None or not e.copies:
+                continue
+            busy = [u[0] for u in (e.users or ()) if not u[1].is_set()]
+            if e.copies > len(busy):
+                idle.append((e.seen, k))
+            elif busy:
+                running.append((min(busy), k))
+        pick = min(idle or running, default=None)
+        return pick[1] if pick is not None else None
+
+    def repeated(self, first: bytes) -> bool:
+        """Whether the prompt whose first block is `first` came here more than once (or came back after a
+        taken slot forgot it)."""
+        e = self._blocks.get(first)
+        return (e is not None and e.sent > 1) or first in self._forgotten
 
     def copies(self, keys: list[bytes]) -> tuple[int, int]:
         """(copies believed held, of them in use) of the prefix starting with `keys`' first block."""

@@ -231,6 +231,41 @@ def test_a_slot_scoped_backend_holds_no_more_prompts_than_it_has_slots():
     assert all(free.match(keys, now=4.0)[0] == len(keys) for keys in (p0, p1, p2, p3))
 
 
+def test_a_copy_computed_while_every_slot_runs_takes_the_slot_that_frees_first():
+    # llama.cpp (--cache-ram 0, 2 slots) queues a request that finds every slot running and gives it the
+    # first slot to free: the prompt there is gone when that request ends, as surely as an idle one's.
+    # Kept, a two-slot server read as holding three or four prompts for the rest of a run (issue 24).
+    idx = BackendPrefixes()
+    p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
+    _computed(idx, p1, now=0.0)  # runs until 1.0
+    _computed(idx, p0, now=0.5)  # runs until 1.5
+    _computed(idx, p2, now=0.6)  # queued: it takes p1's slot at 1.0
+    assert idx.match(p1, now=0.7)[0] == 0
+    assert idx.match(p0, now=0.7)[0] == len(p0) and idx.match(p2, now=0.7)[0] == len(p2)
+    assert idx.copies_besides(None) == 2
+    # With only copies of its own prompt running, the newcomer waits behind them and forgets nothing.
+    own = BackendPrefixes()
+    _computed(own, p0, now=0.0)
+    _computed(own, p0, now=0.1)
+    _computed(own, p0, now=0.2)
+    assert own.copies(p0) == (3, 3)
+
+
+def test_a_prompt_sent_more_than_once_reads_as_repeated_even_after_a_slot_forgot_it():
+    idx = BackendPrefixes()
+    p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
+    _computed(idx, p0, now=0.0).set()
+    assert not idx.repeated(p0[0])
+    idx.record(p0, now=1.0, ready_at=1.0)
+    assert idx.repeated(p0[0])
+    _computed(idx, p1, now=2.0).set()
+    assert idx.pushed_out(p2[0]) == p0[0]  # the least recently used prompt in a free slot
+    _computed(idx, p2, now=3.0).set()
+    assert idx.match(p0, now=3.5)[0] == 0 and idx.repeated(p0[0])  # forgotten, and it came twice
+    _computed(idx, p0, now=4.0).set()
+    assert idx.repeated(p0[0])  # back again: a repeat, not a first visit
+
+
 def test_a_prompt_reused_after_its_slot_was_taken_says_the_server_keeps_what_leaves_a_slot():
     # llama.cpp's host-memory prompt cache (--cache-ram) keeps a prompt pushed out of its slot and brings
     # it back: a prompt forgotten here and then reported reused turns forgetting off for that backend.

@@ -194,9 +194,14 @@ class LatencyAware:
                 estimates, scores = self._scores(candidates, ctx, gap, lags)
                 ranks = [(*key, score) for key, score in zip(keys, scores)]
                 first = min(order, key=ranks.__getitem__)
-        if ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration:
+        if (ctx.explore and n > 1 and self.exploration and self._rng.random() < self.exploration
+                and not self._holds(candidates[first], ctx)):
             # Now and then the backend heard from least recently is tried (only an idle one, so exploring
-            # never queues a request), so one that recovered gets measured again.
+            # never queues a request), so one that recovered gets measured again. Never with a prompt the
+            # pick holds: tried elsewhere, it is prefilled cold there and, on a server whose cache is per
+            # slot, pushes out another prompt, whose next request does the same (issue 24: on two real
+            # llama.cpp servers, --cache-ram 0, four shared prompts in four slots, one such try 26 s into a
+            # run took three cold prefills to settle). A prompt no backend holds explores as before.
             if estimates is None:
                 estimates = ranked(candidates, ctx)[0]
             idle = [i for i in range(n) if i != first and estimates[i].queue_s == 0.0]
@@ -237,16 +242,30 @@ class LatencyAware:
         elif scores is None:
             scores = self._scores(candidates, ctx, gap, lags)[1]  # untimed, ranked by load: as if read
         best = scores[first]
-        within = [i for i in range(n) if scores[i] <= best + margin]
+        # Where some candidates are timed and others still priced at the prior (a GPU's rate), their scores
+        # are not alike: the margin reaches only those ranked first by load, as the pick did (_load_keys).
+        # Compared so, an untimed server computing three cold prompts read 1.5 s against an idle timed one's
+        # 2.3 s, and a new prompt went to it, a third prompt for its two slots (issue 24, llama_sim
+        # --per-slot). Where none is timed (a burst's start) the scores are alike and the margin holds:
+        # restricted there too, eight prompts on eight closed-loop clients waited 1.5 % longer.
+        load = keys if keys is not None and any(c.model.prefill.samples for c in candidates) else None
+        within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:3] == load[first][:3])]
         return max(within, key=hashed.__getitem__), scores
+
+    @staticmethod
+    def _holds(c, ctx: RouteContext) -> bool:
+        """Whether `c` is believed to hold a prefix of the prompt worth waiting for (a burst's shortest)."""
+        held = ctx.cached.get(c.name) if ctx.cached else None
+        return held is not None and held.blocks >= MIN_BURST_BLOCKS
 
     def _evicting(self, candidates, ctx: RouteContext, scores: list[float]) -> list[float]:
         """`scores` with each placement charged the prompt it pushes out of a slot: on a server whose
         cache belongs to a slot and whose published slots all hold copies of other prompts (the prefix
         index's, app/routing/prefix_index.py), a prompt it does not hold takes one of them, and the
         prompt there is computed again when it next comes. That is priced as this prompt's prefill there
-        (the evicted one is like it) times the share of recent requests that found a prefix cached, and
-        only while this alias's prompts repeat a prefix worth keeping.
+        (the evicted one is like it), whole where the prompt pushed out has come more than once, else
+        times the share of recent requests that found a prefix cached; and only while this alias's
+        prompts repeat a prefix worth keeping.
 
         Unpriced, a busy warm server shed its prompt to the other, whose two slots held two others: on
         two real llama.cpp servers (--cache-ram 0, four shared prompts at 1.0 req/s) the sibling went
@@ -262,9 +281,15 @@ class LatencyAware:
                 continue
             held = ctx.cached.get(c.name)
             if (held is None or held.blocks < MIN_BURST_BLOCKS) and c.prefixes.copies_besides(first) >= m.slots:
+                gone = c.prefixes.pushed_out(first)
+                # A prompt that came more than once comes again: its next request computes it cold.
+                again = 1.0 if gone is not None and any(x.prefixes.repeated(gone) for x in candidates) else share
+                # (Priced at the alias's reuse share, the charge fell as prompts spread and fewer requests
+                # found theirs, and spread them further: four shared prompts on llama_sim --per-slot
+                # at 1.0 req/s, 50 of 200 seeds made 12 or more cold prefills where 4 were needed.)
                 if out is scores:
                     out = list(scores)
-                out[i] += share * m.prefill_s(ctx.prompt_tokens, ctx.now)
+                out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
         return out
 
     def _margin(self, c, ctx: RouteContext) -> float:

@@ -24,8 +24,9 @@ slot found it as if the cache were shared, and the collapses seen on real server
 that next takes it (llama.cpp's default --cache-ram: the prompt in a running request's slot is the one copy
 it has). `--clients N` plays bench/prefix_routing.py's closed loop: N clients start together (a burst
 before any server is timed) and each sends its next request a think time after its answer (mean --think,
-by default N / --rate, as that bench), --requests in all, every one counted. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds, and
-each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed.
+by default N / --rate, as that bench), --requests in all, every one counted. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds,
+each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed, and the
+median prediction error of TTFT and E2E (signed and absolute, pooled over seeds).
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
 `--burst S` runs S seconds of closed loop (8 clients, as bench/real_backends.py's calibration) before each
@@ -239,7 +240,10 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                                                      prompt_cached=r.reused, source="llamacpp")
                         r.lease.release()
                         router.report(r.lease.state, None)
-                        learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape)
+                        # The batch its decode had beside it, from its lease (a tree from before leases
+                        # measured it, in an A/B, is fed as it was).
+                        beside = (r.lease.beside_s,) if hasattr(r.lease, "beside_s") else ()
+                        learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape, *beside)
                         p = r.rec.predicted
                         done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst),
                                      r.reused / r.ctx.prompt_tokens) if detail
@@ -375,6 +379,10 @@ def main() -> None:
             early = [x for s in seeds for x in s[:args.after]]
             rest = [x for s in seeds for x in s[args.after:]]
             print(f"  {label:<28} first {args.after}: {_errors(early)}; the rest: {_errors(rest)}")
+    else:
+        print("prediction error (median signed / absolute, pooled over seeds)")
+        for label, seeds in results.items():
+            print(f"  {label:<28} {_errors([x for s in seeds for x in s])}")
 
 
 def _errors(rows: list[tuple[float, ...]]) -> str:

@@ -176,7 +176,7 @@ def _warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: 
                 rec.end = at
                 held.release()
                 router.report(held.state, None)
-                learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape)
+                learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape, held.beside_s)
             learn += clock() - t0
         box[0] = now
         k = rng.randrange(len(bodies))
@@ -251,7 +251,7 @@ def _peer(strategy: str, n: int, stream: bool, conc: int, seed: int, box: list[f
                     rec.end = at
                     held.release()
                     router.report(held.state, None)
-                    learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape)
+                    learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape, held.beside_s)
                 after += clock() - t0
                 if kind == 2:
                     break

@@ -97,6 +97,7 @@ class Attempt:
                     self._events.append(Event(time.perf_counter(), f"breaker.{changed.value}",
                                               {"slipstream.backend": a.backend}))
             if complete and err is None:
-                cached = self._router.learner.learn(a, self._prompt_hint, output_tokens, self._blocks, self.lease.shape)
+                cached = self._router.learner.learn(a, self._prompt_hint, output_tokens, self._blocks, self.lease.shape,
+                                                    self.lease.beside_s)
                 if cached is not None:
                     a.cached_reported = cached

@@ -31,8 +31,8 @@ MIN_TPOT_S = 1e-5
 # time): enough for a stable fit of two coefficients, few enough that a burst's samples are outnumbered
 # within about that many requests after it.
 LINE_WINDOW = 16.0
-# A whole answer's decode per token, per requests in flight when it was sent: the recent answers whose
-# median is taken, and the fewest that make a figure.
+# A whole answer's decode per token, per batch it decoded in: the recent answers whose median is taken,
+# and the fewest that make a figure.
 ANSWER_WINDOW = 16
 ANSWER_MIN_SAMPLES = 3
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
@@ -197,8 +197,9 @@ class DecayingLine:
 
 @dataclass
 class AnswerDecode:
-    """A whole answer's decode time per token, as the median of recent answers sent with as many requests
-    in flight (this one included): the figure a request's predicted end-to-end time multiplies.
+    """A whole answer's decode time per token, as the median of recent answers that decoded in the same
+    batch (requests decoding together, this one included): the figure a request's predicted end-to-end
+    time multiplies, read at the batch it will decode in.
 
     The TPOT line (LatencyModel.decode) is a least-squares fit, a mean: right for when the requests in
     flight will finish (the book), wrong as a prediction of one answer. An answer's decode is stalled
@@ -207,16 +208,31 @@ class AnswerDecode:
     real llama.cpp servers (issue 24, unequal, 24-token answers) the quick server's answers sent to an
     idle server decoded in 0.26 s at the median and 0.51 s on average (half of them met a neighbour's
     prefill); priced at the mean, every one was off, the median end-to-end error 28 %. The median of
-    the answers sent in the same state is what one answer most likely takes.
+    like answers is what one answer most likely takes.
 
-    Levels are the in-flight count up to 4, then powers of two (5-8, 9-16, ...), so a large batch
-    shares figures with its neighbours. A level with fewer than ANSWER_MIN_SAMPLES answers has no
-    figure: the line prices it, but never above what answers sent with more in flight, or stretches
-    of answers decoded in a batch at least as large, took at the median (fewer requests do not decode
-    slower). The line is a mean over the last samples, and a closed-loop burst's samples are stalled
-    by the prefill of every request that takes a freed slot: after one, the slow llama.cpp server's
-    line read 0.17 s per token at batch 1 against its 0.03, and that server, sent few requests, had no
-    answers of its own at batch 1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`.
+    Answers are alike by the batch they decoded in, as the in-flight book measured it (the others
+    decoding beside each, per second of its own decode), not by the requests in flight when they were
+    sent: sent to an idle server, an answer that a later arrival joined decoded in a batch of two, and
+    on a CPU server a token takes 2.5 times as long in one. Keyed by the state at sending (issue 24,
+    mixed lengths on real llama.cpp, 2 slots), the idle state's figure mixed both: the quick server's
+    answers that decoded alone took 0.27-0.36 s and were predicted 0.5-0.97 s, and after a calibration
+    burst, which taught no answer sent to an idle server, they were priced at the burst's batch of two.
+    Read at the batch of the requests in flight when sent (those beyond the slots wait, and then decode
+    beside a full batch), the median end-to-end error on the default's dumps of that workload read 16 %
+    and 13 % against the 26 % predicted (each answer priced at the other answers' medians). Arrivals
+    expected during the decode (at the backend's arrival rate) are not priced: they raised it to 18 %,
+    since an arrival that joins an answer also stalls it for its prefill, which no prediction at sending
+    can know of; the answers that arrivals join are missed either way, and pricing them only moved the
+    others.
+
+    Levels are the batch up to 4, then powers of two (5-8, 9-16, ...), so a large batch shares figures
+    with its neighbours. A level with fewer than ANSWER_MIN_SAMPLES answers has no figure: the line
+    prices it, but never above what answers in a larger batch, or stretches of answers decoded in a
+    batch at least as large, took at the median (fewer requests do not decode slower). The line is a
+    mean over the last samples, and a closed-loop burst's samples are stalled by the prefill of every
+    request that takes a freed slot: after one, the slow llama.cpp server's line read 0.17 s per token
+    at batch 1 against its 0.03, and that server, sent few requests, had no answers of its own at batch
+    1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`.
 
     Where a newcomer's prefill stops the decodes beside it (llama.cpp), an answer is taught without the
     time it stood still for prefills logged during it: what it takes when no one takes a slot beside it.
@@ -244,9 +260,9 @@ class AnswerDecode:
             return _LEVELS[load]
         return _level(load)
 
-    def add(self, load: float, per_token_s: float, now: float) -> None:
-        """A whole answer sent with `load` in flight (this one included)."""
-        self._fold(self._levels, self._medians, self.level(load), per_token_s, now)
+    def add(self, batch: float, per_token_s: float, now: float) -> None:
+        """A whole answer that decoded in `batch` (requests decoding together, this one included)."""
+        self._fold(self._levels, self._medians, self.level(batch), per_token_s, now)
 
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way, decoded in a batch of `batch` running requests."""
@@ -268,9 +284,9 @@ class AnswerDecode:
         median, updated = known
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / self.stale_tau_s))
 
-    def get(self, load: float, line: float, now: float) -> float:
-        """Per-token decode of an answer sent with `load` in flight; `line` where nothing is known."""
-        key = self.level(load)
+    def get(self, batch: float, line: float, now: float) -> float:
+        """Per-token decode of an answer that will decode in `batch`; `line` where nothing is known."""
+        key = self.level(batch)
         known = self._medians.get(key)
         if known is not None:
             return self._drifted(known, line, now)
@@ -282,7 +298,7 @@ class AnswerDecode:
         return out
 
     def snapshot(self, now: float) -> dict[str, dict]:
-        """Per level (requests in flight or running, the highest of its range), each median and what it
+        """Per level (the batch decoding together, the highest of its range), each median and what it
         rests on: of whole answers, and of stretches of answers under way."""
         return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1)}
                        for k, v in sorted(medians.items())}
@@ -312,7 +328,7 @@ class LatencyModel:
         self.tpot_base = Decaying(p.tpot_s, tau_s)
         self.decode = DecayingLine(p.tpot_s, p.tpot_s * p.tpot_growth, tau_s=DECODE_TAU_S, stale_tau_s=120.0,
                                    ridge=DECODE_RIDGE, window=LINE_WINDOW)
-        # A whole answer's decode per token, per requests in flight when it was sent (medians).
+        # A whole answer's decode per token, per batch it decoded in (medians).
         self.answers = AnswerDecode()
         self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
         self.slots = p.slots
@@ -370,7 +386,8 @@ class LatencyModel:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
-                       measured: bool = True, count_output: bool = True, stalled_s: float = 0.0) -> None:
+                       measured: bool = True, count_output: bool = True, stalled_s: float = 0.0,
+                       batch: float | None = None) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
         a point on the line of TPOT against the batch. `measured` says whether it was timed (a stream,
         the backend's report) or inferred from a whole answer's time; both count alike, since no sample
@@ -378,7 +395,8 @@ class LatencyModel:
         answer's length. `stalled_s` of a whole answer's `seconds` stood still for other requests'
         prefills (a newcomer's, on a server that runs it in the same steps): the line, which prices the
         book's finish times, keeps them; the answer's median is taught the decode without them (see
-        `AnswerDecode`)."""
+        `AnswerDecode`), under the `batch` it decoded in (requests decoding, itself included, as the
+        in-flight book measured them; by default the batch `load` makes)."""
         if output_tokens > 1 and seconds > 0:
             t = _now(now)
             tpot = seconds / (output_tokens - 1)
@@ -391,7 +409,8 @@ class LatencyModel:
                 # A whole answer (not a stretch of one still under way): a sample of what one takes,
                 # unless it stood still throughout (nothing of its own decode to learn).
                 if seconds > stalled_s:
-                    self.answers.add(load, (seconds - stalled_s) / (output_tokens - 1), t)
+                    decoded_in = self.batch(load if batch is None else batch)
+                    self.answers.add(decoded_in, (seconds - stalled_s) / (output_tokens - 1), t)
             else:
                 self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:
@@ -423,7 +442,9 @@ class LatencyModel:
 
     def answer_tpot(self, load: float, now: float) -> float:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
-        included): the median of recent such answers, else the TPOT line at that load. The line is read
+        included), priced at the batch it will decode in (`batch(load)`: those beyond the slots wait, and
+        decode beside as many): the median of recent answers that decoded in that batch, else the TPOT
+        line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
         comparisons for its min() and max() (the same results; every prediction passes through);
         `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too."""
@@ -441,9 +462,9 @@ class LatencyModel:
         if not line > MIN_TPOT_S:
             line = MIN_TPOT_S
         answers = self.answers
-        known = answers._medians.get(_LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load))
+        known = answers._medians.get(_LEVELS[batch] if type(batch) is int and 0 <= batch < _NLEVELS else _level(batch))
         if known is None:
-            return answers.get(load, line, now)
+            return answers.get(batch, line, now)
         median, updated = known
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 
@@ -481,7 +502,7 @@ class LatencyModel:
 
 
 def _level(load: float) -> int:
-    """AnswerDecode's level of an in-flight count: itself up to 4, then the power of two at or above it."""
+    """AnswerDecode's level of a batch: itself (rounded) up to 4, then the power of two at or above it."""
     n = max(1, round(load))
     return n if n <= 4 else 1 << (n - 1).bit_length()
 

@@ -122,10 +122,12 @@ class Learner:
 
     # --- a finished request -------------------------------------------------------------------
     def learn(self, a: AttemptRecord, prompt_hint: int, output: int, blocks: PromptBlocks | None = None,
-              shape: tuple[str, Shape] | None = None) -> int | None:
+              shape: tuple[str, Shape] | None = None, beside_s: float | None = None) -> int | None:
         """Feed an attempt that served a whole answer to its backend's latency model (its measured and
-        reported figures; `output` tokens from its usage). Called once, by the attempt's owner
-        (app.dispatch.attempt), which it tells the prompt tokens the backend reported reusing, if any."""
+        reported figures; `output` tokens from its usage). `beside_s`: the seconds other requests on the
+        backend decoded while this one's stream did (its lease's, from the in-flight book), summed over
+        them. Called once, by the attempt's owner (app.dispatch.attempt), which it tells the prompt
+        tokens the backend reported reusing, if any."""
         s = self._state(a.backend)
         if s is None or a.error_type or not a.end:
             return None
@@ -162,8 +164,14 @@ class Learner:
                 model.observe_prefill(prompt, a.first_event - a.headers)
             # Where a newcomer's prefill stops the decodes running beside it (llama.cpp), the time
             # this answer stood still for the prefills logged during it is its neighbours', not its own.
+            seconds = a.end - a.first_event
             stalled = s.prefills.covered(a.first_event, a.end) if s.stalls_decodes else 0.0
-            model.observe_decode(output, a.end - a.first_event, a.load, stalled_s=stalled)
+            # The batch it decoded in: itself and the others decoding beside it, per second of its own
+            # decode (a neighbour's prefill it stood still for is no time of its own, and on a server
+            # that stalls for one the neighbour was not decoding yet). Not the requests in flight when
+            # it was sent: sent to an idle server, an answer that a later arrival joined decoded in two.
+            batch = (1.0 + beside_s / (seconds - stalled)) if beside_s is not None and seconds > stalled else None
+            model.observe_decode(output, seconds, a.load, stalled_s=stalled, batch=batch)
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0

@@ -75,6 +75,7 @@ class Lease:
         "_ticket",
         "_uncached",
         "_waiting",
+        "beside_s",
         "burst_wait_s",
         "estimate",
         "prefix",
@@ -92,6 +93,9 @@ class Lease:
         # What the prefix index believed this backend holds of the prompt when it was chosen.
         self.prefix: PrefixMatch | None = None
         self.burst_wait_s = 0.0
+        # Set at release: the seconds other requests on the backend decoded while this one did (summed
+        # over them; None: it reported no first token), the batch its answer decoded in.
+        self.beside_s: float | None = None
         self._keys: list[bytes] = []
         self._uncached = 0.0
         self._prefilled: PrefixCopy | None = None
@@ -237,6 +241,6 @@ class Lease:
             if (failed or backend_failed) and copy is not None and not copy.computed_yet:
                 copy.lost = "backend" if backend_failed else "ended"
             self.prefilled(done=True)
-            self.state.book.remove(self._ticket)
+            self.beside_s = self.state.book.remove(self._ticket, time.monotonic())
             self._router._release(self.state)
 

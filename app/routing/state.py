@@ -36,6 +36,7 @@ class _Booked:
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`
     first_at: float = 0.0  # when its first token came; 0: not yet
+    beside0: float = 0.0  # the book's decode-seconds (`InflightBook._decoded`) at its first token
 
 
 _SENT = operator.attrgetter("sent")
@@ -57,12 +58,22 @@ class InflightBook:
     already gone, so its queue read as none (0.5 s predicted, 2.4 s measured). An overdue request is
     now about to finish, never already finished."""
 
-    __slots__ = ("_entries", "_next", "_streams")
+    __slots__ = ("_decoded", "_decoded_at", "_decoding", "_entries", "_next", "_streams")
 
     def __init__(self) -> None:
         self._entries: dict[int, _Booked] = {}
         self._next = 0
         self._streams = 0  # of them, streams: `overdue` reads only those (none: no scan at all)
+        # Requests here past their first token, and the seconds they have decoded in all (summed over
+        # them) up to `_decoded_at`: what each answer's decode had beside it (`remove`).
+        self._decoding = 0
+        self._decoded = 0.0
+        self._decoded_at = 0.0
+
+    def _advance(self, at: float) -> None:
+        if at > self._decoded_at:
+            self._decoded += self._decoding * (at - self._decoded_at)
+            self._decoded_at = at
 
     def add(self, start: float, ttft_s: float, decode_tokens: float, prefill_s: float | None = None,
             reports_first_token: bool = False) -> int:
@@ -80,6 +91,9 @@ class InflightBook:
         e = self._entries.get(ticket)
         if e is not None and not e.news_at:
             e.news_at, e.decoded, e.first_at = at, 0.0, at
+            self._advance(at)
+            e.beside0 = self._decoded
+            self._decoding += 1
 
     def progress(self, ticket: int, tokens: float, at: float) -> None:
         """`tokens` of the request's answer were out at `at` (counted from its first token)."""
@@ -87,10 +101,23 @@ class InflightBook:
         if e is not None and e.news_at and at >= e.news_at:
             e.news_at, e.decoded = at, tokens
 
-    def remove(self, ticket: int) -> None:
+    def remove(self, ticket: int, at: float | None = None) -> float | None:
+        """Take the request off the book (it ended at `at`); returns the seconds other requests here
+        decoded while it decoded (from its first token to `at`), summed over them: with two decoding
+        beside it throughout a 1 s decode, 2.0. None where it never reported a first token (or no `at`).
+        Only streams report one: a JSON answer beside it is not counted."""
         e = self._entries.pop(ticket, None)
-        if e is not None and e.stream:
+        if e is None:
+            return None
+        if e.stream:
             self._streams -= 1
+        if not e.first_at:
+            return None
+        self._advance(at if at is not None else self._decoded_at)
+        self._decoding -= 1
+        if at is None:
+            return None
+        return max(0.0, self._decoded - e.beside0 - max(0.0, at - e.first_at))
 
     def __len__(self) -> int:
         return len(self._entries)

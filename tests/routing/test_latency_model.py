@@ -62,6 +62,17 @@ def test_a_state_with_too_few_answers_is_priced_by_the_line_and_a_figure_unfed_d
     assert model.answer_tpot(3, later) == pytest.approx(model.tpot(3, later), rel=1e-6)
 
 
+def test_a_request_queued_behind_a_full_server_is_priced_at_the_batch_it_will_decode_in():
+    # Two slots, both busy: however many wait ahead of it, it decodes beside one other once it has a
+    # slot, at the median of the answers that decoded so (one of three was slow: the line, a mean, is not).
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i, per_token in enumerate((0.032, 0.1, 0.032)):
+        model.observe_decode(24, 23 * per_token, load=2, now=float(i))
+    assert model.tpot(2, 2.0) > 0.05
+    assert model.answer_tpot(3, 2.0) == pytest.approx(0.032)
+    assert model.answer_tpot(6, 2.0) == pytest.approx(0.032)
+
+
 def test_a_stretch_of_an_answer_still_under_way_is_no_sample_of_a_whole_answer():
     model = LatencyModel(Prior(tpot_s=0.03))
     for i in range(5):

@@ -229,6 +229,47 @@ def test_an_answer_is_taught_without_the_time_it_stood_still_for_a_neighbours_pr
     assert model.tpot(1, now) > 5 * 0.46 / 23
 
 
+def test_answers_sent_to_an_idle_server_teach_the_batch_they_decoded_in_not_the_state_they_were_sent_in():
+    # Real llama.cpp on a 2-core box (issue 24, mixed lengths): sent to an idle server, some answers
+    # decode alone (24 tokens in 0.3 s), others beside a later arrival all along (0.75 s: a batch of
+    # two is 2.5 times slower a token). One sent to an idle server is priced at the decode alone, and
+    # one sent with another in flight at the decode beside it; not at a blend of the two.
+    t, model = telemetry("llamacpp")
+    model.set_reported_slots(2)
+    for k in range(6):
+        joined = k % 2 == 1
+        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
+        a.start, a.headers, a.first_event = 100.0 + 10 * k, 100.0 + 10 * k, 100.1 + 10 * k
+        a.end = a.first_event + (0.75 if joined else 0.3)
+        t.learn(a, prompt_hint=60, output=24, beside_s=0.75 if joined else 0.0)
+    now = time.monotonic()
+    assert model.answer_tpot(1, now) == pytest.approx(0.3 / 23)
+    assert model.answer_tpot(2, now) == pytest.approx(0.75 / 23)
+    # Queued behind both slots, a request decodes beside a full batch when it gets one: priced so.
+    assert model.answer_tpot(4, now) == pytest.approx(0.75 / 23)
+
+
+def test_an_answer_stalled_by_a_neighbours_prefill_counts_its_batch_over_its_own_decode():
+    # A neighbour takes the other slot 0.1 s into an answer's decode and prefills for 4 s (the answer
+    # stands still), then decodes beside it for the answer's last 0.7 s: the answer decoded 0.8 s of its
+    # own, 0.7 s of it beside the neighbour, a batch of about two; not 1.15, as over its whole 4.8 s.
+    t, model = telemetry("llamacpp")
+    model.set_reported_slots(2)
+    for k in range(3):
+        t0 = 100.0 + 20 * k
+        neighbour = stream_attempt(load=2, wait=4.0, flavor="llamacpp")
+        neighbour.start, neighbour.headers, neighbour.first_event = t0 + 0.2, t0 + 0.2, t0 + 4.2
+        t.first_token(neighbour, prompt_tokens=900)
+        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
+        a.start, a.headers, a.first_event = t0, t0, t0 + 0.1
+        a.end = t0 + 4.9
+        a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+        t.learn(a, prompt_hint=60, output=24, beside_s=0.7)
+    now = time.monotonic()
+    assert model.answers.snapshot(now)["answers"].keys() == {"2"}
+    assert model.answer_tpot(2, now) == pytest.approx(0.8 / 23, rel=0.01)
+
+
 def test_an_answer_on_a_server_whose_decodes_never_stop_for_a_prefill_is_taught_as_it_took():
     # vLLM chunks a newcomer's prefill between decode steps: whatever else ran, the answer's time is its own.
     t, model = telemetry("vllm")

@@ -221,7 +221,7 @@ def replay(strategy: str, clock: Clock, seed: int = 24) -> list:
                     a.report = BackendReport(prompt_tokens=prompt, prompt_cached=cached)
                 h.lease.release()
                 router.report(state, None)
-                got = router.learner.learn(a, h.ctx.prompt_tokens, output, h.ctx.prefix, h.lease.shape)
+                got = router.learner.learn(a, h.ctx.prompt_tokens, output, h.ctx.prefix, h.lease.shape, h.lease.beside_s)
                 held.remove(h)
                 out.append([step, "done", name, output, got])
         elif roll < 0.85:

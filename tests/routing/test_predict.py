@@ -88,6 +88,22 @@ def test_book_orders_finishes_and_forgets_removed_requests():
     assert b.nth_finish(0, 0.01) == 2.0
 
 
+def test_the_book_says_how_long_other_answers_decoded_beside_each_one():
+    b = InflightBook()
+    first = b.add(0.0, 0.1, 24, reports_first_token=True)
+    b.first_token(first, 0.1)
+    later = b.add(0.5, 0.2, 24, reports_first_token=True)  # sent to an idle server's other slot after it
+    b.first_token(later, 0.7)
+    waiting = b.add(0.6, 1.0, 24, reports_first_token=True)  # never reaches its first token
+    # The first decoded from 0.1 to 1.1 s, the later one beside it from 0.7 s: 0.4 s of a batch of two.
+    assert b.remove(first, 1.1) == pytest.approx(0.4)
+    assert b.remove(later, 1.5) == pytest.approx(0.4)  # the first one beside it, 0.7-1.1 s
+    assert b.remove(waiting, 1.6) is None  # no decode of its own to have had anything beside
+    alone = b.add(2.0, 0.1, 24, reports_first_token=True)
+    b.first_token(alone, 2.1)
+    assert b.remove(alone, 2.4) == 0.0
+
+
 def test_booked_work_is_priced_at_the_backend_tpot_now():
     b = InflightBook()
     b.add(0.0, 0.1, 100)  # started at 0, first token after 0.1 s, then 100 more tokens

@@ -104,6 +104,37 @@ def test_the_book_says_how_long_other_answers_decoded_beside_each_one():
     assert b.remove(alone, 2.4) == 0.0
 
 
+def test_a_lease_hands_back_how_long_others_decoded_beside_its_answer(monkeypatch):
+    import time
+
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+
+    async def main():
+        r = router({"a": 10})
+
+        def ctx() -> RouteContext:
+            return RouteContext(stream=True, max_tokens=24)
+
+        first = await r.acquire("m", ctx=ctx())
+        now[0] = 100.1
+        first.first_token()
+        now[0] = 100.5
+        second = await r.acquire("m", ctx=ctx())
+        now[0] = 100.7
+        second.first_token()
+        silent = await r.acquire("m", ctx=ctx())  # ends before its first token
+        now[0] = 101.1
+        first.release()
+        silent.release()
+        now[0] = 101.5
+        second.release()
+        return first.beside_s, second.beside_s, silent.beside_s
+
+    beside_first, beside_second, beside_silent = asyncio.run(main())
+    assert beside_first == pytest.approx(0.4) and beside_second == pytest.approx(0.4) and beside_silent is None
+
+
 def test_booked_work_is_priced_at_the_backend_tpot_now():
     b = InflightBook()
     b.add(0.0, 0.1, 100)  # started at 0, first token after 0.1 s, then 100 more tokens

@@ -28,7 +28,6 @@ CHARS_PER_TOKEN = 4.0
 # Believed share of a predicted match before any report has confirmed or denied one.
 PRIOR_ACCURACY = 0.8
 _RELEASE = operator.itemgetter(0)  # of a (predicted release, event) user of a prefix copy
-_SEEN = operator.itemgetter(0)  # of a (seen, key, entry) copy in a free slot
 # Prompts a taken slot forgot, kept to recognise one reported reused later (a host-memory prompt cache).
 FORGOTTEN_ENTRIES = 1024
 
@@ -209,17 +208,10 @@ class BackendPrefixes:
                 held.append((k, e))
         total = sum(e.copies for _, e in held)
         while total > slots:
-            idle = [(e.seen, k, e) for k, e in held
-                    if k != taker and e.copies > sum(1 for u in (e.users or ()) if not u[1].is_set())]
-            if idle:
-                _, k, e = min(idle, key=_SEEN)
-            else:
-                # Every other copy is running: the one whose request is predicted to end first.
-                running = [(min(u[0] for u in e.users if not u[1].is_set()), k, e) for k, e in held
-                           if k != taker and e.users and any(not u[1].is_set() for u in e.users)]
-                if not running:
-                    return  # only copies of this prompt run: the server queues it behind them
-                _, k, e = min(running, key=_RELEASE)
+            victim = _victim(held, taker)
+            if victim is None:
+                return  # only copies of this prompt run: the server queues it behind them
+            k, e = victim
             e.copies -= 1
             total -= 1
             if not e.copies:
@@ -301,18 +293,9 @@ class BackendPrefixes:
         """On a backend whose cache belongs to a slot: the first block of the prompt a new copy of another
         prompt (`first`'s) would push out, as _free_slot would choose it: the least recently used one in a
         free slot, else the one whose slot frees first (None: none held)."""
-        idle, running = [], []
-        for k in self._held:
-            e = self._blocks.get(k)
-            if k == first or e is None or not e.copies:
-                continue
-            busy = [u[0] for u in (e.users or ()) if not u[1].is_set()]
-            if e.copies > len(busy):
-                idle.append((e.seen, k))
-            elif busy:
-                running.append((min(busy), k))
-        pick = min(idle or running, default=None)
-        return pick[1] if pick is not None else None
+        held = [(k, e) for k in self._held if (e := self._blocks.get(k)) is not None and e.copies]
+        victim = _victim(held, first)
+        return victim[0] if victim is not None else None
 
     def repeated(self, first: bytes) -> bool:
         """Whether the prompt whose first block is `first` came here more than once (or came back after a
@@ -345,6 +328,29 @@ class BackendPrefixes:
         return {"blocks": len(self._blocks), "capacity_tokens": round(self.capacity_tokens),
                 "capacity": "configured" if self.fixed_capacity else "learned", "ttl_s": self.ttl_s,
                 "accuracy": round(self.accuracy, 4), "verified_requests": self.verified}
+
+
+def _victim(held: list[tuple[bytes, _Entry]], taker: bytes | None) -> tuple[bytes, _Entry] | None:
+    """Of the prompts `held` in slots (first block, entry), the one whose copy a new copy of `taker`'s
+    prompt takes: the least recently used one with a copy in a free slot, else, with every other copy
+    running, the one whose request is predicted to end first (None: only `taker`'s copies run). Ties go
+    to the first in `held`. One rule for the slot taken (_free_slot) and for its price (pushed_out): as
+    two, they named different prompts where two were last used at the same instant."""
+    idle: tuple[float, bytes, _Entry] | None = None
+    running: tuple[float, bytes, _Entry] | None = None
+    for k, e in held:
+        if k == taker:
+            continue
+        busy = [u[0] for u in (e.users or ()) if not u[1].is_set()]
+        if e.copies > len(busy):
+            if idle is None or e.seen < idle[0]:
+                idle = (e.seen, k, e)
+        elif busy:
+            end = min(busy)
+            if running is None or end < running[0]:
+                running = (end, k, e)
+    pick = idle or running
+    return (pick[1], pick[2]) if pick is not None else None
 
 
 def _busy_until(e: _Entry) -> tuple[float, Any] | None:

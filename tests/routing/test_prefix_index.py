@@ -310,3 +310,22 @@ def test_the_prompts_believed_in_slots_leave_with_their_entries():
             keys = blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys
             _computed(idx, keys, now=200.0 * k, slots=slots).set()
         assert len(idx._held) == 1  # the last prompt's: every earlier one expired
+
+
+def test_the_prompt_named_as_pushed_out_is_the_one_a_taken_slot_forgets():
+    # latency_aware charges a placement for the prompt it pushes out (pushed_out); the index then
+    # forgets one when the copy takes a slot (occupy). Both must name the same prompt, also where two
+    # were last used at the same instant (a closed-loop burst's clients start together) and where every
+    # slot runs and two are predicted to free at once.
+    p = [blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(6)]
+    for busy in (False, True):
+        for a, b in ((0, 1), (1, 0), (3, 4), (4, 3)):
+            idx = BackendPrefixes()
+            for k in (a, b):
+                end = _computed(idx, p[k], now=0.0)
+                if not busy:
+                    end.set()
+            named = idx.pushed_out(p[5][0])
+            _computed(idx, p[5], now=1.0)
+            forgotten = [k for k in (a, b) if idx.match(p[k], now=1.5)[0] == 0]
+            assert forgotten and named == p[forgotten[0]][0], (busy, a, b)

@@ -97,10 +97,12 @@ class Decaying:
 
 @dataclass
 class OutcomeShare(Decaying):
-    """The share of a backend's recent outcomes that failed (0..1): each outcome, answer or failure, moves
-    it 1/`window` of the way from its current read, whatever time passed since the last; unfed, it
-    relaxes toward `prior` with `stale_tau_s` like `Decaying` (whose reads it shares, so the inline read
-    in app/routing/predict.py holds).
+    """The share of a backend's recent outcomes that failed (0..1): a mean of its outcomes, answers and
+    failures, each weighed (1 - 1/`window`) less for every outcome after it, so about its last `window`
+    count; unfed, it relaxes toward `prior` with `stale_tau_s` like `Decaying` (whose reads it shares, so
+    the inline read in app/routing/predict.py holds), and the outcomes before a silence weigh that much
+    less against the ones after it (a backend shunned for its failures and tried again minutes later is
+    judged on the new outcome, not pulled back to the old share).
 
     A rate weighted by time (`Decaying`'s w = exp(-dt/tau)) reads a failure that comes after a silence as
     nearly every outcome failing, since the silence faded everything before it. A slow server goes silent
@@ -109,17 +111,24 @@ class OutcomeShare(Decaying):
     prefilled them, then two of its queued requests hit the first-token timeout (retried on the quick
     one). Its failure rate read 0.90 and 0.97 after two such bursts, a 4.6-4.9x failure penalty on
     every prediction there: the default sent 12 of 12 requests of the run after it to the quick server
-    and lost to least_inflight at the median (1.13x TTFT, 1.58x E2E). Two failures among the last 16
-    outcomes are a share of ~0.12. A backend whose answers all fail still reads 1.0 from its first."""
+    and lost to least_inflight at the median (1.13x TTFT, 1.58x E2E). Two failures after 16 answers,
+    20 s after the last of them, read ~0.2. A backend whose answers all fail reads 1.0 from its first.
+
+    A mean, not a step of 1/`window` from the last read: stepped from a read that had relaxed toward the
+    prior between outcomes, a backend failing every request sent 10 s apart read 0.45, falling from
+    1.0 as its failures came, and one failing every other request 30 s apart read 0.10."""
 
     window: int = OUTCOME_WINDOW
+    # The outcomes' weight in all (each 1 when it came, less for every later outcome and for silence).
+    weight: float = field(init=False, default=0.0)
 
     def add(self, sample: float, now: float, peak: bool = False) -> None:
         if not self.samples:
-            self.value = sample
+            self.value, self.weight = sample, 1.0
         else:
-            read = self.get(now)
-            self.value = read + (sample - read) / self.window
+            earlier = self.weight * (1.0 - 1.0 / self.window) * math.exp(-(now - self.updated) / self.stale_tau_s)
+            self.weight = earlier + 1.0
+            self.value = (self.value * earlier + sample) / self.weight
         self.updated = now
         self.samples += 1
 

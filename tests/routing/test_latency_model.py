@@ -99,13 +99,14 @@ def test_after_a_burst_a_state_no_answer_has_taught_is_priced_no_slower_than_ful
 def test_a_failure_after_a_silence_is_one_outcome_among_the_recent_ones_not_all_of_them():
     # A throttled llama.cpp server answered steadily, then went silent for 20 s prefilling long prompts,
     # and two of its queued requests hit the first-token timeout (issue 24, mixed lengths: read as a
-    # 0.90 failure rate, the default then sent it nothing for a whole run). Two of the last 18 outcomes.
+    # 0.90 failure rate, the default then sent it nothing for a whole run). Two of the last 18 outcomes,
+    # the latest weighing most and those before the silence a sixth less for it (stale_tau_s): ~0.2.
     m = LatencyModel()
     for k in range(16):
         m.observe_outcome(True, now=float(k))
     m.observe_outcome(False, now=36.0)
     m.observe_outcome(False, now=36.0)
-    assert 0.05 < m.failure_rate.get(36.0) < 0.2
+    assert 0.05 < m.failure_rate.get(36.0) < 0.25
 
 
 def test_a_backend_whose_outcomes_turn_to_failures_reads_as_failing_within_a_window_of_them():
@@ -118,3 +119,16 @@ def test_a_backend_whose_outcomes_turn_to_failures_reads_as_failing_within_a_win
     fresh = LatencyModel()
     fresh.observe_outcome(False, now=0.0)
     assert fresh.failure_rate.get(0.0) == 1.0  # nothing else known of it: its one outcome failed
+
+
+def test_a_backend_failing_every_request_reads_so_however_far_apart_its_requests_come():
+    # The failure share is over outcomes: a slow backend sent a request every 10-30 s that fails each
+    # one is failing all of them, not a third of them; one failing every other request, half.
+    for gap in (1.0, 10.0, 30.0):
+        every, half = LatencyModel(), LatencyModel()
+        for k in range(40):
+            every.observe_outcome(False, now=gap * k)
+            half.observe_outcome(k % 2 == 1, now=gap * k)
+        last = gap * 39
+        assert every.failure_rate.get(last) == pytest.approx(1.0), gap
+        assert 0.4 < half.failure_rate.get(last) < 0.6, gap

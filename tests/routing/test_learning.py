@@ -207,6 +207,20 @@ def test_a_prompt_missed_on_a_cache_kept_per_slot_teaches_no_capacity(flavor, le
     assert (state.prefixes.capacity_tokens < 1000) is learned
 
 
+def answer_beside_a_prefill(t, t0: float, prefill_at: float, prefill_s: float, prompt_tokens: int, end: float):
+    """A 60-token prompt's answer on a llama.cpp server, sent at `t0` and first token 0.1 s later, ending at
+    `end`; a neighbour takes the other slot at `prefill_at` and prefills `prompt_tokens` for `prefill_s`
+    (logged, as its first token is). Returns the answer's attempt, for the caller to teach."""
+    neighbour = stream_attempt(load=2, wait=prefill_s, flavor="llamacpp")
+    neighbour.start = neighbour.headers = prefill_at
+    neighbour.first_event = prefill_at + prefill_s
+    t.first_token(neighbour, prompt_tokens=prompt_tokens)
+    a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
+    a.start, a.headers, a.first_event, a.end = t0, t0, t0 + 0.1, end
+    a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+    return a
+
+
 def test_an_answer_is_taught_without_the_time_it_stood_still_for_a_neighbours_prefill():
     # llama.cpp runs a newcomer's prompt in the same steps as the decodes beside it: a 24-token answer
     # decoding at 20 ms a token (0.46 s) stands still through a 3 s prefill that begins 0.2 s into it and
@@ -215,13 +229,7 @@ def test_an_answer_is_taught_without_the_time_it_stood_still_for_a_neighbours_pr
     t, model = telemetry("llamacpp")
     for k in range(4):
         t0 = 100.0 + 20 * k
-        neighbour = stream_attempt(load=2, wait=3.0, flavor="llamacpp")
-        neighbour.start, neighbour.headers, neighbour.first_event = t0 + 0.3, t0 + 0.3, t0 + 3.3
-        t.first_token(neighbour, prompt_tokens=600)
-        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
-        a.start, a.headers, a.first_event = t0, t0, t0 + 0.1
-        a.end = a.first_event + 0.46 + 3.0
-        a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+        a = answer_beside_a_prefill(t, t0, prefill_at=t0 + 0.3, prefill_s=3.0, prompt_tokens=600, end=t0 + 3.56)
         t.learn(a, prompt_hint=60, output=24)
     now = time.monotonic()  # learned as the answers end, at the clock's now
     assert model.answer_tpot(1, now) == pytest.approx(0.46 / 23, rel=0.05)
@@ -257,13 +265,7 @@ def test_an_answer_stalled_by_a_neighbours_prefill_counts_its_batch_over_its_own
     model.set_reported_slots(2)
     for k in range(3):
         t0 = 100.0 + 20 * k
-        neighbour = stream_attempt(load=2, wait=4.0, flavor="llamacpp")
-        neighbour.start, neighbour.headers, neighbour.first_event = t0 + 0.2, t0 + 0.2, t0 + 4.2
-        t.first_token(neighbour, prompt_tokens=900)
-        a = stream_attempt(load=1, wait=0.1, flavor="llamacpp")
-        a.start, a.headers, a.first_event = t0, t0, t0 + 0.1
-        a.end = t0 + 4.9
-        a.report = BackendReport(prefill_s=0.1, prompt_tokens=60, prompt_processed=60, prompt_cached=0)
+        a = answer_beside_a_prefill(t, t0, prefill_at=t0 + 0.2, prefill_s=4.0, prompt_tokens=900, end=t0 + 4.9)
         t.learn(a, prompt_hint=60, output=24, beside_s=0.7)
     now = time.monotonic()
     assert model.answers.snapshot(now)["answers"].keys() == {"2"}

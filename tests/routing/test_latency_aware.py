@@ -484,7 +484,10 @@ def test_a_cold_placement_is_charged_the_prompt_it_pushes_out_of_a_full_servers_
     # A prompt b holds is not charged there; a new one is, where a free slot would take it at no charge
     # (ranked by prediction alone: with consistent hashing, a margin of the same expected reuse may still
     # send it to its hash, which every replica would pick alike).
-    assert policy._evicting([b], ctx_for(bodies[2], now=3.0), [1.0]) == [1.0]
+    for k, charged in ((2, False), (3, False), (0, True)):
+        held = ctx_for(bodies[k], now=3.0)
+        held.cached = matches([b], held)  # as choose() sets it (without it nothing is ever charged)
+        assert (policy._evicting([b], held, [1.0])[0] > 1.0) is charged, k
     fresh = ctx_for(ask("q", "Policy nine. " * 150), now=3.0)
     fresh.prefix_policy = PrefixPolicy(consistent_hashing=False)
     assert policy.choose([b, SlotServer("c")], fresh, 0)[0] == 1

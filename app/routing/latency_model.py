@@ -351,7 +351,7 @@ class LatencyModel:
         self.slots_at_least = 1
         # Share of recent attempts that failed (0..1), over outcomes, not seconds (OutcomeShare), and
         # the plain average of observed end-to-end latency that simpler strategies route on.
-        self.failure_rate = OutcomeShare(0.0, tau_s)
+        self.failure_rate = OutcomeShare(0.0)  # counted in outcomes: no time constant but the relaxation
         self.observed_latency = 0.0
 
     # --- observations -------------------------------------------------------------------------

@@ -298,8 +298,9 @@ class BackendPrefixes:
         return victim[0] if victim is not None else None
 
     def repeated(self, first: bytes) -> bool:
-        """Whether the prompt whose first block is `first` came here more than once (or came back after a
-        taken slot forgot it)."""
+        """Whether the prompt whose first block is `first` came here more than once, or was forgotten here
+        when a slot was taken (it came once at least: held on another backend too, or back here, it has
+        come more than once in all)."""
         e = self._blocks.get(first)
         return (e is not None and e.sent > 1) or first in self._forgotten
 

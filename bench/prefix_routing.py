@@ -22,7 +22,7 @@ repeats it was lower in. On a noisy box many short repeats resolve more than a f
 load drifts within minutes; the strategies of one repeat run seconds apart): for unique prompts,
 `--seconds 10 --repeats 12`. An A/A (NAME and NAME@base at one commit) shows the floor: on the 2-core
 development box, shared with others' work, two arms of main read 1.45x apart at the median of 8 repeats
-(quartiles 1.00-1.58, 6 requests a run), far wider than a 5 % aim (README, tenth round). With --replicas 3,
+(quartiles 1.00-1.58, 6 requests a run), far wider than a 5 % aim (bench/ROUTING.md, tenth round). With --replicas 3,
 --replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
 with and without consistent hashing, against one replica. With --slow F the last backend is F times
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With

@@ -94,9 +94,10 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
 class RedisServer:
     """A redis-server process (with RediSearch) on a loopback port; can be stopped and restarted."""
 
-    def __init__(self, tmp) -> None:
+    def __init__(self, tmp, *options: str) -> None:
         self.port = free_port()
         self.log = tmp / f"redis-{self.port}.log"
+        self.options = options  # more redis-server options, e.g. "--enable-debug-command", "local"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -105,7 +106,8 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [str(ROOT / "scripts" / "redis-server"), "--port", str(self.port), "--logfile", str(self.log)],
+            [str(ROOT / "scripts" / "redis-server"), "--port", str(self.port), "--logfile", str(self.log),
+             *self.options],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
         client = redis.Redis(port=self.port)

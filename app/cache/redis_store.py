@@ -151,7 +151,9 @@ class RedisStore:
 
 
 def _result_fields(reply) -> list[dict[bytes, bytes]]:
-    """Each hit's fields, from a RESP3 map reply or a RESP2 flat array."""
+    """Each hit's fields, from a RESP3 map reply or a RESP2 flat array. A hit whose key expired after the
+    index found it (Redis deletes an expired key when it is next touched or its active expiry gets to it)
+    comes back with nil for its fields: it has none."""
     if isinstance(reply, dict):
-        return [r.get(b"extra_attributes", {}) for r in reply.get(b"results", [])]
-    return [dict(zip(fields[::2], fields[1::2])) for fields in reply[2::2]]
+        return [r.get(b"extra_attributes") or {} for r in reply.get(b"results", [])]
+    return [dict(zip(fields[::2], fields[1::2])) if fields else {} for fields in reply[2::2]]

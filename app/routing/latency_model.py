@@ -35,6 +35,8 @@ LINE_WINDOW = 16.0
 # and the fewest that make a figure.
 ANSWER_WINDOW = 16
 ANSWER_MIN_SAMPLES = 3
+# A backend's mean answer length is over its last this many answers, whatever the time between them.
+OUTPUT_WINDOW = 16
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
 # seconds: each outcome moves it 1/OUTCOME_WINDOW of the way.
 OUTCOME_WINDOW = 16
@@ -131,6 +133,37 @@ class OutcomeShare(Decaying):
             self.value = (self.value * earlier + sample) / self.weight
         self.updated = now
         self.samples += 1
+
+
+@dataclass
+class SampleMean:
+    """A mean over about the last `window` samples, each weighed the same whatever the time between them
+    (a running mean until there are that many, then each moves it 1/`window` of the way); unfed, it keeps
+    its figure. For a property of the requests (how long their answers are), not of a backend's health:
+    silence says nothing new about it.
+
+    Kept as a `Decaying` (time constant 60 s, relaxing toward the prior of 200 tokens over 120 s), a
+    backend's mean answer length drifted whenever it was unfed, and answers that came close together
+    hardly moved it (each weighed by the seconds since the last): on two real llama.cpp servers (issue
+    24, unequal), every answer exactly 24 tokens, the quick server's figure read 44-85 tokens in every
+    snapshot, and 40-60 once it idled; it prices decode where no alias-and-shape figure exists and the
+    turnover of a full backend's slots."""
+
+    prior: float
+    window: int = OUTPUT_WINDOW
+    value: float = field(init=False)
+    samples: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.value = self.prior
+
+    def get(self, now: float | None = None) -> float:
+        """The mean (the prior before any sample); `now` is accepted as `Decaying.get` takes it, and unused."""
+        return self.value
+
+    def add(self, sample: float, now: float | None = None) -> None:
+        self.samples += 1
+        self.value += (sample - self.value) / min(self.samples, self.window)
 
 
 @dataclass
@@ -342,7 +375,7 @@ class LatencyModel:
                                    ridge=DECODE_RIDGE, window=LINE_WINDOW)
         # A whole answer's decode per token, per batch it decoded in (medians).
         self.answers = AnswerDecode()
-        self.output_tokens = Decaying(p.output_tokens, tau_s * 6)
+        self.output_tokens = SampleMean(p.output_tokens)
         self.slots = p.slots
         # Where the slot count came from: the prior, learned from queueing, or published by the server
         # (then queueing never overrides it).

@@ -32,6 +32,33 @@ def test_answers_of_steady_length_are_predicted_at_that_length():
     assert model.output_tokens.get(600.0) == pytest.approx(24.0, rel=1e-3)
 
 
+def test_a_backends_answer_length_keeps_its_figure_while_unfed():
+    """Output length is a property of the requests, not of a backend's health: a quick server that idled
+    after answers of exactly 24 tokens read 40-60 (issue 24, real llama.cpp), relaxing toward the prior's
+    200 as if its silence said something about answer lengths."""
+    model = LatencyModel(Prior(output_tokens=200.0))
+    for t in range(1, 61):
+        model.observe_decode(24, 23 * 0.01, load=1, now=float(t))
+    for idle_s in (0.0, 120.0, 3600.0):
+        assert model.output_tokens.get(60.0 + idle_s) == pytest.approx(24.0)
+        assert model.snapshot(60.0 + idle_s)["output_tokens"] == pytest.approx(24.0)
+
+
+def test_answers_that_end_together_each_count_toward_a_backends_answer_length():
+    """Weighed by the time since the last answer, answers ending at one instant taught nothing past the
+    first; each is a sample of the requests' lengths, and the newest window of them is what counts."""
+    model = LatencyModel(Prior(output_tokens=200.0))
+    for _ in range(8):
+        model.observe_decode(24, 23 * 0.01, load=1, now=5.0)
+    assert model.output_tokens.get(5.0) == pytest.approx(24.0)
+    for _ in range(8):
+        model.observe_decode(48, 47 * 0.01, load=1, now=5.0)
+    assert model.output_tokens.get(5.0) == pytest.approx(36.0)  # eight of each: their mean
+    for _ in range(100):
+        model.observe_decode(48, 47 * 0.01, load=1, now=5.0)
+    assert model.output_tokens.get(5.0) == pytest.approx(48.0, rel=1e-3)
+
+
 def test_an_answers_decode_is_the_median_of_recent_answers_sent_in_the_same_state_not_their_mean():
     """Half the answers sent to an idle server meet a neighbour's prefill and take three times as long:
     one answer most likely takes the short time, not the mean of the two (issue 24, real llama.cpp)."""

@@ -199,13 +199,7 @@ class BackendPrefixes:
         server), the index read three or four prompts on a two-slot server as held for the rest of a run:
         their siblings were priced warm and went cold, the index's accuracy fell to 0.07-0.4, and the
         router stopped trusting what it did know."""
-        held = []
-        for k in list(self._held):
-            e = self._blocks.get(k)
-            if e is None or not e.copies:
-                del self._held[k]  # gone from the index already (its capacity, its TTL)
-            else:
-                held.append((k, e))
+        held = self._in_slots()
         total = sum(e.copies for _, e in held)
         while total > slots:
             victim = _victim(held, taker)
@@ -214,12 +208,19 @@ class BackendPrefixes:
             k, e = victim
             e.copies -= 1
             total -= 1
-            if not e.copies:
+            if not e.copies:  # left in `held` with no copy, which _victim passes over
                 del self._blocks[k], self._held[k]
                 if len(self._forgotten) >= FORGOTTEN_ENTRIES:
                     self._forgotten.clear()
                 self._forgotten[k] = None
-                held = [(k2, e2) for k2, e2 in held if k2 != k]
+
+    def _in_slots(self) -> list[tuple[bytes, _Entry]]:
+        """The prompts believed in a slot (first block, entry), in the order their first copies were
+        taken: the one list _free_slot, pushed_out and copies_besides read. `_held` names exactly the
+        entries with copies, since every path that drops an entry or its last copy drops its key too
+        (_free_slot, settle, _evict); the test is a guard, not a prune."""
+        blocks = self._blocks
+        return [(k, e) for k in self._held if (e := blocks.get(k)) is not None and e.copies]
 
     def record(self, keys: list[bytes], now: float, ready_at: float, leader: Any = None) -> None:
         """The request was sent here: its blocks are (or, by `ready_at`, will be) in the backend's cache."""
@@ -287,14 +288,13 @@ class BackendPrefixes:
     def copies_besides(self, first: bytes | None) -> int:
         """On a backend whose cache belongs to a slot: the copies believed held of prompts other than the
         one whose first block is `first` (the slots they fill)."""
-        return sum(e.copies for k in self._held if k != first and (e := self._blocks.get(k)) is not None)
+        return sum(e.copies for k, e in self._in_slots() if k != first)
 
     def pushed_out(self, first: bytes | None) -> bytes | None:
         """On a backend whose cache belongs to a slot: the first block of the prompt a new copy of another
         prompt (`first`'s) would push out, as _free_slot would choose it: the least recently used one in a
         free slot, else the one whose slot frees first (None: none held)."""
-        held = [(k, e) for k in self._held if (e := self._blocks.get(k)) is not None and e.copies]
-        victim = _victim(held, first)
+        victim = _victim(self._in_slots(), first)
         return victim[0] if victim is not None else None
 
     def repeated(self, first: bytes) -> bool:
@@ -313,8 +313,8 @@ class BackendPrefixes:
 
     def _evict(self, now: float) -> None:
         limit = max(1, math.floor(self.capacity_tokens * CHARS_PER_TOKEN / BLOCK_CHARS))
-        # A prompt believed in a slot (`_held`) goes with its entry: `_free_slot`, which also prunes them,
-        # runs only where a slot taken forgets, and elsewhere every prompt ever sent stayed there.
+        # A prompt believed in a slot (`_held`) goes with its entry: kept, every prompt ever sent to a
+        # backend whose taken slots forget nothing (a host cache) stayed there.
         held = self._held
         while len(self._blocks) > limit:
             held.pop(self._blocks.popitem(last=False)[0], None)
@@ -340,7 +340,7 @@ def _victim(held: list[tuple[bytes, _Entry]], taker: bytes | None) -> tuple[byte
     idle: tuple[float, bytes, _Entry] | None = None
     running: tuple[float, bytes, _Entry] | None = None
     for k, e in held:
-        if k == taker:
+        if k == taker or not e.copies:
             continue
         busy = [u[0] for u in (e.users or ()) if not u[1].is_set()]
         if e.copies > len(busy):

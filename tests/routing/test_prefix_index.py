@@ -329,3 +329,33 @@ def test_the_prompt_named_as_pushed_out_is_the_one_a_taken_slot_forgets():
             _computed(idx, p[5], now=1.0)
             forgotten = [k for k in (a, b) if idx.match(p[k], now=1.5)[0] == 0]
             assert forgotten and named == p[forgotten[0]][0], (busy, a, b)
+
+
+def test_the_prompts_believed_in_slots_are_exactly_the_entries_holding_copies():
+    # _free_slot, pushed_out and copies_besides read one list of the prompts in slots (_in_slots) and
+    # prune nothing: every path that drops an entry, or its last copy, drops it from `_held` too. Played
+    # over seeded mixes of placements, releases, prefills lost, capacity evictions and expiries.
+    prompts = [blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(8)]
+    for seed in range(20):
+        rng = random.Random(seed)
+        idx = BackendPrefixes(capacity_tokens=rng.choice((600, 2000, 32768)), ttl_s=rng.choice((5.0, 120.0)))
+        idx.slot_bound = rng.random() < 0.8
+        slots = rng.choice((0, 1, 2, 3))
+        running: list[asyncio.Event] = []
+        now = 0.0
+        for _ in range(300):
+            now += rng.expovariate(1.0)
+            keys = rng.choice(prompts)
+            step = rng.random()
+            if step < 0.6:
+                end = asyncio.Event()
+                idx.record(keys, now=now, ready_at=now + 0.5, leader=end)
+                idx.occupy(keys, release_at=now + rng.uniform(0.5, 3.0), event=end, computes=rng.random() < 0.8,
+                           slots=slots)
+                running.append(end)
+            elif step < 0.7:
+                idx.settle(keys, now=now, lost=True)
+            elif running:
+                running.pop(rng.randrange(len(running))).set()
+            assert set(idx._held) == {k for k, e in idx._blocks.items() if e.copies}, (seed, now)
+            assert idx.copies_besides(None) == sum(e.copies for e in idx._blocks.values())

@@ -14,6 +14,10 @@ from typing import Any
 
 from app.upstream.adapters import NO_REPORT, BackendReport
 
+# Where a timing figure came from: timed by the gateway, reported by the backend, or estimated (the
+# latency model's, or inferred from other figures). Every figure that says so uses these words.
+MEASURED, REPORTED, ESTIMATED = "measured", "reported", "estimated"
+
 
 class Outcome(Enum):
     OK = "ok"

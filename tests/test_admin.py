@@ -48,6 +48,25 @@ def test_admin_backends_and_metrics_show_predicted_against_measured(gateway):
         assert f'figure="ttft",kind="{kind}"' in metrics and f'figure="e2e",kind="{kind}"' in metrics
 
 
+def test_admin_backends_say_where_each_answer_decode_figure_came_from(gateway):
+    # Timing data carries its source. A JSON client's call to vLLM is streamed upstream and assembled, so
+    # the gateway times its decode and the in-flight book measures its batch. (The reported and estimated
+    # tags, where an answer's first token is never seen: tests/routing/test_learning.py; this fleet's
+    # other backends decode in no time, which teaches nothing.)
+    client = gateway.client()
+    for _ in range(4):
+        client.chat.completions.create(model="slow", messages=MSG, max_tokens=8, stop=["zzz"])
+    body = httpx.get(f"{gateway.url}/admin/backends", headers=ADMIN).json()
+    slow = next(b for b in body["backends"] if b["name"] == "slow")
+    level = slow["latency_model"]["answer_tpot_s"]["answers"]["1"]
+    assert (level["source"], level["batch_source"]) == ("measured", "measured")
+    for b in body["backends"]:
+        for kind in b["latency_model"]["answer_tpot_s"].values():
+            for figure in kind.values():
+                assert figure["source"] in {"measured", "reported", "estimated"}
+                assert figure["batch_source"] in {"measured", "estimated"}
+
+
 def test_route_explain_sends_nothing(gateway, fleet):
     before = sim_stats(fleet.ports["fast"])["requests"]
     r = httpx.post(f"{gateway.url}/admin/route/explain", headers=ADMIN,

@@ -20,6 +20,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from app.record import ESTIMATED, MEASURED, REPORTED
+
 # A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
 QUEUE_NOISE_S = 0.025
 # TPOT against the batch: samples fade over this many seconds, and the prior slope counts as this much
@@ -298,6 +300,10 @@ class AnswerDecode:
     # slots): their medians bound the levels no answer has taught yet.
     _stretches: dict[int, deque[float]] = field(default_factory=dict)
     _stretch_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # Per level, where each sample in its window came from: (how its decode was timed, how its batch was
+    # known), for the snapshot (/admin/backends).
+    _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
+    _stretch_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
 
     @staticmethod
     def level(load: float) -> int:
@@ -305,13 +311,22 @@ class AnswerDecode:
             return _LEVELS[load]
         return _level(load)
 
-    def add(self, batch: float, per_token_s: float, now: float) -> None:
-        """A whole answer that decoded in `batch` (requests decoding together, this one included)."""
-        self._fold(self._levels, self._medians, self.level(batch), per_token_s, now)
+    def add(self, batch: float, per_token_s: float, now: float, source: str = MEASURED,
+            batch_source: str = ESTIMATED) -> None:
+        """A whole answer that decoded in `batch` (requests decoding together, this one included).
+        `source`: how its decode was timed (measured by the gateway, reported by the backend, or
+        estimated); `batch_source`: measured where the in-flight book measured the batch, estimated
+        where it is the batch the requests in flight at sending make."""
+        key = self.level(batch)
+        self._fold(self._levels, self._medians, key, per_token_s, now)
+        _tag(self._answer_sources, key, self.window, source, batch_source)
 
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
-        """A stretch of an answer under way, decoded in a batch of `batch` running requests."""
-        self._fold(self._stretches, self._stretch_medians, self.level(batch), per_token_s, now)
+        """A stretch of an answer under way (timed by the gateway), decoded in a batch of `batch` running
+        requests (the requests in flight then, at most the slots: an estimate of the batch)."""
+        key = self.level(batch)
+        self._fold(self._stretches, self._stretch_medians, key, per_token_s, now)
+        _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
 
     def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
               per_token_s: float, now: float) -> None:
@@ -344,11 +359,17 @@ class AnswerDecode:
 
     def snapshot(self, now: float) -> dict[str, dict]:
         """Per level (the batch decoding together, the highest of its range), each median and what it
-        rests on: of whole answers, and of stretches of answers under way."""
-        return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1)}
+        rests on: of whole answers, and of stretches of answers under way. Its `source` is the least
+        direct of its samples' (estimated, then reported, then measured), and so is its
+        `batch_source`, how the batches that place the samples at that level were known: a median
+        partly estimated is never shown as measured."""
+        return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1),
+                                "source": _least_direct(t[0] for t in sources[k]),
+                                "batch_source": _least_direct(t[1] for t in sources[k])}
                        for k, v in sorted(medians.items())}
-                for name, levels, medians in (("answers", self._levels, self._medians),
-                                              ("stretches", self._stretches, self._stretch_medians))}
+                for name, levels, medians, sources in (
+                    ("answers", self._levels, self._medians, self._answer_sources),
+                    ("stretches", self._stretches, self._stretch_medians, self._stretch_sources))}
 
 
 class LatencyModel:
@@ -431,12 +452,12 @@ class LatencyModel:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
-                       measured: bool = True, count_output: bool = True, stalled_s: float = 0.0,
+                       source: str = MEASURED, count_output: bool = True, stalled_s: float = 0.0,
                        batch: float | None = None) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
-        a point on the line of TPOT against the batch. `measured` says whether it was timed (a stream,
-        the backend's report) or inferred from a whole answer's time; both count alike, since no sample
-        replaces the estimate. A decode still under way (`count_output` off) says nothing of the
+        a point on the line of TPOT against the batch. `source` says how it was timed: measured (a
+        stream), reported (the backend's report) or estimated (inferred from a whole answer's time);
+        all count alike, since no sample replaces the estimate, and the answers' medians show it. A decode still under way (`count_output` off) says nothing of the
         answer's length. `stalled_s` of a whole answer's `seconds` stood still for other requests'
         prefills (a newcomer's, on a server that runs it in the same steps): the line, which prices the
         book's finish times, keeps them; the answer's median is taught the decode without them (see
@@ -455,7 +476,8 @@ class LatencyModel:
                 # unless it stood still throughout (nothing of its own decode to learn).
                 if seconds > stalled_s:
                     decoded_in = self.batch(load if batch is None else batch)
-                    self.answers.add(decoded_in, (seconds - stalled_s) / (output_tokens - 1), t)
+                    self.answers.add(decoded_in, (seconds - stalled_s) / (output_tokens - 1), t, source,
+                                     ESTIMATED if batch is None else MEASURED)
             else:
                 self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:
@@ -544,6 +566,22 @@ class LatencyModel:
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
         }
+
+
+# The sources of timing figures, most direct first.
+_DIRECTNESS = {MEASURED: 0, REPORTED: 1, ESTIMATED: 2}
+
+
+def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, source: str, batch_source: str) -> None:
+    """Note where a sample at level `key` came from, beside the `window` samples its median rests on."""
+    tags = sources.get(key)
+    if tags is None:
+        tags = sources[key] = deque(maxlen=window)
+    tags.append((source, batch_source))
+
+
+def _least_direct(sources) -> str:
+    return max(sources, key=_DIRECTNESS.__getitem__, default=ESTIMATED)
 
 
 def _level(load: float) -> int:

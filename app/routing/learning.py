@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from app.record import AttemptRecord
+from app.record import ESTIMATED, REPORTED, AttemptRecord
 from app.routing.accuracy import PredictionErrors
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
 from app.routing.output_length import OutputLengths, Shape
@@ -180,11 +180,11 @@ class Learner:
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
         if r.decode_s is not None:
-            model.observe_decode(r.output_tokens or output, r.decode_s, a.load)
+            model.observe_decode(r.output_tokens or output, r.decode_s, a.load, source=REPORTED)
         elif output > 1:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
-            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, measured=False)
+            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, source=ESTIMATED)
         return cached
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from app.record import ESTIMATED, MEASURED, REPORTED
 from app.routing.latency_model import LatencyModel
 from app.upstream.adapters import BackendReport
 
-MEASURED, REPORTED, ESTIMATED = "measured", "reported", "estimated"
 UNATTRIBUTED = "unattributed"
 # Leftovers below this are clock rounding, not a stage worth showing.
 _EPS_S = 0.0005

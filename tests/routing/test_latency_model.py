@@ -59,6 +59,30 @@ def test_answers_that_end_together_each_count_toward_a_backends_answer_length():
     assert model.output_tokens.get(5.0) == pytest.approx(48.0, rel=1e-3)
 
 
+def test_an_answer_decode_figure_is_shown_as_direct_as_its_least_direct_sample():
+    """A median is shown measured only while every answer in its window was timed with its batch
+    measured; one estimated answer among them marks it estimated until it leaves the window."""
+    model = LatencyModel(Prior(tpot_s=0.03))
+    for i in range(4):
+        model.observe_decode(24, 23 * 0.01, load=1, now=float(i), batch=1.0)
+    model.observe_decode(24, 23 * 0.01, load=2, now=4.0, count_output=False)  # a stretch under way
+    snap = model.snapshot(5.0)["answer_tpot_s"]
+    assert (snap["answers"]["1"]["source"], snap["answers"]["1"]["batch_source"]) == ("measured", "measured")
+    assert "2" not in snap["stretches"]  # one stretch: no figure, nothing shown
+    model.observe_decode(24, 23 * 0.01, load=1, now=5.0, source="estimated")
+    model.observe_decode(24, 23 * 0.01, load=1, now=5.0, source="reported", batch=1.0)
+    level = model.snapshot(6.0)["answer_tpot_s"]["answers"]["1"]
+    assert (level["source"], level["batch_source"], level["samples"]) == ("estimated", "estimated", 6)
+    for i in range(16):
+        model.observe_decode(24, 23 * 0.01, load=1, now=6.0 + i, source="reported", batch=1.0)
+    level = model.snapshot(30.0)["answer_tpot_s"]["answers"]["1"]
+    assert (level["source"], level["batch_source"]) == ("reported", "measured")
+    for i in range(3):
+        model.observe_decode(24, 23 * 0.01, load=2, now=30.0 + i, count_output=False)
+    stretch = model.snapshot(33.0)["answer_tpot_s"]["stretches"]["2"]
+    assert (stretch["source"], stretch["batch_source"]) == ("measured", "estimated")
+
+
 def test_an_answers_decode_is_the_median_of_recent_answers_sent_in_the_same_state_not_their_mean():
     """Half the answers sent to an idle server meet a neighbour's prefill and take three times as long:
     one answer most likely takes the short time, not the mean of the two (issue 24, real llama.cpp)."""

@@ -295,3 +295,37 @@ def test_prefills_that_ran_together_count_once_in_the_time_a_decode_stood_still(
     # 1-4 s (two prefills side by side: one stall of 3 s, not 4), then 6-6.5 s of the third; none of the last.
     assert log.covered(0.5, 6.5) == pytest.approx(3.5)
     assert log.covered(4.0, 6.0) == 0.0
+
+
+def test_each_answer_decode_figure_says_how_its_decode_and_its_batch_were_known():
+    # /admin/backends shows the answers' medians per batch: timing data carries its source. A stream's
+    # decode is timed by the gateway and its batch measured by the in-flight book; a JSON answer's decode
+    # is the backend's report, or, with none, what its total leaves after the predicted wait, and its
+    # batch is the one the requests in flight at sending make.
+    def answers(learn) -> dict:
+        t, model = telemetry()
+        for _ in range(3):
+            learn(t)
+        return model.snapshot(200.0)["answer_tpot_s"]["answers"]
+
+    def stream(t):
+        a = stream_attempt(load=1, wait=0.01)
+        a.end = a.first_event + 20 * 0.02
+        t.learn(a, prompt_hint=10, output=21, beside_s=0.0)
+
+    def json(report: bool):
+        def learn(t):
+            a = AttemptRecord(1, "m", "b", "openai", "127.0.0.1", 1, "m", False, start=100.0, load=1,
+                              predicted=Estimate(0.0, 0.05, 0.5, 20))
+            a.end = 100.5
+            if report:
+                a.report = BackendReport(decode_s=0.4, output_tokens=21)
+            t.learn(a, prompt_hint=10, output=21)
+        return learn
+
+    def tags(level: dict) -> tuple[str, str]:
+        return level["source"], level["batch_source"]
+
+    assert tags(answers(stream)["1"]) == ("measured", "measured")
+    assert tags(answers(json(report=True))["1"]) == ("reported", "estimated")
+    assert tags(answers(json(report=False))["1"]) == ("estimated", "estimated")

@@ -5,6 +5,10 @@ that range, which is also where every outgoing connection takes its local port: 
 the child's bind, any client connection on the machine (a test's, a benchmark's, another suite's) could
 take the port, and the child then fails with "address already in use". Below the range only another
 listener can take it, and a random pick among ~20,000 ports makes that rare.
+
+A benchmark run beside others can be given a range of its own instead (`use_ports`, the benches'
+--port-base): every port it then takes comes from there, in order, so runs given disjoint ranges never
+meet, and a run's servers are found by their ports.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from pathlib import Path
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST = 10000  # below this sit well-known services' ports
 _rng = random.SystemRandom()  # not the random module's shared state: tests seed that
+# With a range of our own (use_ports): the next port to try and the end of the range (exclusive).
+_range: list[int] | None = None
 
 
 def _ephemeral_start() -> int | None:
@@ -40,9 +46,29 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def use_ports(base: int | None, span: int = 1000) -> None:
+    """Take every later port from `base` up to `base + span` (exclusive), the next one free each time,
+    and never one already handed out, since a child may not have bound it yet; None: random free ports
+    again (the default)."""
+    global _range
+    if base is None:
+        _range = None
+        return
+    if not 0 < base < base + span <= 65536:
+        raise ValueError(f"ports {base}-{base + span - 1} are not a range of TCP ports")
+    _range = [base, base + span]
+
+
 def free_port() -> int:
-    """A port no one listens on now, outside the ephemeral range where the kernel knows it; a child
-    started right after can bind it."""
+    """A port no one listens on now: the next in the range `use_ports` gave, else a random one outside
+    the ephemeral range where the kernel knows it; a child started right after can bind it."""
+    if _range is not None:
+        while _range[0] < _range[1]:
+            port = _range[0]
+            _range[0] += 1
+            if _bindable(port):
+                return port
+        raise RuntimeError(f"no free port left below {_range[1]} in the range given to use_ports")
     if _BELOW is not None and _BELOW > _LOWEST + 1000:
         for _ in range(64):
             port = _rng.randrange(_LOWEST, _BELOW)

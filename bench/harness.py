@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import math
 import os
@@ -18,7 +19,7 @@ import httpx
 import redis
 import yaml
 
-from app.ports import free_port
+from app.ports import free_port, use_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,6 +41,21 @@ def poisson_arrivals(rng: random.Random, rate: float, n: int) -> list[float]:
     gaps = [rng.expovariate(1.0) for _ in range(n)]
     scale = n / rate / sum(gaps)
     return list(itertools.accumulate(g * scale for g in gaps))
+
+
+def port_options(ap: argparse.ArgumentParser) -> None:
+    """--port-base and --port-span: every port the run listens on (servers, gateways) from a range of its
+    own, for runs side by side; without them, random free ports (app/ports.py)."""
+    ap.add_argument("--port-base", type=int, default=None, metavar="PORT",
+                    help="take every port this run listens on from PORT up, in order (default: random free ports); "
+                         "runs side by side given disjoint ranges never meet")
+    ap.add_argument("--port-span", type=int, default=1000, metavar="N", help="with --port-base: the range's size")
+
+
+def apply_port_options(args: argparse.Namespace) -> None:
+    """Act on port_options' arguments: call before anything takes a port."""
+    if args.port_base is not None:
+        use_ports(args.port_base, args.port_span)
 
 
 def base_checkout(name: str, base_tree: str | Path | None) -> Path | None:

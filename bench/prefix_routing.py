@@ -73,10 +73,12 @@ from bench.harness import (
     Fleet,
     Proc,
     _spawn,
+    apply_port_options,
     base_checkout,
     free_port,
     percentile,
     poisson_arrivals,
+    port_options,
     wait_listening,
 )
 
@@ -513,7 +515,9 @@ def main() -> None:
                          "NAME@base runs its gateway from there, beside the others in the same run (an A/B)")
     ap.add_argument("--dump", default=None,
                     help="write every request (sent, prompt key, backend, TTFT, E2E, cached tokens) per run to this JSON file")
+    port_options(ap)
     args = ap.parse_args()
+    apply_port_options(args)
     dumped: dict[str, list] = {}
     strategies = args.strategies.split(",")
     with tempfile.TemporaryDirectory() as d:

@@ -67,7 +67,15 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.auth import hash_key
-from bench.harness import _spawn, base_checkout, percentile, poisson_arrivals, wait_listening
+from bench.harness import (
+    _spawn,
+    apply_port_options,
+    base_checkout,
+    percentile,
+    poisson_arrivals,
+    port_options,
+    wait_listening,
+)
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
 
 STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_robin")
@@ -292,7 +300,9 @@ async def main() -> None:
     ap.add_argument("--summarise", metavar="DUMP", default=None,
                     help="print the tables of a --dump (a run cut short included) and start nothing; --workload, "
                          "--after and --burst say how to read it")
+    port_options(ap)
     args = ap.parse_args()
+    apply_port_options(args)
     if args.summarise:
         summarise(runs_from_dump(args.summarise), args.workload, args.after, bool(args.burst), args.json)
         return

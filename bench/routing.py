@@ -31,7 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.routing.strategies import STRATEGY_NAMES
-from bench.harness import Fleet, free_port, percentile, start_gateway
+from bench.harness import Fleet, apply_port_options, free_port, percentile, port_options, start_gateway
 
 GROWTH = 0.04
 FLEET: dict[str, dict[str, Any]] = {
@@ -205,7 +205,9 @@ def main() -> int:
     ap.add_argument("--dump", help="write every answered request (JSONL) here")
     ap.add_argument("--strategies", default=",".join([s for s in STRATEGY_NAMES if s != "weighted"] + ["predicted_latency:stream_objective=e2e"]),
                     help="strategy[:key=value...] (model alias settings), comma-separated")
+    port_options(ap)
     args = ap.parse_args()
+    apply_port_options(args)
     tmp = Path(tempfile.mkdtemp(prefix="slipstream-routing-"))
     backends = {n: dict(port=free_port(), model="m", tpot_growth=GROWTH, output=dict(median=400, max=400), **spec)
                 for n, spec in FLEET.items()}

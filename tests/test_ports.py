@@ -44,3 +44,23 @@ def test_a_port_someone_listens_on_is_passed_over(monkeypatch):
 
 def test_picks_spread_so_two_suites_side_by_side_rarely_collide():
     assert len({free_port() for _ in range(100)}) > 90
+
+
+def test_a_range_given_hands_out_its_free_ports_in_order_and_each_once():
+    # A bench's --port-base: parallel runs given disjoint ranges never meet. Four ports free now, one
+    # of them then taken by a listener: it is passed over, and the range's end is an error, not a
+    # port from elsewhere.
+    base = next(p for p in iter(free_port, None) if all(ports._bindable(p + k) for k in range(4)))
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", base + 1))
+            taken.listen()
+            ports.use_ports(base, 4)
+            assert [free_port(), free_port(), free_port()] == [base, base + 2, base + 3]
+            with pytest.raises(RuntimeError):
+                free_port()
+    finally:
+        ports.use_ports(None)
+    assert len({free_port() for _ in range(20)}) > 10  # random free ports again, not the range's next
+    with pytest.raises(ValueError):
+        ports.use_ports(65000, 1000)

@@ -32,7 +32,10 @@ class _Booked:
     ttft_s: float  # predicted wait for the first token, from `sent`
     prefill_s: float  # of it, the prefill once the request holds a slot
     tokens: float  # to decode
-    stream: bool  # its first token will be reported: without one yet, it has not begun to decode
+    # The client streams: its first token will be reported, so without one yet it has not begun to
+    # decode. A JSON client's call streamed upstream reports one too, but is booked as a call that may
+    # decode unseen (the lease books before the call's upstream mode is chosen).
+    stream: bool
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`
     first_at: float = 0.0  # when its first token came; 0: not yet
@@ -105,7 +108,10 @@ class InflightBook:
         """Take the request off the book (it ended at `at`); returns the seconds other requests here
         decoded while it decoded (from its first token to `at`), summed over them: with two decoding
         beside it throughout a 1 s decode, 2.0. None where it never reported a first token (or no `at`).
-        Only streams report one: a JSON answer beside it is not counted."""
+        Only calls streamed upstream report one: streams, and a JSON client's chat or text completion
+        where the backend's kind serves it from an upstream stream (llama.cpp, vLLM; app/dispatch/loop.py
+        streams_upstream). Other JSON answers (TGI, OpenAI-compatible and Ollama servers, the Responses
+        and Messages APIs) are not counted beside it, and get no measured batch of their own."""
         e = self._entries.pop(ticket, None)
         if e is None:
             return None

@@ -39,6 +39,7 @@ from app.routing.prefix_index import prompt_blocks
 from app.routing.slo import NO_TARGET, LatencyTarget, for_alias
 from app.routing.strategies import PREFIX_STRATEGIES
 from app.upstream.attempt import EventStream, JsonReply
+from app.upstream.client import streams_json
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
@@ -356,10 +357,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
 def streams_upstream(backend, req: ParsedRequest) -> bool:
     """Whether a JSON client's call to this backend is streamed upstream and assembled (chat and text
     completions only, and only where the stream's usage is asked for, so the answer keeps it)."""
-    if not req.protocol.assembles or not backend.config.stream_usage:
-        return False
-    flag = backend.config.stream_upstream
-    return backend.adapter.stream_upstream if flag is None else flag
+    return req.protocol.assembles and streams_json(backend)
 
 
 def _blame_later(err: GatewayError) -> bool:
@@ -378,9 +376,11 @@ def route_context(req: ParsedRequest, target: LatencyTarget | None = None) -> Ro
     if not size.generates:
         # An embedding is a prefill with no decode: exactly one "output" step (no decode tokens), never the
         # alias's learned answer length (chat's, a few hundred tokens: seconds of decode that never happen).
-        return RouteContext(req.stream, size.prompt_tokens, 1, exact_output=True, prefix=prefix, requested_target=target)
+        return RouteContext(req.stream, size.prompt_tokens, 1, exact_output=True, prefix=prefix, requested_target=target,
+                            assembles=req.protocol.assembles)
     return RouteContext(req.stream, size.prompt_tokens, size.output_cap, exact_output=size.exact_output, prefix=prefix,
-                        requested_target=target, shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)))
+                        requested_target=target, shape=shape_of(req.protocol.value, size.output_cap, req.protocol.stops(req.body)),
+                        assembles=req.protocol.assembles)
 
 
 def with_policy(base: RouteContext, spec: ModelAlias) -> RouteContext:

@@ -50,6 +50,10 @@ class RouteContext:
     # router expects of that shape on the alias being routed (None: the backend's own average).
     shape: Shape | None = None
     expected_output: float | None = None
+    # A JSON request whose protocol can be served from an upstream stream and assembled (chat and text
+    # completions): on a backend that does so (`Backend.streams_json`) its first token is seen, as a
+    # stream's is, so the lease books it as one.
+    assembles: bool = False
     # Set by the strategies that predict: each candidate's estimate at this decision (with what it is
     # believed to hold of the prompt, in `cached`), so the chosen one's lease books what was ranked
     # rather than predicting it again. Never copied: a derived context is another decision.
@@ -65,4 +69,4 @@ class RouteContext:
         return RouteContext(self.stream, self.prompt_tokens, self.max_tokens, self.now, self.stream_objective,
                             self.exact_output, self.ttft_tolerance_s, self.ttft_tolerance_ratio, self.explore, self.prefix,
                             self.prefix_policy, self.cached, self.requested_target, self.target, self.shape,
-                            self.expected_output)
+                            self.expected_output, self.assembles)

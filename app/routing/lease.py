@@ -23,17 +23,18 @@ if TYPE_CHECKING:
 
 class PrefixCopy(asyncio.Event):
     """A request's copy of its prompt's prefix on its backend: set when siblings may reuse it (at the first
-    token, or, where the cache belongs to a slot, when the request ends). `computed`, for a stream, is set
-    at its first token: its prefill is done. A JSON request says nothing before it ends (None).
+    token, or, where the cache belongs to a slot, when the request ends). `computed`, for a call that reports
+    its first token (a stream, or a JSON call its backend serves from an upstream stream), is set at that
+    token: its prefill is done. Any other JSON call says nothing before it ends (None).
 
     `first_token_at` is when its request was predicted to reach its first token (monotonic), `ttft_s` that
     prediction's length. `lost` says the request ended before it computed the copy: "backend" when its
     backend failed it (a timeout, a refused connection, a 5xx), "ended" otherwise (its client left, a
     hedge won): a sibling waiting for it then has nothing to wait for."""
 
-    def __init__(self, stream: bool, first_token_at: float = math.inf, ttft_s: float = math.inf) -> None:
+    def __init__(self, reports_first_token: bool, first_token_at: float = math.inf, ttft_s: float = math.inf) -> None:
         super().__init__()
-        self.computed: asyncio.Event | None = asyncio.Event() if stream else None
+        self.computed: asyncio.Event | None = asyncio.Event() if reports_first_token else None
         self.first_token_at, self.ttft_s = first_token_at, ttft_s
         self.lost: Literal["backend", "ended"] | None = None
 
@@ -115,7 +116,9 @@ class Lease:
             self.prefix = held
         # What the model predicted for this request on this backend, with the requests ahead of it.
         self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead)
-        self._ticket = state.book_request(ctx.now, self.estimate, ctx.stream)
+        # A stream, or a JSON call this backend serves from an upstream stream: its first token is seen.
+        reports = state.reports_first_token(ctx.stream, ctx.assembles)
+        self._ticket = state.book_request(ctx.now, self.estimate, reports)
         if self.prefix is not None:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
@@ -125,7 +128,7 @@ class Lease:
                 state.copy_waiters += 1
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
             self._keys = ctx.prefix.keys
-            self._prefilled = PrefixCopy(ctx.stream, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s)
+            self._prefilled = PrefixCopy(reports, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s)
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
             # The estimate already waits for a sibling's copy (its queue is at least the match's

@@ -211,8 +211,8 @@ _Saved = tuple[int, int, int, float, float]
 def book(c: BackendState, ctx: RouteContext, est: Estimate) -> _Saved:
     """Book the request on `c` as its lease would book it (in flight, in the book, its uncached prompt
     tokens as prefill load); returns what `unbook` restores."""
-    saved = (c.book_request(ctx.now, est, ctx.stream), c.inflight, c.prefilling, c.uncached_inflight,
-             c.prefill_busy_since)
+    reports = c.reports_first_token(ctx.stream, ctx.assembles)
+    saved = (c.book_request(ctx.now, est, reports), c.inflight, c.prefilling, c.uncached_inflight, c.prefill_busy_since)
     c.inflight += 1
     if ctx.prefix is not None and ctx.prefix.keys and ctx.cached is not None:
         held = ctx.cached.get(c.name)

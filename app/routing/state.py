@@ -18,7 +18,7 @@ from app.config import BackendConfig
 from app.routing.health import Breaker
 from app.routing.latency_model import LatencyModel
 from app.routing.prefix_index import BackendPrefixes
-from app.upstream.client import Backend
+from app.upstream.client import Backend, streams_json
 
 if TYPE_CHECKING:
     from app.record import Estimate
@@ -32,9 +32,8 @@ class _Booked:
     ttft_s: float  # predicted wait for the first token, from `sent`
     prefill_s: float  # of it, the prefill once the request holds a slot
     tokens: float  # to decode
-    # The client streams: its first token will be reported, so without one yet it has not begun to
-    # decode. A JSON client's call streamed upstream reports one too, but is booked as a call that may
-    # decode unseen (the lease books before the call's upstream mode is chosen).
+    # Its first token will be reported (a stream, or a JSON call the backend serves from an upstream
+    # stream: Backend.reports_first_token), so without one yet it has not begun to decode.
     stream: bool
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`
@@ -291,15 +290,21 @@ class BackendState:
         """Whether a newcomer's prefill stops the decodes running here (the server kind's adapter)."""
         return self.backend.adapter.prefill_stalls_decodes
 
+    def reports_first_token(self, stream: bool, assembles: bool) -> bool:
+        """Whether a call here reports its first token: a stream, or a JSON call of a protocol that can be
+        assembled (RouteContext.assembles) where this backend serves it from an upstream stream."""
+        return stream or (assembles and streams_json(self.backend))
+
     @property
     def has_slot(self) -> bool:
         return self.inflight < self.capacity
 
-    def book_request(self, now: float, est: Estimate, stream: bool) -> int:
+    def book_request(self, now: float, est: Estimate, reports_first_token: bool) -> int:
         """Book a request sent at `now` as `est` predicts it (its prefill: the time to first token less
         the queue); returns the book's ticket. The lease books its request so, and the look-ahead a
         request it only supposes, so both simulate the same queue."""
-        return self.book.add(now, est.ttft_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s), stream)
+        return self.book.add(now, est.ttft_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s),
+                             reports_first_token)
 
     def start_prefill(self, uncached_tokens: float, now: float) -> None:
         """One more request here with `uncached_tokens` of its prompt to prefill, from `now` if the

@@ -76,6 +76,15 @@ class Backend:
         await self.session.close()
 
 
+def streams_json(backend: Backend) -> bool:
+    """Whether a JSON client's chat or text completion to this backend is streamed upstream and assembled
+    (only where the stream's usage is asked for, so the answer keeps it): its first token is then seen."""
+    if not backend.config.stream_usage:
+        return False
+    flag = backend.config.stream_upstream
+    return backend.adapter.stream_upstream if flag is None else flag
+
+
 def build_backend(name: str, config: BackendConfig) -> Backend:
     """Create the backend's pooled session; must run inside the event loop that will use it."""
     headers = {"accept-encoding": "identity", "user-agent": "slipstream", "content-type": "application/json"}

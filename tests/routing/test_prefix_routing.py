@@ -29,6 +29,7 @@ class State:
 
     book_request = BackendState.book_request
     start_prefill = BackendState.start_prefill
+    reports_first_token = BackendState.reports_first_token
     stalls_decodes = False  # a server whose running decodes go on through a newcomer's prefill (vLLM's kind)
 
     def __init__(self, name, inflight=0, slots=4, finishing=(), accuracy=1.0):

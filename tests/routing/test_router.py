@@ -320,3 +320,40 @@ def test_an_alias_may_set_its_strategys_exploration():
     assert make_strategy("least_inflight", 0.5).name == "least_inflight"  # explores nothing: ignored
     with pytest.raises(ValueError, match="exploration"):
         ModelAlias(backends=("a",), exploration=1.5)
+
+
+def test_a_json_call_llama_cpp_serves_from_an_upstream_stream_is_booked_as_one_that_reports_its_first_token():
+    # Scripted, no server. llama.cpp serves a JSON client's chat completion from an upstream stream
+    # (app/dispatch/loop.py streams_upstream), so its first token is seen, as a stream's is: a sibling
+    # waits for its copy of the prefix past its limit while it is being prefilled, and a first token
+    # late against its prediction reads as overdue. A JSON call of a protocol that is not assembled from
+    # a stream (the Responses API) says nothing before its end: the limit alone bounds a sibling's wait.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+    state = r.states["a"]
+
+    def json(assembles: bool) -> RouteContext:
+        c = ctx()
+        return RouteContext(stream=False, prompt_tokens=c.prompt_tokens, max_tokens=20, prefix=c.prefix, cached={},
+                            assembles=assembles)
+
+    async def main():
+        leader = await r.acquire("m", ctx=json(assembles=True))
+        assert state.book.overdue(time.monotonic() + 3600, 1.0) > 1.0  # its first token is awaited
+        sibling = await r.acquire("m", ctx=ctx())
+        waiting = asyncio.ensure_future(sibling.wait_for_prefix(0.05))
+        await asyncio.sleep(0.15)
+        assert not waiting.done()  # past its limit, the copy still being computed
+        leader.prefilled()
+        leader.first_token()
+        leader.release()
+        assert (await waiting).outcome == "ready"
+        sibling.release()
+
+        unseen = await r.acquire("m", ctx=json(assembles=False))
+        assert state.book.overdue(time.monotonic() + 3600, 1.0) == 1.0  # nothing to wait for
+        sibling = await r.acquire("m", ctx=ctx())
+        assert 0.04 < (await sibling.wait_for_prefix(0.05)).waited_s < 0.1
+        for lease in (unseen, sibling):
+            lease.release()
+
+    asyncio.run(main())

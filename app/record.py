@@ -42,6 +42,9 @@ class Estimate:
     ttft_s: float
     e2e_s: float
     decode_tokens: float  # tokens after the first, as predicted
+    # Of e2e_s, the time the answer is expected to stand still for neighbours' prefills (see
+    # AnswerDecode.stall): part of when it ends, not of how long it holds its slot's prompt cache.
+    stall_s: float = 0.0
 
 
 @dataclass(slots=True)

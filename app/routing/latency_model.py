@@ -1,7 +1,7 @@
 """A per-backend latency model, learned online from every request (DESIGN.md section 2).
 
     TTFT = net + queue + prefill_overhead + prompt_tokens / prefill_rate
-    E2E  = TTFT + (output_tokens - 1) * TPOT(batch)
+    E2E  = TTFT + (output_tokens - 1) * (TPOT(batch) + stall(requests in flight))
 
 Each figure is an exponentially weighted average whose weight decays with time (w = exp(-dt/tau)), so
 a backend not heard from for a while drifts back to its prior instead of keeping a stale figure.
@@ -37,6 +37,12 @@ LINE_WINDOW = 16.0
 # and the fewest that make a figure.
 ANSWER_WINDOW = 16
 ANSWER_MIN_SAMPLES = 3
+# The stall per token those answers stood still for neighbours' prefills is either none or a whole
+# prefill (seconds, beside a decode of a few tenths, on mixed lengths): of a few answers, one or two
+# stalled ones made the median, and every like answer after was priced as stalled (issue 24, mixed
+# lengths on real llama.cpp: a short answer predicted 2.5 s for 0.6). Only over this many like answers
+# does the median say whether most stall.
+STALL_MIN_SAMPLES = 8
 # A backend's mean answer length is over its last this many answers, whatever the time between them.
 OUTPUT_WINDOW = 16
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
@@ -288,8 +294,14 @@ class AnswerDecode:
     predicted 0.92 s (E2E +32 %). Where more than half the answers stall (a closed loop, or the
     simulator's longer prefills at 0.7-0.8 req/s), this under-predicts instead: on unequal servers
     (short prompts at 1.2 req/s, issue 24) 77 % of the quick server's answers met a prefill and the
-    default's E2E read -23 % at the median. There the median of the whole decode per batch read 14 %
-    on the dump (against 24 %), but on mixed lengths 19 % against 15 %: which to take is still open.
+    default's E2E read -23 % at the median. The median of the whole decode per batch read 14 % on that
+    dump (against 24 %), but 19 % against 15 % on mixed lengths: the batch an answer decoded in is
+    itself biased toward stalled answers (a neighbour that joins prefills first).
+
+    So the stall is kept apart (`stall`): per token of the answer, the median over like answers, zeros
+    included, where answers are alike by the requests in flight when they were sent, the state routing
+    sees. An answer's predicted end adds it; routing does not rank by it (app/routing/predict.py): the
+    arrivals that stall an answer are charged for it where they are placed (lookahead.imposed).
     """
 
     window: int = ANSWER_WINDOW
@@ -304,6 +316,10 @@ class AnswerDecode:
     # known), for the snapshot (/admin/backends).
     _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
     _stretch_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
+    # Seconds per token each whole answer stood still for neighbours' prefills, per requests in flight
+    # when it was sent (zeros included): the stall is keyed by the state at sending, the rate by the batch.
+    _stalls: dict[int, deque[float]] = field(default_factory=dict)
+    _stall_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
 
     @staticmethod
     def level(load: float) -> int:
@@ -321,6 +337,20 @@ class AnswerDecode:
         self._fold(self._levels, self._medians, key, per_token_s, now)
         _tag(self._answer_sources, key, self.window, source, batch_source)
 
+    def add_stall(self, load: float, per_token_s: float, now: float) -> None:
+        """The stall of a whole answer sent with `load` in flight, per token of its answer."""
+        self._fold(self._stalls, self._stall_medians, self.level(load), per_token_s, now, STALL_MIN_SAMPLES)
+
+    def stall(self, load: float, now: float) -> float:
+        """Per-token stall of an answer sent with `load` in flight (this one included): the median of
+        like answers', drifting to none unfed; none while fewer than STALL_MIN_SAMPLES were seen."""
+        # Every prediction asks: the level from the table, and no drift to work out for none.
+        known = self._stall_medians.get(_LEVELS[load] if type(load) is int and 0 <= load < _NLEVELS else _level(load))
+        if known is None or not known[0] > 0.0:
+            return 0.0
+        median, updated = known
+        return median * math.exp(-(now - updated) / self.stale_tau_s)
+
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way (timed by the gateway), decoded in a batch of `batch` running
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
@@ -329,12 +359,12 @@ class AnswerDecode:
         _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
 
     def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
-              per_token_s: float, now: float) -> None:
+              per_token_s: float, now: float, fewest: int = ANSWER_MIN_SAMPLES) -> None:
         samples = levels.get(key)
         if samples is None:
             samples = levels[key] = deque(maxlen=self.window)
         samples.append(per_token_s)
-        if len(samples) >= ANSWER_MIN_SAMPLES:
+        if len(samples) >= fewest:
             ordered = sorted(samples)
             k = len(ordered)
             mid = ordered[k // 2] if k % 2 else 0.5 * (ordered[k // 2 - 1] + ordered[k // 2])
@@ -452,7 +482,7 @@ class LatencyModel:
             self.prefill.add(float(prompt_tokens), seconds, _now(now))
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
-                       source: str = MEASURED, count_output: bool = True, stalled_s: float = 0.0,
+                       source: str = MEASURED, count_output: bool = True, stalled_s: float | None = None,
                        batch: float | None = None) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
         a point on the line of TPOT against the batch. `source` says how it was timed: measured (a
@@ -462,7 +492,9 @@ class LatencyModel:
         prefills (a newcomer's, on a server that runs it in the same steps): the line, which prices the
         book's finish times, keeps them; the answer's median is taught the decode without them (see
         `AnswerDecode`), under the `batch` it decoded in (requests decoding, itself included, as the
-        in-flight book measured them; by default the batch `load` makes)."""
+        in-flight book measured them; by default the batch `load` makes), and the stall per token apart,
+        under `load` (the state it was sent in). None: not measured (an answer not streamed upstream has
+        no first token to measure it from; its decode is reported or inferred), and no stall is taught."""
         if output_tokens > 1 and seconds > 0:
             t = _now(now)
             tpot = seconds / (output_tokens - 1)
@@ -474,10 +506,13 @@ class LatencyModel:
             if count_output:
                 # A whole answer (not a stretch of one still under way): a sample of what one takes,
                 # unless it stood still throughout (nothing of its own decode to learn).
-                if seconds > stalled_s:
+                stalled = 0.0 if stalled_s is None else stalled_s
+                if seconds > stalled:
                     decoded_in = self.batch(load if batch is None else batch)
-                    self.answers.add(decoded_in, (seconds - stalled_s) / (output_tokens - 1), t, source,
+                    self.answers.add(decoded_in, (seconds - stalled) / (output_tokens - 1), t, source,
                                      ESTIMATED if batch is None else MEASURED)
+                    if stalled_s is not None:  # measured from its first token: else not known
+                        self.answers.add_stall(load, stalled / (output_tokens - 1), t)
             else:
                 self.answers.add_stretch(self.batch(load), tpot, t)
         if output_tokens > 0 and count_output:

@@ -138,14 +138,16 @@ class Lease:
             # put the copy 5.9 s away where it freed in about 1 s (issue 24, one server 3x slower: the
             # next sibling went cold to the slow one, 6.4 s).
             slotted = slot_scoped_cache(state)
-            ready = self.estimate.e2e_s if slotted else self.estimate.ttft_s
+            # The slot frees at the answer's stall-free end (see Estimate.stall_s).
+            held_until = self.estimate.e2e_s - self.estimate.stall_s
+            ready = held_until if slotted else self.estimate.ttft_s
             state.prefixes.record(self._keys, ctx.now, ctx.now + ready, self._prefilled)
             if slotted:
                 # Its slot holds a copy of the prefix until it ends (set at the end there: prefilled);
                 # one that waits for a busy copy takes that copy over rather than computing another.
                 # With the slots the server publishes (llama.cpp /props), it holds no more copies than that.
                 m = state.model
-                state.prefixes.occupy(self._keys, ctx.now + self.estimate.e2e_s, self._prefilled,
+                state.prefixes.occupy(self._keys, ctx.now + held_until, self._prefilled,
                                       computes=not self.burst_wait_s,
                                       slots=m.slots if m.slots_source == "reported" else None)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)

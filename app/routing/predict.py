@@ -26,9 +26,9 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
     now is about to finish, but one due before the arrival has finished by then)."""
     now = ctx.now
-    queue, ttft, decode_tokens, e2e, _ = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
-                                                  now if known_at is None else known_at, True)
-    return Estimate(queue, ttft, e2e, decode_tokens)
+    queue, ttft, decode_tokens, e2e, _, stall = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
+                                                         now if known_at is None else known_at, True)
+    return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
 def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
@@ -37,7 +37,7 @@ def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -
     every candidate at every decision without deriving a context for that instant. A stream ranked by
     its first token skips the decode, which that figure does not read."""
     first = ctx.stream and ctx.stream_objective == "ttft"  # by_first_token(ctx)
-    _, ttft, _, e2e, penalty = _predict(c, ctx, now, c.inflight, known_at, not first)
+    _, ttft, _, e2e, penalty, _ = _predict(c, ctx, now, c.inflight, known_at, not first)
     return (ttft if first else e2e) * penalty
 
 
@@ -52,12 +52,12 @@ def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: f
         # BackendState.start_prefill's fields after lookahead.book's call (the same arithmetic).
         own = max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0))
         booked = (c.prefilling + 1, c.uncached_inflight + own, c.prefill_busy_since if c.prefilling else ctx.now)
-    _, ttft, _, e2e, penalty = _predict(c, ctx, now, c.inflight + 1, known_at, not first, booked)
+    _, ttft, _, e2e, penalty, _ = _predict(c, ctx, now, c.inflight + 1, known_at, not first, booked)
     return (ttft if first else e2e) * penalty
 
 
 def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
-             booked: tuple[int, float, float] | None = None) -> tuple[float, float, float, float, float]:
+             booked: tuple[int, float, float] | None = None) -> tuple[float, float, float, float, float, float]:
     """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
     time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
     `decode`, no decode is priced: 0.0 tokens, and the end-to-end time is the time to first token.
@@ -134,7 +134,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     penalty = 1.0 + 4.0 * (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
                            if x.samples and x.value != x.prior else x.prior)
     if not decode:
-        return queue, ttft, 0.0, ttft, penalty
+        return queue, ttft, 0.0, ttft, penalty, 0.0
     # The answer's tokens after the first: the expected length, capped by (or exactly) max_tokens.
     n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
     cap = ctx.max_tokens
@@ -143,7 +143,10 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     n -= 1
     if not n > 0.0:
         n = 0.0
-    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty
+    # The end-to-end time is returned without the stall: routing ranks by it, and the stall an answer
+    # meets comes from the arrivals after it, which are charged for it where they are placed
+    # (lookahead.imposed); ranked by it too, it was charged twice.
+    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty, n * m.answers.stall(ahead + 1, now)
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:
@@ -153,8 +156,9 @@ def _turnover_s(c: BackendState, slots: int, now: float) -> float:
 
 
 def objective(est: Estimate, ctx: RouteContext) -> float:
-    """The figure routing ranks by: TTFT for streams (unless their objective is e2e), E2E otherwise."""
-    return est.ttft_s if by_first_token(ctx) else est.e2e_s
+    """The figure routing ranks by: TTFT for streams (unless their objective is e2e), E2E otherwise (less
+    the expected stall, see _predict)."""
+    return est.ttft_s if by_first_token(ctx) else est.e2e_s - est.stall_s
 
 
 def by_first_token(ctx: RouteContext) -> bool:
@@ -176,10 +180,11 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     now, first = ctx.now, by_first_token(ctx)
     for c in candidates:
         # estimate(c, ctx), keeping the failure penalty its reads brought.
-        queue, ttft, decode_tokens, e2e, penalty = _predict(c, ctx, now, c.inflight, now, True)
-        e = kept[c.name] = Estimate(queue, ttft, e2e, decode_tokens)
+        queue, ttft, decode_tokens, e2e, penalty, stall = _predict(c, ctx, now, c.inflight, now, True)
+        e = kept[c.name] = Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
         estimates.append(e)
-        figures.append((ttft if first else e2e) * penalty)  # objective's, failure_penalty's
+        # Ranked without the stall (see _predict): objective's, failure_penalty's.
+        figures.append((ttft if first else e2e) * penalty)
     ctx.estimates = kept
     return estimates, figures
 

@@ -183,3 +183,42 @@ def test_a_backend_failing_every_request_reads_so_however_far_apart_its_requests
         last = gap * 39
         assert every.failure_rate.get(last) == pytest.approx(1.0), gap
         assert 0.4 < half.failure_rate.get(last) < 0.6, gap
+
+
+def test_an_answers_stall_is_learned_by_how_busy_its_server_was_when_it_was_sent_zeros_included():
+    # A llama.cpp server stops its decodes for a newcomer's prefill. Of eight answers sent to an idle
+    # server, five met one (0.46 s each); the stall-free decode is what the batch teaches, and the stall
+    # is the median of like answers, those that met none counted as none.
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    stalls = (0.46, 0.46, 0.0, 0.46, 0.0, 0.46, 0.0, 0.46)
+    for i, stalled in enumerate(stalls):
+        assert model.answers.stall(1, float(i)) == 0.0  # fewer than eight like answers: no figure
+        model.observe_decode(24, 23 * 0.02 + stalled, load=1, now=float(i), stalled_s=stalled, batch=2)
+    assert model.answers.stall(1, 7.0) == pytest.approx(0.02)  # 0.46 s over 23 tokens
+    assert model.answer_tpot(1, 7.0) == pytest.approx(0.02)  # the decode itself stays stall-free
+    assert model.answers.stall(2, 7.0) == 0.0  # sent with another in flight: nothing learned yet
+    # Unfed, the stall fades to none.
+    assert model.answers.stall(1, 7.0 + 10 * model.answers.stale_tau_s) < 1e-5
+    for i in range(3):
+        model.observe_decode(24, 23 * 0.02, load=1, now=8.0 + i, stalled_s=0.0, batch=1)
+    assert model.answers.stall(1, 10.0) == 0.0  # most like answers now met no prefill: the median is none
+
+
+def test_a_few_stalled_answers_do_not_price_every_like_answer_as_stalled():
+    # Mixed lengths: a short answer either stands still for a long prompt's whole prefill (seconds) or
+    # for nothing. Two of the first three like answers stalled; the next is not priced as stalled.
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i, stalled in enumerate((3.0, 0.0, 4.4)):
+        model.observe_decode(24, 23 * 0.012 + stalled, load=1, now=float(i), stalled_s=stalled, batch=1)
+    assert model.answers.stall(1, 3.0) == 0.0
+
+
+def test_an_answer_whose_stall_was_not_measured_teaches_no_stall():
+    # An answer not streamed upstream shows no first token, so the prefills it stood still for are not
+    # known: it is no sample of "none" (counted so, answers of both kinds on one server read half the stall).
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i in range(8):
+        model.observe_decode(24, 23 * 0.02 + 0.46, load=1, now=float(i), stalled_s=0.46, batch=1)
+    for i in range(8):
+        model.observe_decode(24, 23 * 0.04, load=1, now=7.0)
+    assert model.answers.stall(1, 7.0) == pytest.approx(0.02)

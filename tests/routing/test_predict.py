@@ -8,7 +8,7 @@ import pytest
 
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import estimate
+from app.routing.predict import estimate, objective, ranked
 from app.routing.state import InflightBook
 from tests.routing.test_router import router
 from tests.routing.test_strategies import State
@@ -215,3 +215,57 @@ def test_end_to_end_decodes_at_the_median_of_answers_sent_with_as_many_in_flight
         m.observe_decode(50, 49 * (0.008 if i < 3 else 0.05), load=1, now=CTX.now)
     idle = estimate(State("a", model=m), CTX)
     assert idle.e2e_s - idle.ttft_s == pytest.approx(49 * 0.008)
+
+
+def stalling(per_token_stall: float) -> LatencyModel:
+    """A server whose answers sent to it idle decode at 0.01 s a token, and stood still for neighbours'
+    prefills `per_token_stall` a token at the median."""
+    m = LatencyModel(Prior(slots=2, tpot_s=0.01))
+    for _ in range(8):
+        m.observe_decode(50, 49 * (0.01 + per_token_stall), load=1, now=CTX.now, stalled_s=49 * per_token_stall, batch=1)
+    return m
+
+
+def test_the_predicted_end_includes_the_stall_answers_sent_in_that_state_met():
+    e = estimate(State("a", model=stalling(0.01)), CTX)
+    assert e.stall_s == pytest.approx(49 * 0.01)
+    assert e.e2e_s - e.ttft_s == pytest.approx(49 * 0.01 + 49 * 0.01)
+
+
+def test_routing_ranks_by_the_end_without_the_stall_the_arrivals_that_cause_it_are_charged_for_it():
+    # "a" decodes faster but its answers are stalled more by later arrivals; those arrivals pay for the
+    # stall where they are placed (lookahead.imposed), so it does not count against "a" again.
+    a, b = State("a", model=stalling(0.02)), State("b", model=stalling(0.0))
+    for _ in range(8):
+        b.model.observe_decode(50, 49 * 0.015, load=1, now=CTX.now, batch=1)
+    estimates, figures = ranked([a, b], CTX)
+    assert estimates[0].e2e_s > estimates[1].e2e_s  # "a" is predicted to end later ...
+    assert figures[0] < figures[1]  # ... and still ranks first
+    assert objective(estimates[0], CTX) == pytest.approx(estimates[0].e2e_s - estimates[0].stall_s)
+
+
+def test_a_llama_cpp_slot_holds_its_prompts_copy_until_the_answers_end_without_the_stall(monkeypatch):
+    # A sibling reuses a llama.cpp slot's copy of its prefix once that slot frees: at the answer's end
+    # as routing ranks it, not later for the stall (priced there, siblings went cold elsewhere).
+    import time
+
+    from app.config import BackendConfig, ModelAlias
+    from app.routing.router import Router
+    from app.upstream.adapters import adapter_for
+    from tests.routing.test_prefix_routing import ask, ctx_for
+    from tests.routing.test_router import FakeBackend
+
+    class LlamaCpp(FakeBackend):
+        adapter = adapter_for("llamacpp")
+
+    monkeypatch.setattr(time, "monotonic", lambda: CTX.now)
+    config = BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", max_concurrency=4, flavor="llamacpp")
+    r = Router({"a": LlamaCpp("a", config)}, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
+    state = r.states["a"]
+    state.model = stalling(0.02)
+    ctx = ctx_for(ask("What is a slot?"), now=CTX.now)
+    lease = asyncio.run(r.acquire("m", ctx=ctx))
+    e = lease.estimate
+    assert e.stall_s > 0.0
+    _, ready_at, _, _ = state.prefixes.match(ctx.prefix.keys, CTX.now)
+    assert ready_at == pytest.approx(CTX.now + e.e2e_s - e.stall_s)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from app.record import Estimate
 from app.routing.context import RouteContext
-from app.routing.predict import decided, failure_penalty, objective
+from app.routing.predict import by_first_token, decided, failure_penalty
 from app.routing.state import BackendState
 
 
@@ -31,11 +31,17 @@ class RouteChoice:
 
     @property
     def predicted_s(self) -> float | None:
-        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in
-        (`predict`'s figure, from the estimate the ranking made)."""
+        """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in, from the
+        estimate the ranking made: what the deadline check, hedging and /admin/route/explain hold it to.
+        The end is the predicted one, with the stall the answer is expected to stand still for
+        (`Estimate.stall_s`), not the stall-free figure routing ranks by (`predict.objective`): the
+        arrivals that cause the stall are charged for it where they are placed, but it still delays this
+        answer: without it, a deadline was checked, and a hedge timed, against an end the prediction itself
+        put later (on llama.cpp most answers stand still for a neighbour's prefill, issue 24)."""
         if self.state is None:
             return None
-        return objective(decided(self.state, self.ctx), self.ctx) * failure_penalty(self.state, self.ctx.now)
+        est = decided(self.state, self.ctx)
+        return (est.ttft_s if by_first_token(self.ctx) else est.e2e_s) * failure_penalty(self.state, self.ctx.now)
 
 
 SCORE_MEANING = {

@@ -311,6 +311,26 @@ def test_a_sibling_waiting_for_a_busy_copy_releases_it_when_predicted_not_a_cold
     asyncio.run(main())
 
 
+def test_the_deadline_check_and_hedging_hold_the_pick_to_its_predicted_end_with_its_stall():
+    # Answers here stand still for neighbours' prefills (half the time a token takes). Routing ranks by
+    # the end without that stall (the arrivals that cause it are charged for it where they are placed),
+    # but the answer still ends later: the deadline check, the hedge's delay and /admin/route/explain
+    # (RouteChoice.predicted_s) hold the pick to the end predicted for it, as the explained estimate says.
+    from app.routing.predict import failure_penalty
+
+    r = router({"a": 10}, "predicted_latency")
+    state = r.states["a"]
+    for _ in range(8):
+        state.model.observe_decode(50, 49 * 0.03, load=1, stalled_s=49 * 0.01, batch=1)
+    choice = r.decide("m", RouteContext(max_tokens=50))
+    est = choice.estimate()
+    assert est is not None and est.stall_s == pytest.approx(49 * 0.01, rel=0.01)
+    assert choice.predicted_s == pytest.approx(est.e2e_s * failure_penalty(state, choice.ctx.now))
+    # A stream ranked by its first token is held to that.
+    first = r.decide("m", RouteContext(stream=True, max_tokens=50, stream_objective="ttft"))
+    assert first.predicted_s == pytest.approx(first.estimate().ttft_s * failure_penalty(state, first.ctx.now))
+
+
 def test_an_alias_may_set_its_strategys_exploration():
     from app.routing.router import make_strategy
 

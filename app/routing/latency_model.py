@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.record import ESTIMATED, MEASURED, REPORTED
@@ -615,7 +616,7 @@ def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, sour
     tags.append((source, batch_source))
 
 
-def _least_direct(sources) -> str:
+def _least_direct(sources: Iterable[str]) -> str:
     return max(sources, key=_DIRECTNESS.__getitem__, default=ESTIMATED)
 
 

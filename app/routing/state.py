@@ -33,7 +33,7 @@ class _Booked:
     prefill_s: float  # of it, the prefill once the request holds a slot
     tokens: float  # to decode
     # Its first token will be reported (a stream, or a JSON call the backend serves from an upstream
-    # stream: Backend.reports_first_token), so without one yet it has not begun to decode.
+    # stream: BackendState.reports_first_token), so without one yet it has not begun to decode.
     stream: bool
     news_at: float = 0.0  # the latest decode news (its first token, then progress); 0: none yet
     decoded: float = 0.0  # tokens out by `news_at`

@@ -352,6 +352,14 @@ class AnswerDecode:
         median, updated = known
         return median * math.exp(-(now - updated) / self.stale_tau_s)
 
+    def stall_snapshot(self, now: float) -> dict[str, dict]:
+        """Per requests in flight when answers were sent (the highest of its range), the median stall per
+        token of like answers and what it rests on: every predicted end adds it (`stall`), so it is shown
+        beside the decode medians. Timed by the gateway (the prefills it logged during each answer)."""
+        return {str(k): {"stall_s": v[0], "samples": len(self._stalls[k]), "age_s": round(now - v[1], 1),
+                         "source": MEASURED}
+                for k, v in sorted(self._stall_medians.items())}
+
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way (timed by the gateway), decoded in a batch of `batch` running
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
@@ -598,6 +606,7 @@ class LatencyModel:
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "answer_tpot_s": self.answers.snapshot(t),
+            "answer_stall_s": self.answers.stall_snapshot(t),
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},

@@ -222,3 +222,15 @@ def test_an_answer_whose_stall_was_not_measured_teaches_no_stall():
     for i in range(8):
         model.observe_decode(24, 23 * 0.04, load=1, now=7.0)
     assert model.answers.stall(1, 7.0) == pytest.approx(0.02)
+
+
+def test_the_stall_every_predicted_end_adds_is_shown_with_what_it_rests_on():
+    # /admin/backends shows the figures predictions read: the stall medians beside the decode ones, none
+    # before eight like answers, each with its samples, age and source (timed by the gateway).
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i in range(8):
+        assert "1" not in model.snapshot(float(i))["answer_stall_s"]
+        model.observe_decode(24, 23 * 0.02 + 0.46, load=1, now=float(i), stalled_s=0.46, batch=2)
+    level = model.snapshot(9.0)["answer_stall_s"]["1"]
+    assert level == {"stall_s": pytest.approx(0.02), "samples": 8, "age_s": 2.0, "source": "measured"}
+    assert model.snapshot(9.0)["answer_stall_s"].keys() == {"1"}  # sent with more in flight: nothing yet

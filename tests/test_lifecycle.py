@@ -111,6 +111,26 @@ def test_hedging_answers_from_the_second_backend_when_the_first_is_late():
     assert len(set(backends)) == 2  # the hedge went to the other backend
 
 
+def test_a_stream_ranked_by_its_end_is_hedged_after_its_predicted_first_token():
+    """A hedge races what an attempt returns, a stream's first event; latency_aware ranks streams by their
+    end. A 200-token answer is predicted to end seconds away (the prior's decode), its first token within
+    milliseconds: fails when the hedge waits a factor of the end, as the late first attempt then answers,
+    0.6 s later."""
+    cfg = config({"chat": {"backends": ["a", "b"], "strategy": "latency_aware",
+                           "hedge": {"enabled": True, "min_delay_ms": 30, "budget_ratio": 1.0}}})
+    t = ScriptedTransport(lambda name, n: Stream(delay_s=0.6) if n == 0 else Stream())
+
+    async def scenario(gw):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        answer = await call(gw, {**STREAM, "max_tokens": 200})
+        return answer.events[-1], loop.time() - start, [c.backend for c in t.calls], in_flight(gw)
+
+    last, took, backends, held = run(cfg, t, scenario)
+    assert last == b"[DONE]" and took < 0.4
+    assert len(set(backends)) == 2 and held == {"a": 0, "b": 0}  # the hedge went to the other backend
+
+
 def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slot():
     """Shutdown past its grace period cancels the response task: the client still gets an error event."""
     import orjson

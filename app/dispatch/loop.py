@@ -347,7 +347,11 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
 
     if not spec.hedge.enabled:
         return await attempt()
-    best = gw.router.decide(alias, ctx).predicted_s or 0.0
+    # The hedge races what an attempt returns: a stream's first event, a JSON call's whole answer. So a
+    # stream's delay is a factor of its predicted first token, whatever its ranking reads: latency_aware
+    # ranks streams by their end, and a first token still missing at twice a long answer's end is no
+    # longer a hedge, it is a timeout.
+    best = gw.router.decide(alias, ctx).predicted(req.stream) or 0.0
     delay = max(spec.hedge.min_delay_ms / 1000, spec.hedge.after_factor * best)
     budget = gw.hedge_budgets[alias]
     budget.on_request()

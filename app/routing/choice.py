@@ -32,7 +32,11 @@ class RouteChoice:
     @property
     def predicted_s(self) -> float | None:
         """The pick's predicted TTFT (streams ranked by it) or end-to-end time, failures priced in, from the
-        estimate the ranking made: what the deadline check, hedging and /admin/route/explain hold it to.
+        estimate the ranking made: what the deadline check and /admin/route/explain hold it to."""
+        return self.predicted(by_first_token(self.ctx))
+
+    def predicted(self, first_token: bool) -> float | None:
+        """The pick's predicted time to its first token, or to its end, failures priced in (None: no pick).
         The end is the predicted one, with the stall the answer is expected to stand still for
         (`Estimate.stall_s`), not the stall-free figure routing ranks by (`predict.objective`): the
         arrivals that cause the stall are charged for it where they are placed, but it still delays this
@@ -41,8 +45,7 @@ class RouteChoice:
         if self.state is None:
             return None
         est = decided(self.state, self.ctx)
-        return (est.ttft_s if by_first_token(self.ctx) else est.e2e_s) * failure_penalty(self.state, self.ctx.now)
-
+        return (est.ttft_s if first_token else est.e2e_s) * failure_penalty(self.state, self.ctx.now)
 
 SCORE_MEANING = {
     "round_robin": "turn", "weighted": "weighted turn", "least_inflight": "in-flight count",

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import os
 import random
 import statistics
@@ -81,6 +82,30 @@ class _Req:
     slot: int = -1  # with --per-slot: the slot that took it
 
 
+@dataclass(eq=False)
+class _Held:
+    """A request held back for a sibling's copy of its prefix, as app/routing/lease.py's wait_for_prefix holds
+    it: until the copy is computed (its first token; on a timed server, at most until the copy is far overdue),
+    then at most `limit_s` more for it to be free."""
+
+    req: _Req
+    copy: Any  # the sibling's PrefixCopy: set when free, its `computed` at its first token
+    limit_s: float
+    overdue_at: float  # inf: no bound before the copy is computed (an untimed server)
+    computed_at: float | None = None
+
+    def due(self, at: float) -> bool:
+        """Whether the wait ends at `at` (the copy free; computed `limit_s` ago; or far overdue)."""
+        if self.copy.is_set():
+            return True
+        computed = getattr(self.copy, "computed", None)
+        if computed is None or computed.is_set():
+            if self.computed_at is None:
+                self.computed_at = at
+            return at >= self.computed_at + self.limit_s
+        return at >= self.overdue_at
+
+
 @dataclass
 class _Server:
     speed: float
@@ -93,7 +118,7 @@ class _Server:
     held: list[str | None] = field(default_factory=list)
     used: list[float] = field(default_factory=list)
     taken: list[_Req | None] = field(default_factory=list)
-    waiting: list[tuple[float, Any, _Req]] = field(default_factory=list)  # held back: (limit, copy's event, request)
+    waiting: list[_Held] = field(default_factory=list)  # requests held back for a sibling's copy of their prefix
     stored: list[str] = field(default_factory=list)  # with --host-cache: prompts saved from slots to host memory
 
 
@@ -208,10 +233,17 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 leader = lease.prefix.leader if lease.prefix is not None else None
                 if per_slot and lease.burst_wait_s and leader is not None and not leader.is_set():
                     # The gateway holds it back for a sibling's copy of its prefix (app/dispatch's burst
-                    # wait), until that copy is free or the wait's limit.
-                    s.waiting.append((at + lease.burst_wait_s, leader, r))
-                    tie += 1
-                    heapq.heappush(events, (at + lease.burst_wait_s, tie, -10 - k))
+                    # wait): until the copy is computed, then until it is free or the wait's limit. Released
+                    # at the limit counted from its arrival instead, a request held behind a copy queued on
+                    # a busy server was sent before the copy was computed and took another slot cold.
+                    first_at, ttft = getattr(leader, "first_token_at", math.inf), getattr(leader, "ttft_s", math.inf)
+                    overdue = (first_at + max(ttft, lease.burst_wait_s)
+                               if lease.state.model.prefill.samples and math.isfinite(first_at) else math.inf)
+                    held = _Held(r, leader, lease.burst_wait_s, overdue)
+                    s.waiting.append(held)
+                    if math.isfinite(overdue):  # checked then (and when the copy is computed, below)
+                        tie += 1
+                        heapq.heappush(events, (overdue, tie, -10 - k))
                 else:
                     s.queue.append(r)
             else:
@@ -264,9 +296,14 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 s.busy = False
             k = int(i if i >= 0 else -10 - i if i <= -10 else lease.state.name[1:])
             s = servers[k]
-            for held in [w for w in s.waiting if w[1].is_set() or w[0] <= at]:
-                s.waiting.remove(held)
-                s.queue.append(held[2])
+            for w in list(s.waiting):
+                computed = w.computed_at is not None
+                if w.due(at):
+                    s.waiting.remove(w)
+                    s.queue.append(w.req)
+                elif not computed and w.computed_at is not None:
+                    tie += 1
+                    heapq.heappush(events, (w.computed_at + w.limit_s, tie, -10 - k))
             while len(s.slots) < slots and s.queue:
                 r = s.queue.pop(0)
                 r.slot_at = at

@@ -145,11 +145,24 @@ class LatencyAware:
             # slots each) every collapsed run had prompts placed on both servers this way in its first
             # seconds, three or four prompts a server for two slots (issue 24; tests/routing/
             # test_latency_aware.py's test on a backend judged late beside timed ones).
-            seen = [r for c in candidates if (r := c.book.first_token_lag()) is not None]
-            for c in candidates:
+            # Each is lateness against the prior: a timed candidate's book predicts from its learned model,
+            # so its first tokens come on time (~1.0) and say nothing of the prior; its prefill does. A
+            # candidate never timed counts its first tokens and, with streams in flight, how late they are
+            # so far (censored: at least that late, 1.0 when on time). Judged against a timed server's own
+            # first tokens, a never-timed one read as 27x late for a sibling waiting on a copy it was
+            # computing; judged against nothing when every candidate was late, the one whose cold stream
+            # started first read as the slower and a new prompt went to the other, whose two slots were
+            # full (llama_sim --per-slot, four shared prompts: 10-16 cold prefills where 4 were needed).
+            seen = []
+            for c, lag in zip(candidates, lags):
                 if c.model.prefill.samples:
                     t = max(ctx.prompt_tokens, 1)
                     seen.append(c.model.prefill_s(t, ctx.now) * c.model.prior.prefill_tokens_per_s / t)
+                    continue
+                if (r := c.book.first_token_lag()) is not None:
+                    seen.append(r)
+                if c.book.streams:
+                    seen.append(lag)
             ref = max(1.0, min(seen, default=1.0))
             if ref > 1.0:
                 lags = [lag / ref if lag > 1.0 else lag for lag in lags]
@@ -335,11 +348,17 @@ class LatencyAware:
         cached = ctx.cached or {}
         keys = []
         for c, lag in zip(candidates, lags):
-            if lag >= SLOWER_HOME:
-                keys.append((True, 0, 0, 0))
-                continue
             held = cached.get(c.name)
             blocks = held.blocks if held is not None else 0
+            if lag >= SLOWER_HOME and blocks < MIN_BURST_BLOCKS:
+                # Not where it holds the prompt: there the late stream is (or waits for) the copy this
+                # request would share, not a prefill it adds, and elsewhere it is computed again at a rate
+                # no one has seen either. Ranked last, a sibling of a prompt computed for 0.7 s on a server
+                # never timed went cold to the other one, and the prompt was held on both (llama_sim
+                # --per-slot, four shared prompts: the first extra cold prefill of 19 of 24 collapsed seeds
+                # came before both servers were timed).
+                keys.append((True, 0, 0, 0))
+                continue
             # Counted are the prefills each placement leaves running there: a request held back for
             # a sibling's copy of its prefix computes none, and neither does this one where a sibling
             # is computing its prompt (it waits for that copy). Ranked by requests in flight, a burst's

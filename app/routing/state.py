@@ -127,6 +127,11 @@ class InflightBook:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def streams(self) -> int:
+        """How many of the requests booked here report their first token (`overdue` reads only those)."""
+        return self._streams
+
     def finishes(self, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> list[float]:
         """Every booked request's predicted finish, simulated from now (see the class docstring)."""
         decoding: list[float] = []

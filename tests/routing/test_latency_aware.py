@@ -696,3 +696,79 @@ def test_a_hash_margin_never_reaches_an_untimed_backend_busier_than_a_timed_one(
         i, scores = policy.choose([a, b], ctx_for(body, now=3.0), k)
         assert i == 0 and scores[1] < scores[0] + policy._margin(a, ctx_for(body, now=3.0)), scores
     assert tried >= 10
+
+
+def untimed_pair(slots: int = 2) -> list[State]:
+    """Two llama.cpp-like backends never timed: the prior's GPU rate (~0.12 s for a cold shared prompt)."""
+    fleet = [State("a", slots=slots), State("b", slots=slots)]
+    for s in fleet:
+        s.model = LatencyModel(Prior(tpot_s=0.03, slots=slots, output_tokens=16))
+    return fleet
+
+
+def cold_streams(s: State, sent: list[float], tokens: float = 600) -> None:
+    """`s` prefilling one cold prompt for each instant in `sent`, each predicted at the prior's 0.12 s."""
+    for at in sent:
+        s.book.add(at, 0.12, 15, reports_first_token=True)
+    s.inflight += len(sent)
+    s.prefilling += len(sent)
+    s.uncached_inflight += tokens * len(sent)
+    s.prefill_busy_since = min(sent)
+
+
+def test_a_never_timed_backend_is_judged_late_against_the_prior_not_against_a_timed_ones_first_tokens():
+    # Scripted state from llama_sim --per-slot (four shared prompts, issue 24): a timed (~4 ms a prompt
+    # token, 20x the prior's time), its streams' first tokens on time as its learned model predicts them;
+    # b never timed, its first cold prompt's first token 15x the prior's time and a stream now 20x late:
+    # as slow as a, not slower. Judged against a's first tokens (1.0x), b read as 20x slower than a and
+    # ranked last, and the next prompt went to a beside two requests there.
+    p = ask("q", "Policy three. " * 150)
+    for k in range(4):
+        a, b = untimed_pair()
+        for tokens in (600, 620):
+            a.model.observe_prefill(tokens, tokens * 0.004, now=1.0)
+        a.book.first_token(a.book.add(4.0, 2.4, 15, reports_first_token=True), 6.4)
+        a.book.add(6.5, 2.4, 15, reports_first_token=True)
+        a.inflight, a.prefilling, a.uncached_inflight, a.prefill_busy_since = 2, 1, 600, 6.5
+        b.book.first_token(b.book.add(0.0, 0.12, 15, reports_first_token=True), 1.8)
+        cold_streams(b, [4.6])
+        b.inflight += 1  # the first answer still decoding
+        assert b.book.overdue(7.0, 0.25) > 2 * 9  # 20x the prior, 1.3x what b's first token was
+        assert LatencyAware(exploration=0).choose([a, b], ctx_for(p, now=7.0), k)[0] == 1
+
+
+def test_before_a_backend_is_timed_a_sibling_waits_for_its_copy_there_however_late_the_copy():
+    # Scripted state from llama_sim --per-slot (four shared prompts, issue 24): neither backend timed; a has
+    # computed p0 for 0.7 s (predicted 0.12 s: 5.8x late), b took another prompt 0.05 s ago. Ranked last
+    # for that lateness, a sent p0's sibling to b, where p0 was computed a second time behind b's own
+    # cold prompt, and a fifth copy of four prompts filled four slots: the first extra cold prefill of 19
+    # of the 24 seeds that made 10 or more. The late stream is the copy the sibling shares: it waits on a.
+    p0, p1, p2 = (ask("q", f"Policy {name}. " * 150) for name in ("zero", "one", "two"))
+    for k in range(4):
+        a, b = untimed_pair()
+        a.prefixes.record(ctx_for(p0).prefix.keys, now=0.0, ready_at=0.12, leader=asyncio.Event())
+        cold_streams(a, [0.0])
+        b.prefixes.record(ctx_for(p1).prefix.keys, now=0.65, ready_at=0.77, leader=asyncio.Event())
+        cold_streams(b, [0.65])
+        assert LatencyAware(exploration=0).choose([a, b], ctx_for(p0, now=0.7), k)[0] == 0
+        # A prompt a does not hold still goes where no stream is late.
+        assert LatencyAware(exploration=0).choose([a, b], ctx_for(p2, now=0.7), k)[0] == 1
+
+
+def test_before_any_backend_is_timed_lateness_everywhere_ranks_by_load_not_by_who_started_first():
+    # Scripted state from llama_sim --per-slot (four shared prompts at 1.0 req/s, issue 24; here three slots
+    # a server): neither backend timed, both late against the prior; a has computed one cold prompt since
+    # 0.0, b two since 0.2 and 0.56. Each scaled by its own lateness, a (5x, its stream the older) read as
+    # the slower, and a new prompt went to b to be prefilled beside two cold prompts there (in the
+    # simulator, with two slots, it queued: 5.6 s where a had a free slot, 1.8 s). Every stream being late
+    # says the prior is wrong for all: a 1.5x difference is no evidence, and the prefills running decide.
+    p = ask("q", "Policy three. " * 150)
+    for k in range(4):
+        a, b = untimed_pair(slots=3)
+        cold_streams(a, [0.0])
+        cold_streams(b, [0.2, 0.56])
+        assert a.book.overdue(0.6, 0.25) > b.book.overdue(0.6, 0.25) > 3
+        ctx = ctx_for(p, now=0.6)
+        ctx.stream_objective = "e2e"  # latency_aware's own (ModelAlias.ranks_streams_by)
+        assert LatencyAware(exploration=0).choose([a, b], ctx, k)[0] == 0
+

@@ -262,8 +262,10 @@ class LatencyAware:
         # --per-slot). Where none is timed (a burst's start) the scores are alike and the margin holds:
         # restricted there too, eight prompts on eight closed-loop clients waited 1.5 % longer.
         load = keys if keys is not None and any(c.model.prefill.samples for c in candidates) else None
-        within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:3] == load[first][:3])]
-        return max(within, key=hashed.__getitem__), scores
+        needless = self._pushes_out_needlessly(candidates, ctx)
+        within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:3] == load[first][:3])
+                  and not needless[i]]
+        return max(within or [first], key=hashed.__getitem__), scores
 
     @staticmethod
     def _holds(c, ctx: RouteContext) -> bool:
@@ -304,6 +306,17 @@ class LatencyAware:
                     out = list(scores)
                 out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
         return out
+
+    def _pushes_out_needlessly(self, candidates, ctx: RouteContext) -> list[bool]:
+        """For each candidate, whether placing the prompt there pushes a prompt out of a slot (`_evicting`
+        charges it) where another candidate has room for it. Consistent placement (the home, the hash margin) is worth
+        the reuse it expects; a prompt pushed out that repeats is a cold prefill certain to come. Unchecked,
+        a new prompt went to its home, a full two-slot server, past an idle slot on the other, and the
+        prompt it pushed out went cold the other way when it next came (llama_sim --per-slot, four shared
+        prompts in four slots)."""
+        charges = self._evicting(candidates, ctx, [0.0] * len(candidates))
+        room = min(charges) == 0.0
+        return [room and charge > 0.0 for charge in charges]
 
     def _margin(self, c, ctx: RouteContext) -> float:
         """What placing a prompt no candidate holds at its hash may cost over `c`'s prediction: the share
@@ -408,6 +421,8 @@ class LatencyAware:
             # llama.cpp): whether to wait for it or compute it elsewhere is the predictions' question.
             return None
         if self._clearly_worse(candidates, home, ctx.now):
+            return None
+        if self._pushes_out_needlessly(candidates, ctx)[home]:
             return None
         # Its bounded share of the requests in flight, the one being placed included, rounded up to a
         # whole request; and of the uncached prompt tokens in flight (a long prefill backlog, which a

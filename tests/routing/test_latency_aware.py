@@ -772,3 +772,31 @@ def test_before_any_backend_is_timed_lateness_everywhere_ranks_by_load_not_by_wh
         ctx.stream_objective = "e2e"  # latency_aware's own (ModelAlias.ranks_streams_by)
         assert LatencyAware(exploration=0).choose([a, b], ctx, k)[0] == 0
 
+
+def test_a_new_prompt_never_pushes_a_prompt_out_of_its_homes_slots_while_another_backend_has_room():
+    # Scripted state from llama_sim --per-slot (four shared prompts, issue 24): a's two slots hold p0 and
+    # p1, b's one of its two holds p2. p3, new, hashed to a: the home rule (within its bounded share, both
+    # idle) sent it there, pushing p0 or p1 out, whose next request went cold to b, and so on. Nor does the
+    # hash margin take it there, where the prompts pushed out came once (charged at the reuse share, as
+    # much as the margin allows).
+    tried = 0
+    for k in range(40):
+        new = ask("q", f"Policy {k + 10}. " * 150)
+        group = ctx_for(new).prefix.group
+        if rendezvous(group, "a") < rendezvous(group, "b"):
+            continue  # the case is a prompt hashing to the full backend
+        tried += 1
+        for times in (2, 1):
+            policy = seen_shared(LatencyAware(exploration=0))
+            a, b = timed(SlotServer("a"), SlotServer("b"))
+            held_by(a, ask("q", "Policy zero. " * 150), at=1.0, times=times)
+            held_by(a, ask("q", "Policy one. " * 150), at=2.0, times=times)
+            held_by(b, ask("q", "Policy two. " * 150), at=2.5, times=times)
+            b.uncached_inflight, b.prefill_busy_since, b.prefilling = 1.0, 3.0, 1  # a hair busier than a
+            ctx = ctx_for(new, now=3.0)
+            i, scores = policy.choose([a, b], ctx, k)
+            assert i == 1, (k, times, scores)
+            # Where neither has room (b's free slot taken by p2 too), the hash decides as before.
+            held_by(b, ask("q", "Policy two bis. " * 150), at=2.6, times=times)
+            assert policy.choose([a, b], ctx_for(new, now=3.0), k)[0] == 0, (k, times)
+    assert tried >= 10

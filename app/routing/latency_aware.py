@@ -290,30 +290,49 @@ class LatencyAware:
         if not ctx.cached or not ctx.prefix or not ctx.prefix.keys or not self._prefixes_repeat(ctx.now):
             return scores
         share, first, out = self.reuse.expected_share(ctx.now), ctx.prefix.keys[0], scores
+        bound = [_slots_bound(c) for c in candidates]
+        held_elsewhere = any(m.blocks >= MIN_BURST_BLOCKS for m in ctx.cached.values())
         for i, c in enumerate(candidates):
             m = c.model
-            if m.slots_source != "reported" or not m.slots or not c.prefixes.slot_bound or not slot_scoped_cache(c):
+            if not bound[i]:
                 continue
             held = ctx.cached.get(c.name)
-            if (held is None or held.blocks < MIN_BURST_BLOCKS) and c.prefixes.copies_besides(first) >= m.slots:
-                gone = c.prefixes.pushed_out(first)
-                # A prompt that came more than once comes again: its next request computes it cold.
-                again = 1.0 if gone is not None and any(x.prefixes.repeated(gone) for x in candidates) else share
-                # (Priced at the alias's reuse share, the charge fell as prompts spread and fewer requests
-                # found theirs, and spread them further: four shared prompts on llama_sim --per-slot
-                # at 1.0 req/s, 50 of 200 seeds made 12 or more cold prefills where 4 were needed.)
-                if out is scores:
-                    out = list(scores)
-                out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
+            if held is not None and held.blocks >= MIN_BURST_BLOCKS:
+                continue
+            besides = c.prefixes.copies_besides(first)
+            if besides < m.slots:
+                # A slot free of other prompts takes it, and pushes nothing out now. But a second copy of a
+                # prompt held elsewhere, in the last slot free anywhere, leaves the next prompt no one holds
+                # to push one out: charged as a prompt that may come again (the reuse share). Uncharged, a
+                # sibling of a prompt whose copy was busy took the other server's last free slot whenever
+                # that was a little sooner than the wait, a fifth copy of four prompts in four slots, and the
+                # next new prompt pushed one out (llama_sim --per-slot, four shared prompts: the first extra
+                # cold prefill of 31 of the 72 seeds that made more than 4).
+                if (held_elsewhere and besides + 1 >= m.slots
+                        and all(b and (x is c or x.prefixes.copies_besides(None) >= x.model.slots)
+                                for b, x in zip(bound, candidates))):
+                    if out is scores:
+                        out = list(scores)
+                    out[i] += share * m.prefill_s(ctx.prompt_tokens, ctx.now)
+                continue
+            gone = c.prefixes.pushed_out(first)
+            # A prompt that came more than once comes again: its next request computes it cold.
+            again = 1.0 if gone is not None and any(x.prefixes.repeated(gone) for x in candidates) else share
+            # (Priced at the alias's reuse share, the charge fell as prompts spread and fewer requests
+            # found theirs, and spread them further: four shared prompts on llama_sim --per-slot
+            # at 1.0 req/s, 50 of 200 seeds made 12 or more cold prefills where 4 were needed.)
+            if out is scores:
+                out = list(scores)
+            out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
         return out
 
     def _pushes_out_needlessly(self, candidates, ctx: RouteContext) -> list[bool]:
         """For each candidate, whether placing the prompt there pushes a prompt out of a slot (`_evicting`
-        charges it) where another candidate has room for it. Consistent placement (the home, the hash margin) is worth
-        the reuse it expects; a prompt pushed out that repeats is a cold prefill certain to come. Unchecked,
-        a new prompt went to its home, a full two-slot server, past an idle slot on the other, and the
-        prompt it pushed out went cold the other way when it next came (llama_sim --per-slot, four shared
-        prompts in four slots)."""
+        charges it) where another candidate has room for it. Consistent placement (the home, the hash
+        margin) is worth the reuse it expects; a prompt pushed out that repeats is a cold prefill certain
+        to come. Unchecked, a new prompt went to its home, a full two-slot server, past an idle slot on the
+        other, and the prompt it pushed out went cold the other way when it next came (llama_sim
+        --per-slot, four shared prompts in four slots)."""
         charges = self._evicting(candidates, ctx, [0.0] * len(candidates))
         room = min(charges) == 0.0
         return [room and charge > 0.0 for charge in charges]
@@ -455,6 +474,13 @@ class LatencyAware:
         if c not in measured:
             return failure_penalty(c, now) > SLOWER_HOME
         return cost(c) > SLOWER_HOME * min(cost(x) for x in measured)
+
+
+def _slots_bound(c) -> bool:
+    """Whether `c`'s prompt cache belongs to its published slots (llama.cpp --cache-ram 0): a prompt it
+    computes takes a slot, and one pushed out of it is gone."""
+    m = c.model
+    return m.slots_source == "reported" and bool(m.slots) and c.prefixes.slot_bound and slot_scoped_cache(c)
 
 
 def _untimed_lag(c, now: float) -> float:

@@ -800,3 +800,27 @@ def test_a_new_prompt_never_pushes_a_prompt_out_of_its_homes_slots_while_another
             held_by(b, ask("q", "Policy two bis. " * 150), at=2.6, times=times)
             assert policy.choose([a, b], ctx_for(new, now=3.0), k)[0] == 0, (k, times)
     assert tried >= 10
+
+
+def test_a_second_copy_never_takes_the_last_free_slot_for_less_than_the_prompt_it_will_push_out():
+    # Scripted state from llama_sim --per-slot (four shared prompts, two 2-slot servers, issue 24): a holds
+    # p0 and p1, p1's copy busy for 3 s more; b holds p2 and one free slot. A p1 sibling was predicted 0.5 s
+    # sooner cold on b, took its free slot (a fifth copy of four prompts in four slots), and the next prompt
+    # no server held, p3, pushed one out: the first extra cold prefill of 31 of the 72 seeds with more than
+    # 4. Taking the fleet's last free slot is charged the reuse share of a prefill; the sibling waits.
+    bodies = [ask("q", f"Policy {k}. " * 150) for k in range(3)]
+    for k in range(4):
+        policy = seen_shared(LatencyAware(exploration=0))
+        a, b = SlotServer("a"), SlotServer("b")
+        held_by(a, bodies[0], at=1.0)
+        copy_in_use(a, bodies[1], release_at=6.0)
+        held_by(b, bodies[2], at=2.0)
+        ctx = ctx_for(bodies[1], now=3.0)
+        i, scores = policy.choose([a, b], ctx, k)
+        assert i == 0, scores
+        assert estimate(b, ctx).e2e_s < estimate(a, ctx).e2e_s  # unpriced, b was the lower prediction
+        # With a slot still free after it (b holds nothing else), the second copy is free to take one.
+        a, b = SlotServer("a"), SlotServer("b")
+        held_by(a, bodies[0], at=1.0)
+        copy_in_use(a, bodies[1], release_at=6.0)
+        assert policy.choose([a, b], ctx_for(bodies[1], now=3.0), k)[0] == 1

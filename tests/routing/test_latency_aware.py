@@ -6,6 +6,7 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from app.config import PrefixPolicy
 from app.routing.latency_aware import LatencyAware
@@ -36,6 +37,18 @@ def two_of_three_prefilling(uncached: float) -> list[State]:
     for s in fleet[:2]:
         s.prefilling, s.uncached_inflight, s.prefill_busy_since = 1, uncached, 1.0
     return fleet
+
+
+def homed_at(home: str, other: str, body: Callable[[int], dict], n: int = 40) -> list[tuple[int, dict]]:
+    """Of the prompts body(0) .. body(n - 1), those (k, body) whose hash puts their home at `home` rather
+    than at `other`: the cases a test of the home rule or the hash margin on `home` is about."""
+    homed = []
+    for k in range(n):
+        b = body(k)
+        group = ctx_for(b).prefix.group
+        if rendezvous(group, home) >= rendezvous(group, other):
+            homed.append((k, b))
+    return homed
 
 
 def test_a_unique_prompt_goes_to_the_lowest_prediction_not_to_its_hash():
@@ -680,13 +693,9 @@ def test_a_hash_margin_never_reaches_an_untimed_backend_busier_than_a_timed_one(
     # new shared prompt hashing to b went there within the margin: a third prompt for its two slots.
     # Untimed, b ranks by the prefills it runs (_load_keys): the idle, timed backend takes the prompt.
     policy = seen_shared(LatencyAware(exploration=0))
-    tried = 0
-    for k in range(40):
-        body = ask("q", f"Policy {k}. " * 150)
-        group = ctx_for(body).prefix.group
-        if rendezvous(group, "b") < rendezvous(group, "a"):
-            continue  # the case is a prompt hashing to the busy backend
-        tried += 1
+    homed = homed_at("b", "a", lambda k: ask("q", f"Policy {k}. " * 150))  # the case: hashing to the busy one
+    assert len(homed) >= 10
+    for k, body in homed:
         a, b = State("a", slots=2), State("b", slots=2)
         for s in (a, b):
             s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))  # a GPU's prefill rate
@@ -695,7 +704,6 @@ def test_a_hash_margin_never_reaches_an_untimed_backend_busier_than_a_timed_one(
         b.inflight, b.prefilling, b.uncached_inflight, b.prefill_busy_since = 2, 2, 1200, 2.9
         i, scores = policy.choose([a, b], ctx_for(body, now=3.0), k)
         assert i == 0 and scores[1] < scores[0] + policy._margin(a, ctx_for(body, now=3.0)), scores
-    assert tried >= 10
 
 
 def untimed_pair(slots: int = 2) -> list[State]:
@@ -779,13 +787,9 @@ def test_a_new_prompt_never_pushes_a_prompt_out_of_its_homes_slots_while_another
     # idle) sent it there, pushing p0 or p1 out, whose next request went cold to b, and so on. Nor does the
     # hash margin take it there, where the prompts pushed out came once (charged at the reuse share, as
     # much as the margin allows).
-    tried = 0
-    for k in range(40):
-        new = ask("q", f"Policy {k + 10}. " * 150)
-        group = ctx_for(new).prefix.group
-        if rendezvous(group, "a") < rendezvous(group, "b"):
-            continue  # the case is a prompt hashing to the full backend
-        tried += 1
+    homed = homed_at("a", "b", lambda k: ask("q", f"Policy {k + 10}. " * 150))  # the case: hashing to the full one
+    assert len(homed) >= 10
+    for k, new in homed:
         for times in (2, 1):
             policy = seen_shared(LatencyAware(exploration=0))
             a, b = timed(SlotServer("a"), SlotServer("b"))
@@ -799,7 +803,6 @@ def test_a_new_prompt_never_pushes_a_prompt_out_of_its_homes_slots_while_another
             # Where neither has room (b's free slot taken by p2 too), the hash decides as before.
             held_by(b, ask("q", "Policy two bis. " * 150), at=2.6, times=times)
             assert policy.choose([a, b], ctx_for(new, now=3.0), k)[0] == 0, (k, times)
-    assert tried >= 10
 
 
 def test_a_second_copy_never_takes_the_last_free_slot_for_less_than_the_prompt_it_will_push_out():

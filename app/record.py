@@ -46,6 +46,13 @@ class Estimate:
     # AnswerDecode.stall): part of when it ends, not of how long it holds its slot's prompt cache.
     stall_s: float = 0.0
 
+    @property
+    def stall_free_e2e_s(self) -> float:
+        """When the answer is predicted to end were it not to stand still: what routing ranks by (the
+        arrivals that stall it are charged for that where they are placed) and how long a llama.cpp slot
+        holds its prompt's copy."""
+        return self.e2e_s - self.stall_s
+
 
 @dataclass(slots=True)
 class AttemptRecord:

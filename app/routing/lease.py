@@ -139,7 +139,7 @@ class Lease:
             # next sibling went cold to the slow one, 6.4 s).
             slotted = slot_scoped_cache(state)
             # The slot frees at the answer's stall-free end (see Estimate.stall_s).
-            held_until = self.estimate.e2e_s - self.estimate.stall_s
+            held_until = self.estimate.stall_free_e2e_s
             ready = held_until if slotted else self.estimate.ttft_s
             state.prefixes.record(self._keys, ctx.now, ctx.now + ready, self._prefilled)
             if slotted:

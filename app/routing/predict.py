@@ -158,7 +158,7 @@ def _turnover_s(c: BackendState, slots: int, now: float) -> float:
 def objective(est: Estimate, ctx: RouteContext) -> float:
     """The figure routing ranks by: TTFT for streams (unless their objective is e2e), E2E otherwise (less
     the expected stall, see _predict)."""
-    return est.ttft_s if by_first_token(ctx) else est.e2e_s - est.stall_s
+    return est.ttft_s if by_first_token(ctx) else est.stall_free_e2e_s
 
 
 def by_first_token(ctx: RouteContext) -> bool:

@@ -102,7 +102,7 @@ class PredictedLatency:
             # First tokens within the tolerance of the earliest are as good as tied: of those, the
             # stream that also ends first wins. A long answer is not sent to the slowest decoder to
             # save a few milliseconds of prefill, nor to wait seconds longer for its last token.
-            e2e = self._unmeasured_as_best(candidates, [(e.e2e_s - e.stall_s) * w for e, w in zip(estimates, weights)])
+            e2e = self._unmeasured_as_best(candidates, [e.stall_free_e2e_s * w for e, w in zip(estimates, weights)])
             cutoff = scores[first] + max(ctx.ttft_tolerance_s, ctx.ttft_tolerance_ratio * estimates[first].e2e_s)
             return min((i for i in order if scores[i] <= cutoff), key=lambda i: e2e[i]), scores
         return first, scores

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.routing.lookahead import ArrivalRate, first_passed_on, imposed, passed_on
@@ -91,6 +92,13 @@ BALANCE_FACTOR = 1.25
 # A home whose time per output token (times its failure penalty) is over this many times the quickest
 # candidate's is clearly the worse server: the predictions decide. Replicas' noise stays well under it.
 SLOWER_HOME = 2.0
+NONE_HOPELESS: tuple[bool, ...] = ()
+# Before a backend is timed, a sibling waits for its prompt's copy there however late the copy runs (its
+# server computes at a rate no one has seen), unless it is this many times later than a rate seen for
+# certain: then the server looks hung. At SLOWER_HOME (2x) a copy on a server 3x slower was left for a cold
+# prefill on the quick one, which cost 8 % mean TTFT (llama_sim --per-slot --shared 4 --slow 3, 60 seeds;
+# 9 % with 3 slots); at 16x every row reads as without the bound, but 1 of 200 seeds.
+HUNG_COPY = 16.0
 # A stream this much past its predicted first token, and SLOWER_HOME times its predicted wait, says its
 # backend is slower than its model (below it, a late first token is scheduling noise).
 OVERDUE_SLACK_S = 0.25
@@ -128,6 +136,7 @@ class LatencyAware:
         # least that much slower than that: censored evidence, known before any answer teaches the
         # model. Its score is scaled by it. (_untimed_lag, inline: a timed backend's lag is 1.0.)
         lags = [1.0] * n
+        hopeless: Sequence[bool] = NONE_HOPELESS  # late past the rate shown for certain somewhere (below)
         timed = measured = True
         for i, c in enumerate(candidates):
             m = c.model
@@ -153,16 +162,22 @@ class LatencyAware:
             # computing; judged against nothing when every candidate was late, the one whose cold stream
             # started first read as the slower and a new prompt went to the other, whose two slots were
             # full (llama_sim --per-slot, four shared prompts: 10-16 cold prefills where 4 were needed).
-            seen = []
+            seen: list[float] = []
+            proven: list[float] = []
             for c, lag in zip(candidates, lags):
-                if c.model.prefill.samples:
-                    t = max(ctx.prompt_tokens, 1)
-                    seen.append(c.model.prefill_s(t, ctx.now) * c.model.prior.prefill_tokens_per_s / t)
-                    continue
-                if (r := c.book.first_token_lag()) is not None:
+                if (r := _proven_lag(c, ctx)) is not None:
                     seen.append(r)
-                if c.book.streams:
+                    proven.append(r)
+                if not c.model.prefill.samples and c.book.streams:
                     seen.append(lag)
+            if proven:
+                # A copy's server HUNG_COPY times later than the rate shown for certain somewhere (a first
+                # token that came, a prefill timed; not a wait still running) is no copy worth waiting
+                # for. Held a sibling however late, a server that hung on a shared prompt before it was
+                # ever timed drew that prompt's every sibling to wait for the first-token timeout (60 s),
+                # where the other server had answered at the prior's rate (t31v's review of cd2095e).
+                bar = HUNG_COPY * max(1.0, min(proven))
+                hopeless = [lag >= bar for lag in lags]
             ref = max(1.0, min(seen, default=1.0))
             if ref > 1.0:
                 lags = [lag / ref if lag > 1.0 else lag for lag in lags]
@@ -196,7 +211,7 @@ class LatencyAware:
             # server (4.2 s, behind another cold prefill there) where the sibling's copy was 2.4 s away.
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
-            keys = self._load_keys(candidates, ctx, lags)
+            keys = self._load_keys(candidates, ctx, lags, hopeless)
             lowest = min(keys)
             if not ctx.scored and keys.count(lowest) == 1:
                 # One candidate ranks first before any score is read, and no one reads the scores (the
@@ -371,7 +386,8 @@ class LatencyAware:
         return estimates, scores
 
     @staticmethod
-    def _load_keys(candidates, ctx: RouteContext, lags: list[float]) -> list[tuple[bool, int, int, int]]:
+    def _load_keys(candidates, ctx: RouteContext, lags: list[float],
+                   hopeless: Sequence[bool] = ()) -> list[tuple[bool, int, int, int]]:
         """Each candidate's rank before its score, while some candidate was never timed: lagging ones
         last (ranked among themselves by their scaled scores alone), then the prefills each placement
         leaves running there, then the most blocks of the prompt held. A placement where the prompt's
@@ -379,10 +395,10 @@ class LatencyAware:
         (a warm prompt's prefill is its question's few tokens)."""
         cached = ctx.cached or {}
         keys = []
-        for c, lag in zip(candidates, lags):
+        for i, (c, lag) in enumerate(zip(candidates, lags)):
             held = cached.get(c.name)
             blocks = held.blocks if held is not None else 0
-            if lag >= SLOWER_HOME and blocks < MIN_BURST_BLOCKS:
+            if lag >= SLOWER_HOME and (blocks < MIN_BURST_BLOCKS or (bool(hopeless) and hopeless[i])):
                 # Not where it holds the prompt: there the late stream is (or waits for) the copy this
                 # request would share, not a prefill it adds, and elsewhere it is computed again at a rate
                 # no one has seen either. Ranked last, a sibling of a prompt computed for 0.7 s on a server
@@ -481,6 +497,16 @@ def _slots_bound(c) -> bool:
     computes takes a slot, and one pushed out of it is gone."""
     m = c.model
     return m.slots_source == "reported" and bool(m.slots) and c.prefixes.slot_bound and slot_scoped_cache(c)
+
+
+def _proven_lag(c, ctx: RouteContext) -> float | None:
+    """How many times the prior's time `c` is known for certain to take for a first token: a timed
+    backend's prefill of this prompt over the prior's, else the least late of the first tokens that came
+    there (None: none came, and none was timed). Never a wait still running: that is only a lower bound."""
+    if c.model.prefill.samples:
+        t = max(ctx.prompt_tokens, 1)
+        return float(c.model.prefill_s(t, ctx.now) * c.model.prior.prefill_tokens_per_s / t)
+    return c.book.first_token_lag()
 
 
 def _untimed_lag(c, now: float) -> float:

@@ -827,3 +827,21 @@ def test_a_second_copy_never_takes_the_last_free_slot_for_less_than_the_prompt_i
         held_by(a, bodies[0], at=1.0)
         copy_in_use(a, bodies[1], release_at=6.0)
         assert policy.choose([a, b], ctx_for(bodies[1], now=3.0), k)[0] == 1
+
+
+def test_before_a_backend_is_timed_a_sibling_leaves_a_copy_far_later_than_a_first_token_seen_elsewhere():
+    # The state of the test above, but b's first token came at 1.25x the prior's time, and a has been on p0
+    # for seconds: a copy that late (a hung server) is not worth waiting for beside a rate shown for certain,
+    # and p0's sibling goes to b to be computed again. Held there however late (t31v's review), every
+    # sibling of a prompt a hung server held waited for the first-token timeout. While a is within
+    # HUNG_COPY times that rate (2.4 s here), the sibling still waits for its copy.
+    p0, p1 = (ask("q", f"Policy {name}. " * 150) for name in ("zero", "one"))
+    for now, want in ((0.25, 0), (2.0, 0), (3.0, 1), (59.0, 1)):
+        for k in range(4):
+            a, b = untimed_pair()
+            a.prefixes.record(ctx_for(p0).prefix.keys, now=0.0, ready_at=0.12, leader=asyncio.Event())
+            cold_streams(a, [0.0])
+            b.prefixes.record(ctx_for(p1).prefix.keys, now=0.05, ready_at=0.17, leader=asyncio.Event())
+            cold_streams(b, [0.05])
+            b.book.first_token(next(iter(b.book._entries)), 0.2)  # 0.15 s: 1.25x the prior's 0.12 s
+            assert LatencyAware(exploration=0).choose([a, b], ctx_for(p0, now=now), k)[0] == want, (now, k)

@@ -745,6 +745,15 @@ def test_a_never_timed_backend_is_judged_late_against_the_prior_not_against_a_ti
         assert LatencyAware(exploration=0).choose([a, b], ctx_for(p, now=7.0), k)[0] == 1
 
 
+def computing(p0: dict, p1: dict, b_sent: float) -> list[State]:
+    """An untimed pair: a computing p0 cold since 0.0, b computing p1 cold since `b_sent`."""
+    a, b = untimed_pair()
+    for s, body, sent in ((a, p0, 0.0), (b, p1, b_sent)):
+        s.prefixes.record(ctx_for(body).prefix.keys, now=sent, ready_at=sent + 0.12, leader=asyncio.Event())
+        cold_streams(s, [sent])
+    return [a, b]
+
+
 def test_before_a_backend_is_timed_a_sibling_waits_for_its_copy_there_however_late_the_copy():
     # Scripted state from llama_sim --per-slot (four shared prompts, issue 24): neither backend timed; a has
     # computed p0 for 0.7 s (predicted 0.12 s: 5.8x late), b took another prompt 0.05 s ago. Ranked last
@@ -753,11 +762,7 @@ def test_before_a_backend_is_timed_a_sibling_waits_for_its_copy_there_however_la
     # of the 24 seeds that made 10 or more. The late stream is the copy the sibling shares: it waits on a.
     p0, p1, p2 = (ask("q", f"Policy {name}. " * 150) for name in ("zero", "one", "two"))
     for k in range(4):
-        a, b = untimed_pair()
-        a.prefixes.record(ctx_for(p0).prefix.keys, now=0.0, ready_at=0.12, leader=asyncio.Event())
-        cold_streams(a, [0.0])
-        b.prefixes.record(ctx_for(p1).prefix.keys, now=0.65, ready_at=0.77, leader=asyncio.Event())
-        cold_streams(b, [0.65])
+        a, b = computing(p0, p1, b_sent=0.65)
         assert LatencyAware(exploration=0).choose([a, b], ctx_for(p0, now=0.7), k)[0] == 0
         # A prompt a does not hold still goes where no stream is late.
         assert LatencyAware(exploration=0).choose([a, b], ctx_for(p2, now=0.7), k)[0] == 1
@@ -838,10 +843,6 @@ def test_before_a_backend_is_timed_a_sibling_leaves_a_copy_far_later_than_a_firs
     p0, p1 = (ask("q", f"Policy {name}. " * 150) for name in ("zero", "one"))
     for now, want in ((0.25, 0), (2.0, 0), (3.0, 1), (59.0, 1)):
         for k in range(4):
-            a, b = untimed_pair()
-            a.prefixes.record(ctx_for(p0).prefix.keys, now=0.0, ready_at=0.12, leader=asyncio.Event())
-            cold_streams(a, [0.0])
-            b.prefixes.record(ctx_for(p1).prefix.keys, now=0.05, ready_at=0.17, leader=asyncio.Event())
-            cold_streams(b, [0.05])
+            a, b = computing(p0, p1, b_sent=0.05)
             b.book.first_token(next(iter(b.book._entries)), 0.2)  # 0.15 s: 1.25x the prior's 0.12 s
             assert LatencyAware(exploration=0).choose([a, b], ctx_for(p0, now=now), k)[0] == want, (now, k)

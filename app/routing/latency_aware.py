@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.routing.lookahead import ArrivalRate, first_passed_on, imposed, passed_on
@@ -92,7 +91,6 @@ BALANCE_FACTOR = 1.25
 # A home whose time per output token (times its failure penalty) is over this many times the quickest
 # candidate's is clearly the worse server: the predictions decide. Replicas' noise stays well under it.
 SLOWER_HOME = 2.0
-NONE_HOPELESS: tuple[bool, ...] = ()
 # Before a backend is timed, a sibling waits for its prompt's copy there however late the copy runs (its
 # server computes at a rate no one has seen), unless it is this many times later than a rate seen for
 # certain: then the server looks hung. At SLOWER_HOME (2x) a copy on a server 3x slower was left for a cold
@@ -136,7 +134,7 @@ class LatencyAware:
         # least that much slower than that: censored evidence, known before any answer teaches the
         # model. Its score is scaled by it. (_untimed_lag, inline: a timed backend's lag is 1.0.)
         lags = [1.0] * n
-        hopeless: Sequence[bool] = NONE_HOPELESS  # late past the rate shown for certain somewhere (below)
+        hopeless: list[bool] | None = None  # late past the rate shown for certain somewhere (below)
         timed = measured = True
         for i, c in enumerate(candidates):
             m = c.model
@@ -387,7 +385,7 @@ class LatencyAware:
 
     @staticmethod
     def _load_keys(candidates, ctx: RouteContext, lags: list[float],
-                   hopeless: Sequence[bool] = ()) -> list[tuple[bool, int, int, int]]:
+                   hopeless: list[bool] | None = None) -> list[tuple[bool, int, int, int]]:
         """Each candidate's rank before its score, while some candidate was never timed: lagging ones
         last (ranked among themselves by their scaled scores alone), then the prefills each placement
         leaves running there, then the most blocks of the prompt held. A placement where the prompt's
@@ -398,7 +396,7 @@ class LatencyAware:
         for i, (c, lag) in enumerate(zip(candidates, lags)):
             held = cached.get(c.name)
             blocks = held.blocks if held is not None else 0
-            if lag >= SLOWER_HOME and (blocks < MIN_BURST_BLOCKS or (bool(hopeless) and hopeless[i])):
+            if lag >= SLOWER_HOME and (blocks < MIN_BURST_BLOCKS or (hopeless is not None and hopeless[i])):
                 # Not where it holds the prompt: there the late stream is (or waits for) the copy this
                 # request would share, not a prefill it adds, and elsewhere it is computed again at a rate
                 # no one has seen either. Ranked last, a sibling of a prompt computed for 0.7 s on a server

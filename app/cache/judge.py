@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import logging
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,9 @@ AskFn = Callable[[str, dict, float], Awaitable[dict | None]]
 
 log = logging.getLogger("slipstream.cache")
 _LOG_EVERY_S = 60.0
+# The verdict is the first word, whole: "Yes." and "no," are verdicts; "Not", "None" and "Yesterday" are
+# not (a prefix test read them as a no and a yes), as yes_probability counts only the words themselves.
+_VERDICT_WORD = re.compile(r"\s*[\"'(*]*(yes|no)\b", re.IGNORECASE)
 
 SYSTEM = (
     "You check a cache. Decide whether one answer serves both user questions: they must ask for exactly "
@@ -112,12 +116,8 @@ def parse_verdict(body: dict | None) -> bool | None:
         text = body["choices"][0]["message"]["content"] or ""
     except (KeyError, IndexError, TypeError):
         return None
-    word = text.strip().strip(".!\"'").lower()
-    if word.startswith("yes"):
-        return True
-    if word.startswith("no"):
-        return False
-    return None
+    word = _VERDICT_WORD.match(text)
+    return None if word is None else word.group(1).lower() == "yes"
 
 
 class LlmJudge:

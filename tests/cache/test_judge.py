@@ -81,6 +81,11 @@ def test_parse_verdict():
     assert parse_verdict(_reply(" Yes.")) is True
     assert parse_verdict(_reply("no")) is False
     assert parse_verdict(_reply("")) is None
+    assert parse_verdict(_reply("No, they differ")) is False
+    assert parse_verdict(_reply('"YES"')) is True
+    # A word that only begins like a verdict is none: the answer is unclear, not a refusal or a yes.
+    for text in ("Not the same", "Nothing", "None", "Yesterday", "Noted", "Maybe yes"):
+        assert parse_verdict(_reply(text)) is None, text
     assert parse_verdict({"error": {}}) is None
 
 
@@ -199,7 +204,8 @@ def test_gateway_asks_its_own_alias_and_a_non_answer_is_a_miss(fleet, tmp_path):
         h, _ = ask(gw, f"Whats the procedure for factory resetting the router model {topic}?", model="judged")
         assert h["x-slipstream-cache"] == "miss"
         metrics = httpx.get(f"{gw.url}/metrics").text
-        # Not a yes/no answer: no verdict, which is a failure of the judge, not a refusal.
+        # Not a yes/no answer: no verdict, which is a failure of the judge, not a refusal. (The simulator's
+        # words include "not", which a prefix test once read as a "no": 1 topic in 48 failed here.)
         assert "slipstream_cache_judge_failures_total 1.0" in metrics
         assert "slipstream_cache_judge_rejections_total 0.0" in metrics
         # What the guard aligns is served without asking the judge.

@@ -27,6 +27,12 @@ before any server is timed) and each sends its next request a think time after i
 by default N / --rate, as that bench), --requests in all, every one counted. Printed per strategy: mean and median TTFT and E2E, p99s, pooled over seeds,
 each seed's mean TTFT and E2E against the best of least_inflight and round_robin on that seed, and the
 median prediction error of TTFT and E2E (signed and absolute, pooled over seeds).
+`--spread` draws mixed lengths as bench/real_backends.py's mixed workload does (20-80 or 200-800 words; with
+`--output 24`, its answers); `--replay DUMP` plays a real run's arrival times and prompt lengths (its --dump) on
+every seed, the seeds then varying only the burst; `--per-run` reads each seed as one real run is read (p50
+and p99 over its arrivals, each class's E2E median) against least_inflight's on the same seed, and prints the
+median ratio and the share of seeds lost: with ~10 requests a run, how often one run's medians lose by chance.
+A burst's prompts come from a generator of their own, so every strategy meets the same arrivals after it.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
 `--burst S` runs S seconds of closed loop (8 clients, as bench/real_backends.py's calibration) before each
@@ -38,6 +44,8 @@ arrivals after the burst beside the rest's: the issue's "no over-prediction afte
     python bench/llama_sim.py --strategies latency_aware,latency_aware@/tmp/main,least_inflight,round_robin
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.8
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.5 --requests 60 --seeds 12 --burst 20 --after 8
+    python bench/llama_sim.py --spread --output 24 --slow 2.5 --rate 0.33 --requests 10 --seeds 200 --burst 6 --after 4 \
+        --per-run --strategies latency_aware,least_inflight    # the real mixed bench's shape, one seed a run
     python bench/llama_sim.py --shared 4 --per-slot --rate 1.0 --requests 30 --seeds 60
     python bench/llama_sim.py --shared 4 --per-slot --host-cache --clients 6 --rate 0.52 --requests 22 --seeds 100
 """
@@ -124,7 +132,8 @@ class _Server:
 
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
         slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0,
-        per_slot: bool = False, host_cache: bool = False, closed: int = 0, think: float = 0.0) -> list[tuple[float, ...]]:
+        per_slot: bool = False, host_cache: bool = False, closed: int = 0, think: float = 0.0,
+        spread: bool = False, output: int = OUTPUT, replay: list[tuple[float, int]] | None = None) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
     E2E, sent, 1 for a burst request else 0, share of the prompt reused), in the order they ended. With `per_slot`, each slot keeps
     only the last prompt it ran (llama.cpp with --cache-ram 0) instead of each server its last `cache`. With `burst_s`, `clients` send
@@ -158,6 +167,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
     for s in servers:
         s.held, s.used, s.taken = [None] * slots, [0.0] * slots, [None] * slots
     rng = random.Random(seed)
+    burst_rng = random.Random(f"burst {seed}")
     systems = [f"[s{seed} policy {i}] " + " ".join(rng.choice(WORDS) for _ in range(300)) + "." for i in range(shared)]
     done: list[tuple[float, ...]] = []
     events: list[tuple[float, int, int]] = []  # (at, tie, server, or -1 for an arrival, -2 a burst's)
@@ -166,8 +176,15 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
         burst_end = box[0] + burst_s
         bursting = 0  # the burst's requests not yet ended
 
+        replayed = 0  # with `replay`: its arrivals sent so far
+
         def schedule(t: float) -> None:
             nonlocal tie
+            if replay:  # a real run's arrival times (from the arrivals' start) and prompt lengths
+                for at, _words in replay:
+                    tie += 1
+                    heapq.heappush(events, (t + at, tie, -1))
+                return
             for _ in range(requests):
                 t += rng.expovariate(rate)
                 tie += 1
@@ -210,13 +227,23 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             elif i < 0:
                 burst = i == -2
                 bursting += burst
+                # The burst's prompts come from a stream of their own: a burst runs as long as each strategy's
+                # answers take, and drawn from `rng` its prompts shifted every arrival after it, so each
+                # strategy met other arrivals and prompts (--burst's runs were not paired by seed).
+                draw = burst_rng if burst else rng
                 if shared:
-                    system = rng.choice(systems)
+                    system = draw.choice(systems)
                 else:
-                    words = 30 if mixed and rng.random() < 0.5 else 300
-                    system = f"[s{seed} {rng.random()}] " + " ".join(rng.choice(WORDS) for _ in range(words)) + "."
-                body = orjson.dumps({"model": "m", "stream": True, "max_tokens": OUTPUT, "messages": [
-                    {"role": "system", "content": system}, {"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(8))}]})
+                    if replay and not burst:
+                        words = replay[replayed][1]
+                        replayed += 1
+                    elif spread:  # bench/real_backends.py's mixed lengths: 20-80 words, or 200-800
+                        words = draw.randint(20, 80) if draw.random() < 0.5 else draw.randint(200, 800)
+                    else:
+                        words = 30 if mixed and draw.random() < 0.5 else 300
+                    system = f"[s{seed} {draw.random()}] " + " ".join(draw.choice(WORDS) for _ in range(words)) + "."
+                body = orjson.dumps({"model": "m", "stream": True, "max_tokens": output, "messages": [
+                    {"role": "system", "content": system}, {"role": "user", "content": " ".join(draw.choice(WORDS) for _ in range(8))}]})
                 ctx = with_policy(route_context(CHAT.parse(body)), spec)
                 lease = _drive(router.acquire("m", ctx=ctx))
                 k = int(lease.state.name[1:])
@@ -257,28 +284,28 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         r.out = 1
                     else:
                         r.out += 1
-                        if r.out % PROGRESS_EVENTS == 0 and r.out < OUTPUT:
+                        if r.out % PROGRESS_EVENTS == 0 and r.out < output:
                             last = r.rec.progress if r.rec.progress[1] else (1, r.rec.first_event)
                             r.rec.progress = (r.out, at)
                             r.lease.progress(r.out)
                             learner.progress(r.rec, r.lease.state, last, r.out, at)
-                    if r.out >= OUTPUT:
+                    if r.out >= output:
                         s.slots.remove(r)
                         if r.slot >= 0:
                             s.taken[r.slot], s.used[r.slot] = None, at
                         r.rec.end = at
                         r.rec.report = BackendReport(prefill_s=r.first - (r.slot_at or r.sent), decode_s=at - r.first,
-                                                     prompt_tokens=r.ctx.prompt_tokens, output_tokens=OUTPUT,
+                                                     prompt_tokens=r.ctx.prompt_tokens, output_tokens=output,
                                                      prompt_cached=r.reused, source="llamacpp")
                         r.lease.release()
                         router.report(r.lease.state, None)
                         # The batch its decode had beside it, from its lease (a tree from before leases
                         # measured it, in an A/B, is fed as it was).
                         beside = (r.lease.beside_s,) if hasattr(r.lease, "beside_s") else ()
-                        learner.learn(r.rec, r.ctx.prompt_tokens, OUTPUT, r.ctx.prefix, r.lease.shape, *beside)
+                        learner.learn(r.rec, r.ctx.prompt_tokens, output, r.ctx.prefix, r.lease.shape, *beside)
                         p = r.rec.predicted
                         done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst),
-                                     r.reused / r.ctx.prompt_tokens) if detail
+                                     r.reused / r.ctx.prompt_tokens, r.ctx.prompt_tokens, float(k)) if detail
                                     else (r.first - r.sent, at - r.sent))
                         if closed and sent < requests:
                             # Its client thinks, then sends its next request (the others are in flight or thinking).
@@ -347,6 +374,11 @@ def main() -> None:
     ap.add_argument("--cache", type=int, default=2, help="system prompts each server keeps (--shared)")
     ap.add_argument("--slow", type=float, default=1.0, help="the second server this many times slower")
     ap.add_argument("--mixed", action="store_true", help="half the prompts 10x shorter")
+    ap.add_argument("--spread", action="store_true",
+                    help="mixed lengths as bench/real_backends.py draws them: 20-80 words or 200-800 (implies --mixed)")
+    ap.add_argument("--replay", default=None,
+                    help="a bench/real_backends.py --dump: its first run's arrival times and prompt lengths (every seed)")
+    ap.add_argument("--output", type=int, default=OUTPUT, help="tokens an answer (bench/real_backends.py: 24)")
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--per-slot", action="store_true",
                     help="each slot keeps only its last prompt (llama.cpp --cache-ram 0), not each server its last --cache")
@@ -360,12 +392,22 @@ def main() -> None:
     ap.add_argument("--context", type=float, default=0.0,
                     help="a decoding slot's step costs this many TPOTs more per 1,000 tokens of its context (0: none)")
     ap.add_argument("--after", type=int, default=8, help="with --burst: the arrivals whose prediction error is printed apart")
+    ap.add_argument("--per-run", action="store_true",
+                    help="also each seed's figures as bench/real_backends.py reads one run (p50/p99 of its arrivals), "
+                         "against least_inflight's on the same seed: the median ratio and the share of seeds it loses")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
+    args.mixed = args.mixed or args.spread or bool(args.replay)
+    replay = None
+    if args.replay:
+        first_run = next(iter(orjson.loads(Path(args.replay).read_bytes())["requests"].values()))
+        replay = [(r["at"], r["words"]) for r in first_run]
+        replay = sorted(replay[:next((i for i in range(1, len(replay)) if replay[i][0] < replay[i - 1][0]), len(replay))])
     runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
                           burst_s=args.burst, detail=True, context=args.context, per_slot=args.per_slot,
                           host_cache=args.host_cache, closed=args.clients,
-                          think=args.think if args.think is not None else args.clients / args.rate)
+                          think=args.think if args.think is not None else args.clients / args.rate,
+                          spread=args.spread, output=args.output, replay=replay)
                       for seed in range(args.seeds)]
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
@@ -384,7 +426,8 @@ def main() -> None:
           + (f", {args.shared} shared prompts (" + (("a prompt per slot" + (" and a host cache" if args.host_cache else ""))
                                                      if args.per_slot else f"cache {args.cache}") + ")"
              if args.shared else ", unique prompts")
-          + (", mixed lengths" if args.mixed else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
+          + ((", mixed lengths (20-80 / 200-800 words)" if args.spread else ", mixed lengths") if args.mixed else "")
+          + (f", {args.output} tokens an answer" if args.output != OUTPUT else "") + (f", second server {args.slow:g}x slower" if args.slow > 1 else "")
           + (f", after a {args.burst:g} s closed-loop burst" if args.burst else "")
           + (f", closed loop: {args.clients} clients starting together" if args.clients else "")
           + (f", decode {args.context:g} TPOT slower per 1,000 context tokens" if args.context else ""))
@@ -409,6 +452,21 @@ def main() -> None:
                 line += (f"  | {k} vs {first}: median {statistics.median(ratios):+.1%}, lower on"
                          f" {sum(r < 0 for r in ratios)} of {len(ratios)} seeds")
         print(line)
+    if args.mixed:
+        # Each class's medians and its share on the quick server (b0): the median of mixed traffic sits between
+        # the classes, so a strategy that trades short answers for long ones shows here, not in the overall p50.
+        print("by class (pooled over seeds): TTFT p50 / E2E p50 / E2E p90 s, quick share")
+        for label, seeds in results.items():
+            rows = [x for s in seeds for x in s]
+            cut = statistics.median(x[7] for x in rows)
+            parts = []
+            for cls, members in (("short", [x for x in rows if x[7] < cut]), ("long", [x for x in rows if x[7] >= cut])):
+                if members:
+                    parts.append(f"{cls} {statistics.median(x[0] for x in members):6.3f} / {statistics.median(x[1] for x in members):6.3f}"
+                                 f" / {_pct([x[1] for x in members], 90):6.3f} ({sum(x[8] == 0 for x in members) / len(members):.0%})")
+            print(f"  {label:<28} " + ", ".join(parts))
+    if args.per_run and "least_inflight" in results:
+        _per_run(results, args.mixed)
     if args.burst:
         print(f"prediction error (median signed / absolute, pooled over seeds): the first {args.after} arrivals after the"
               " burst; the rest")
@@ -420,6 +478,41 @@ def main() -> None:
         print("prediction error (median signed / absolute, pooled over seeds)")
         for label, seeds in results.items():
             print(f"  {label:<28} {_errors([x for s in seeds for x in s])}")
+
+
+def _per_run(results: dict[str, list[list[tuple[float, ...]]]], mixed: bool) -> None:
+    """Each seed read as one real run is (bench/real_backends.py: p50 and p99 by linear interpolation over its
+    arrivals, and on mixed lengths each class's E2E p50), each strategy's figure over least_inflight's on the
+    same seed: the median of those ratios and the share of seeds where it is over 1 (loses). A real run of ~10
+    requests is one such seed: its medians sit between the classes and turn on one or two placements."""
+    def percentile(v: list[float], p: float) -> float:  # bench/harness.py's (linear interpolation), in seconds
+        v = sorted(v)
+        k = (len(v) - 1) * p / 100
+        lo, hi = math.floor(k), math.ceil(k)
+        return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+    cut = statistics.median(x[7] for seeds in results.values() for s in seeds for x in s) if mixed else math.inf
+
+    def figures(rows: list[tuple[float, ...]]) -> dict[str, float]:
+        out = {f"{k} p{p}": percentile([x[col] for x in rows], p) for k, col in (("TTFT", 0), ("E2E", 1)) for p in (50, 99)}
+        if mixed:
+            for cls, members in (("short", [x for x in rows if x[7] < cut]), ("long", [x for x in rows if x[7] >= cut])):
+                if members:
+                    out[f"{cls} E2E p50"] = percentile([x[1] for x in members], 50)
+        return out
+
+    base = [figures(s) for s in results["least_inflight"]]
+    print("per run (each seed as one real run), against least_inflight on the same seed: median ratio [share of seeds lost]")
+    for label, seeds in results.items():
+        if label == "least_inflight":
+            continue
+        mine = [figures(s) for s in seeds]
+        parts = []
+        for k in base[0]:
+            ratios = [m[k] / b[k] for m, b in zip(mine, base) if k in m and k in b and b[k] > 0]
+            if ratios:
+                parts.append(f"{k} {statistics.median(ratios):.2f}x [{sum(r > 1 for r in ratios) / len(ratios):.0%}]")
+        print(f"  {label:<28} " + ", ".join(parts))
 
 
 def _errors(rows: list[tuple[float, ...]]) -> str:

@@ -79,3 +79,55 @@ def test_closed_loop_clients_start_together_and_send_again_only_after_their_answ
     spans = [(x[4], x[4] + x[1]) for x in done]
     assert all(sum(s <= t < e for s, e in spans) <= 6 for t, _ in spans)
     assert all(0.0 <= x[6] <= 1.0 for x in done)  # the share of each prompt reused
+
+
+def test_after_a_burst_every_strategy_meets_the_same_arrivals_and_prompts():
+    """A burst runs as long as each strategy's answers take: its prompts come from a generator of their own,
+    so the arrivals after it (their gaps and prompts) are the same for every strategy, as --burst's
+    per-seed comparisons assume."""
+
+    def arrivals(strategy: str) -> list[tuple[float, float]]:
+        done = run(strategy, 4, 12, 0.33, 0, 2, 2.5, True, 2, burst_s=6.0, detail=True, spread=True)
+        rows = sorted((x for x in done if not x[5]), key=lambda x: x[4])
+        return [(round(x[4] - rows[0][4], 9), x[7]) for x in rows]
+
+    quick_first, balanced = arrivals("latency_aware"), arrivals("least_inflight")
+    assert len(quick_first) == 12
+    assert quick_first == balanced
+
+
+def test_spread_lengths_are_the_real_mixed_benchs_two_classes_and_answers_take_output_tokens():
+    done = run("round_robin", 2, 60, 0.2, 0, 2, 1.0, True, 2, detail=True, spread=True, output=24)
+    tokens = sorted(x[7] for x in done)
+    short, long_ = [t for t in tokens if t < 400], [t for t in tokens if t >= 400]
+    assert 15 <= len(short) <= 45 and len(short) + len(long_) == 60  # about half each
+    # 20-80 words against 200-800 (plus an 8-word question and the template): the classes far apart.
+    assert max(short) * 2 < min(long_) and max(long_) > 3 * min(long_)
+    # Far apart (0.2 req/s on two servers), most answers decode alone: 23 tokens after the first.
+    decode = sorted(x[1] - x[0] for x in done)
+    assert abs(decode[0] - 23 * TPOT_S) < 1e-6
+
+
+def test_a_replayed_run_keeps_its_arrival_gaps_and_prompt_lengths():
+    replay = [(0.5, 40), (0.7, 600), (3.0, 30), (9.5, 300)]
+    done = run("least_inflight", 1, 99, 0.33, 0, 2, 2.5, True, 2, detail=True, replay=replay)
+    rows = sorted(done, key=lambda x: x[4])
+    assert len(rows) == 4  # the replay's arrivals, not --requests
+    assert [round(x[4] - rows[0][4], 9) for x in rows] == [0.0, 0.2, 2.5, 9.0]
+    tokens = [x[7] for x in rows]
+    assert tokens[2] < tokens[0] < tokens[3] < tokens[1]  # in the order of their words
+
+
+def test_per_run_ratios_read_each_seed_as_one_run_against_least_inflight(capsys):
+    from bench.llama_sim import _per_run
+
+    # (TTFT, E2E, predicted TTFT, predicted E2E, sent, burst, reused, prompt tokens, server)
+    def seed(ttfts: list[float]) -> list[tuple[float, ...]]:
+        return [(t, 2 * t, t, 2 * t, float(i), 0.0, 0.0, 100.0 if i % 2 else 1000.0, 0.0) for i, t in enumerate(ttfts)]
+
+    base = [seed([1.0, 1.0, 1.0, 1.0]), seed([1.0, 1.0, 1.0, 1.0])]
+    mine = [seed([0.5, 0.5, 0.5, 0.5]), seed([3.0, 3.0, 3.0, 3.0])]  # wins one seed 2x, loses the other 3x
+    _per_run({"latency_aware": mine, "least_inflight": base}, mixed=True)
+    out = capsys.readouterr().out
+    assert "TTFT p50 1.75x [50%]" in out  # the median of 0.5x and 3.0x; one seed of two lost
+    assert "short E2E p50 1.75x [50%]" in out and "long E2E p50 1.75x [50%]" in out

@@ -422,7 +422,9 @@ def main() -> None:
         out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--one", name], cwd=cwd, check=True,
                              capture_output=True, env={**os.environ, "PYTHONPATH": str(cwd)}).stdout
         results[label] = [sorted((x for x in seed if not x[5]), key=lambda x: x[4]) for seed in orjson.loads(out)]
-    print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {args.rate} req/s, {args.requests} requests x {args.seeds} seeds"
+    traffic = (f"{len(replay)} arrivals replayed from {args.replay}" if replay
+               else f"{args.rate} req/s, {args.requests} requests")
+    print(f"llama.cpp-like sim: 2 servers x {args.slots} slots, {traffic} x {args.seeds} seeds"
           + (f", {args.shared} shared prompts (" + (("a prompt per slot" + (" and a host cache" if args.host_cache else ""))
                                                      if args.per_slot else f"cache {args.cache}") + ")"
              if args.shared else ", unique prompts")

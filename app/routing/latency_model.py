@@ -44,6 +44,14 @@ ANSWER_MIN_SAMPLES = 3
 # lengths on real llama.cpp: a short answer predicted 2.5 s for 0.6). Only over this many like answers
 # does the median say whether most stall.
 STALL_MIN_SAMPLES = 8
+# An answer's decode per token against the tokens of its prompt (its context): a slope fitted over the
+# last this many whole answers, within their levels; prompts that vary by less than CONTEXT_RIDGE_TOKENS
+# (their spread, per answer) count as no evidence of one, so on traffic of like prompts it stays ~0. A
+# figure it moves stays within CONTEXT_FACTOR of its level's median either way: a slope from a few answers
+# never prices a decode at many times what like answers took.
+CONTEXT_WINDOW = 32
+CONTEXT_RIDGE_TOKENS = 100.0
+CONTEXT_FACTOR = 2.0
 # A backend's mean answer length is over its last this many answers, whatever the time between them.
 OUTPUT_WINDOW = 16
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
@@ -303,6 +311,20 @@ class AnswerDecode:
     included, where answers are alike by the requests in flight when they were sent, the state routing
     sees. An answer's predicted end adds it; routing does not rank by it (app/routing/predict.py): the
     arrivals that stall an answer are charged for it where they are placed (lookahead.imposed).
+
+    A llama.cpp decode step reads the whole context, so an answer to a long prompt decodes slower than
+    one to a short prompt in the same batch: on two real servers (issue 24, mixed lengths, seven dumps,
+    462 answers) the quick server's answers decoded alone at 13.7 ms a token after 20-80-word prompts and
+    18-22 ms after 350-900-word ones (the throttled server's 40 against 53-61), and with one median per
+    level both were priced alike: the short prompts' decode +50 % (0.63 s for 0.41 s, stalls taken
+    out), their median E2E error 31 %. s28p's split of each level by the prompt's size class (0bb9013,
+    reverted) left each median too few answers. So each level's median stays one median, of the
+    answers' own sizes too, and a prediction moves it by `context_slope` per token its prompt has more
+    (or fewer) than that: the slope of per-token decode on prompt tokens within levels, over the last
+    CONTEXT_WINDOW answers, shrunk to 0 where prompts hardly vary. Replayed causally on those dumps
+    (each answer priced from the answers that had ended before it), the median E2E error read 22 %
+    against 24 % with the level's median alone, the short prompts' 23-24 % against 25 %; unequal
+    servers' (like prompts) unchanged, 28 % both.
     """
 
     window: int = ANSWER_WINDOW
@@ -321,6 +343,12 @@ class AnswerDecode:
     # when it was sent (zeros included): the stall is keyed by the state at sending, the rate by the batch.
     _stalls: dict[int, deque[float]] = field(default_factory=dict)
     _stall_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # Per level, each answer's prompt tokens beside its decode (None: not known) and their median; the
+    # last answers' (level, prompt tokens, per-token decode), and the slope fitted on them.
+    _contexts: dict[int, deque[float | None]] = field(default_factory=dict)
+    _context_medians: dict[int, float] = field(default_factory=dict)
+    _context_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=CONTEXT_WINDOW))
+    context_slope: float = 0.0
 
     @staticmethod
     def level(load: float) -> int:
@@ -329,14 +357,42 @@ class AnswerDecode:
         return _level(load)
 
     def add(self, batch: float, per_token_s: float, now: float, source: str = MEASURED,
-            batch_source: str = ESTIMATED) -> None:
+            batch_source: str = ESTIMATED, context: float | None = None) -> None:
         """A whole answer that decoded in `batch` (requests decoding together, this one included).
         `source`: how its decode was timed (measured by the gateway, reported by the backend, or
         estimated); `batch_source`: measured where the in-flight book measured the batch, estimated
-        where it is the batch the requests in flight at sending make."""
+        where it is the batch the requests in flight at sending make; `context`: its prompt's tokens
+        (as routing estimates them), None where not known."""
         key = self.level(batch)
         self._fold(self._levels, self._medians, key, per_token_s, now)
         _tag(self._answer_sources, key, self.window, source, batch_source)
+        contexts = self._contexts.get(key)
+        if contexts is None:
+            contexts = self._contexts[key] = deque(maxlen=self.window)
+        contexts.append(context)
+        known = sorted(c for c in contexts if c is not None)
+        if known:
+            k = len(known)
+            self._context_medians[key] = known[k // 2] if k % 2 else 0.5 * (known[k // 2 - 1] + known[k // 2])
+        else:
+            self._context_medians.pop(key, None)
+        if context is not None:
+            self._context_pairs.append((key, context, per_token_s))
+            self.context_slope = _within_level_slope(self._context_pairs)
+
+    def at_context(self, key: int, median: float, context: float | None) -> float:
+        """Level `key`'s `median` moved to an answer whose prompt has `context` tokens: by the slope, for
+        each token more (or fewer) than the median prompt of the answers it rests on, within
+        CONTEXT_FACTOR of it."""
+        slope = self.context_slope
+        if context is None or not slope:
+            return median
+        typical = self._context_medians.get(key)
+        if typical is None:
+            return median
+        moved = median + slope * (context - typical)
+        low, high = median / CONTEXT_FACTOR, median * CONTEXT_FACTOR
+        return max(low, min(moved, high))
 
     def add_stall(self, load: float, per_token_s: float, now: float) -> None:
         """The stall of a whole answer sent with `load` in flight, per token of its answer."""
@@ -383,17 +439,21 @@ class AnswerDecode:
         median, updated = known
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / self.stale_tau_s))
 
-    def get(self, batch: float, line: float, now: float) -> float:
-        """Per-token decode of an answer that will decode in `batch`; `line` where nothing is known."""
+    def get(self, batch: float, line: float, now: float, context: float | None = None) -> float:
+        """Per-token decode of an answer that will decode in `batch`, to a prompt of `context` tokens;
+        `line` where nothing is known. Stretches under way are not moved by the prompt's size (theirs is
+        not kept)."""
         key = self.level(batch)
         known = self._medians.get(key)
         if known is not None:
-            return self._drifted(known, line, now)
+            return self._drifted((self.at_context(key, known[0], context), known[1]), line, now)
         out = line
-        for medians in (self._medians, self._stretch_medians):
-            for k, v in medians.items():
-                if k >= key:
-                    out = min(out, self._drifted(v, line, now))
+        for k, v in self._medians.items():
+            if k >= key:
+                out = min(out, self._drifted((self.at_context(k, v[0], context), v[1]), line, now))
+        for k, v in self._stretch_medians.items():
+            if k >= key:
+                out = min(out, self._drifted(v, line, now))
         return out
 
     def snapshot(self, now: float) -> dict[str, dict]:
@@ -492,7 +552,7 @@ class LatencyModel:
 
     def observe_decode(self, output_tokens: int, seconds: float, load: float, now: float | None = None,
                        source: str = MEASURED, count_output: bool = True, stalled_s: float | None = None,
-                       batch: float | None = None) -> None:
+                       batch: float | None = None, context: float | None = None) -> None:
         """TPOT from a decode phase seen with `load` requests in flight (never TTFT divided by tokens),
         a point on the line of TPOT against the batch. `source` says how it was timed: measured (a
         stream), reported (the backend's report) or estimated (inferred from a whole answer's time);
@@ -503,7 +563,9 @@ class LatencyModel:
         `AnswerDecode`), under the `batch` it decoded in (requests decoding, itself included, as the
         in-flight book measured them; by default the batch `load` makes), and the stall per token apart,
         under `load` (the state it was sent in). None: not measured (an answer not streamed upstream has
-        no first token to measure it from; its decode is reported or inferred), and no stall is taught."""
+        no first token to measure it from; its decode is reported or inferred), and no stall is taught.
+        `context`: the answer's prompt tokens (as routing estimates them), which its decode per token
+        grows with (`AnswerDecode`); None where not known."""
         if output_tokens > 1 and seconds > 0:
             t = _now(now)
             tpot = seconds / (output_tokens - 1)
@@ -519,7 +581,7 @@ class LatencyModel:
                 if seconds > stalled:
                     decoded_in = self.batch(load if batch is None else batch)
                     self.answers.add(decoded_in, (seconds - stalled) / (output_tokens - 1), t, source,
-                                     ESTIMATED if batch is None else MEASURED)
+                                     ESTIMATED if batch is None else MEASURED, context)
                     if stalled_s is not None:  # measured from its first token: else not known
                         self.answers.add_stall(load, stalled / (output_tokens - 1), t)
             else:
@@ -551,11 +613,11 @@ class LatencyModel:
         batch = load if self.slots is None else min(load, self.slots)
         return max(MIN_TPOT_S, a + b * max(0.0, batch - 1.0))
 
-    def answer_tpot(self, load: float, now: float) -> float:
+    def answer_tpot(self, load: float, now: float, context: float | None = None) -> float:
         """Per-token decode of a whole answer sent with `load` requests in flight here (this one
         included), priced at the batch it will decode in (`batch(load)`: those beyond the slots wait, and
-        decode beside as many): the median of recent answers that decoded in that batch, else the TPOT
-        line at that load. The line is read
+        decode beside as many): the median of recent answers that decoded in that batch, moved to a
+        prompt of `context` tokens (`AnswerDecode.at_context`), else the TPOT line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
         comparisons for its min() and max() (the same results; every prediction passes through);
         `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too."""
@@ -573,10 +635,13 @@ class LatencyModel:
         if not line > MIN_TPOT_S:
             line = MIN_TPOT_S
         answers = self.answers
-        known = answers._medians.get(_LEVELS[batch] if type(batch) is int and 0 <= batch < _NLEVELS else _level(batch))
+        key = _LEVELS[batch] if type(batch) is int and 0 <= batch < _NLEVELS else _level(batch)
+        known = answers._medians.get(key)
         if known is None:
-            return answers.get(batch, line, now)
+            return answers.get(batch, line, now, context)
         median, updated = known
+        if answers.context_slope and context is not None:
+            median = answers.at_context(key, median, context)
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:
@@ -607,6 +672,7 @@ class LatencyModel:
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "answer_tpot_s": self.answers.snapshot(t),
             "answer_stall_s": self.answers.stall_snapshot(t),
+            "answer_tpot_per_prompt_token_s": self.answers.context_slope,
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},
@@ -623,6 +689,27 @@ def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, sour
     if tags is None:
         tags = sources[key] = deque(maxlen=window)
     tags.append((source, batch_source))
+
+
+def _within_level_slope(pairs: Iterable[tuple[int, float, float]]) -> float:
+    """The least-squares slope of per-token decode on prompt tokens, each answer against its own
+    level's means (a batch's decode is not a long prompt's), shrunk toward none by CONTEXT_RIDGE_TOKENS of
+    spread per answer, and never below none (a longer context never decodes faster)."""
+    by_level: dict[int, list[tuple[float, float]]] = {}
+    n = 0
+    for key, x, y in pairs:
+        by_level.setdefault(key, []).append((x, y))
+        n += 1
+    sxy = sxx = 0.0
+    for points in by_level.values():
+        if len(points) < 2:
+            continue
+        mx = sum(x for x, _ in points) / len(points)
+        my = sum(y for _, y in points) / len(points)
+        sxy += sum((x - mx) * (y - my) for x, y in points)
+        sxx += sum((x - mx) * (x - mx) for x, _ in points)
+    denominator = sxx + n * CONTEXT_RIDGE_TOKENS * CONTEXT_RIDGE_TOKENS
+    return max(0.0, sxy / denominator) if denominator > 0.0 else 0.0
 
 
 def _least_direct(sources: Iterable[str]) -> str:

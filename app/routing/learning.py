@@ -171,7 +171,7 @@ class Learner:
             # that stalls for one the neighbour was not decoding yet). Not the requests in flight when
             # it was sent: sent to an idle server, an answer that a later arrival joined decoded in two.
             batch = (1.0 + beside_s / (seconds - stalled)) if beside_s is not None and seconds > stalled else None
-            model.observe_decode(output, seconds, a.load, stalled_s=stalled, batch=batch)
+            model.observe_decode(output, seconds, a.load, stalled_s=stalled, batch=batch, context=prompt_hint)
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
@@ -180,11 +180,12 @@ class Learner:
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
         if r.decode_s is not None:
-            model.observe_decode(r.output_tokens or output, r.decode_s, a.load, source=REPORTED)
+            model.observe_decode(r.output_tokens or output, r.decode_s, a.load, source=REPORTED, context=prompt_hint)
         elif output > 1:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
             wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
-            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, source=ESTIMATED)
+            model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, source=ESTIMATED,
+                                 context=prompt_hint)
         return cached
 
 

@@ -146,7 +146,9 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     # The end-to-end time is returned without the stall: routing ranks by it, and the stall an answer
     # meets comes from the arrivals after it, which are charged for it where they are placed
     # (lookahead.imposed); ranked by it too, it was charged twice.
-    return queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now), penalty, n * m.answers.stall(ahead + 1, now)
+    # Its decode per token is read at its whole prompt's size (a cached prefix is context too).
+    return (queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now, ctx.prompt_tokens), penalty,
+            n * m.answers.stall(ahead + 1, now))
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:

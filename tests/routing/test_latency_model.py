@@ -234,3 +234,70 @@ def test_the_stall_every_predicted_end_adds_is_shown_with_what_it_rests_on():
     level = model.snapshot(9.0)["answer_stall_s"]["1"]
     assert level == {"stall_s": pytest.approx(0.02), "samples": 8, "age_s": 2.0, "source": "measured"}
     assert model.snapshot(9.0)["answer_stall_s"].keys() == {"1"}  # sent with more in flight: nothing yet
+
+
+def taught_by_prompt_size(model: LatencyModel, pairs, batch: float = 1.0, rounds: int = 8) -> None:
+    """Whole answers of 24 tokens, each (prompt tokens, seconds a token) of `pairs` in turn, `rounds` times."""
+    for i in range(rounds):
+        for context, per_token in pairs:
+            model.observe_decode(24, 23 * per_token, load=batch, now=float(i), batch=batch, context=context)
+
+
+def test_an_answer_to_a_longer_prompt_is_priced_at_the_slower_decode_like_answers_showed():
+    """A llama.cpp decode step reads the whole context: on real servers (issue 24, mixed lengths) answers
+    to ~100-token prompts decoded at ~14 ms a token alone, to ~1,000-token ones at ~21 ms, and one median
+    for the two over-priced the short ones by half."""
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(100.0, 0.014), (1000.0, 0.021)])
+    short, long = model.answer_tpot(1, 7.0, context=100.0), model.answer_tpot(1, 7.0, context=1000.0)
+    assert short == pytest.approx(0.014, rel=0.1)
+    assert long == pytest.approx(0.021, rel=0.1)
+    # Without a prompt size, the level's median as before.
+    assert model.answer_tpot(1, 7.0) == pytest.approx(0.0175)
+
+
+def test_like_prompts_teach_no_slope_however_their_decodes_scatter():
+    # Prompts within a few tokens of each other say nothing of how context slows a decode: a prompt far
+    # longer than any seen is priced at the median, not at a slope fitted to noise.
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(58.0, 0.010), (62.0, 0.016), (60.0, 0.013)])
+    assert model.answers.context_slope < 1e-6
+    assert model.answer_tpot(1, 7.0, context=2000.0) == pytest.approx(0.013, rel=0.1)
+
+
+def test_a_slope_is_learned_within_a_batch_not_from_long_prompts_decoding_beside_others():
+    # Long prompts' answers all decoded two at a time, short ones alone: the difference is the batch's,
+    # and a long prompt decoding alone is priced at what answers decoding alone took.
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(100.0, 0.014)], batch=1.0)
+    taught_by_prompt_size(model, [(1000.0, 0.030)], batch=2.0)
+    assert model.answers.context_slope == 0.0
+    assert model.answer_tpot(1, 7.0, context=1000.0) == pytest.approx(0.014)
+
+
+def test_a_longer_prompt_never_decodes_faster_and_a_slope_moves_a_median_at_most_twofold():
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(100.0, 0.021), (1000.0, 0.014)])  # noise that reads a negative slope
+    assert model.answers.context_slope == 0.0
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(100.0, 0.014), (1000.0, 0.021)])
+    median = model.answer_tpot(1, 7.0)
+    assert model.answer_tpot(1, 7.0, context=100_000.0) == pytest.approx(2 * median)
+    assert model.answer_tpot(1, 7.0, context=0.0) >= median / 2
+
+
+def test_a_level_no_answer_has_taught_reads_the_fuller_levels_medians_at_the_prompts_size():
+    # After a burst that taught only answers decoding two at a time, a short prompt sent alone is priced
+    # no slower than a short prompt's answer at that batch, not at the level's median of both sizes.
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    taught_by_prompt_size(model, [(100.0, 0.028), (1000.0, 0.036)], batch=2.0)
+    short = model.answer_tpot(1, 7.0, context=100.0)
+    assert short == pytest.approx(0.028, rel=0.1)
+    assert model.answer_tpot(1, 7.0, context=1000.0) > short
+
+
+def test_the_slope_of_decode_on_prompt_size_is_shown():
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    assert model.snapshot(0.0)["answer_tpot_per_prompt_token_s"] == 0.0
+    taught_by_prompt_size(model, [(100.0, 0.014), (1000.0, 0.021)])
+    assert model.snapshot(8.0)["answer_tpot_per_prompt_token_s"] == pytest.approx(0.007 / 900, rel=0.2)

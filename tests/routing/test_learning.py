@@ -286,6 +286,21 @@ def test_an_answer_on_a_server_whose_decodes_never_stop_for_a_prefill_is_taught_
     assert model.answer_tpot(1, time.monotonic()) == pytest.approx(0.46 / 23, rel=0.05)
 
 
+def test_each_answer_teaches_its_decode_at_its_whole_prompts_size():
+    # The context a decode step reads is the whole prompt (a part the server had cached too), in the
+    # units routing predicts with: the body's estimate, whatever the server reports processing.
+    t, model = telemetry()
+    for k in range(8):
+        hint, per_token = (100, 0.014) if k % 2 else (1000, 0.021)
+        a = stream_attempt(load=1, wait=0.01)
+        a.end = a.first_event + 23 * per_token
+        a.report = BackendReport(prompt_tokens=hint, prompt_processed=hint // 10, prompt_cached=hint - hint // 10)
+        t.learn(a, prompt_hint=hint, output=24, beside_s=0.0)
+    now = time.monotonic()
+    assert model.answer_tpot(1, now, context=100.0) == pytest.approx(0.014, rel=0.1)
+    assert model.answer_tpot(1, now, context=1000.0) == pytest.approx(0.021, rel=0.1)
+
+
 def test_prefills_that_ran_together_count_once_in_the_time_a_decode_stood_still():
     from app.routing.state import PrefillLog
 

@@ -217,6 +217,20 @@ def test_end_to_end_decodes_at_the_median_of_answers_sent_with_as_many_in_flight
     assert idle.e2e_s - idle.ttft_s == pytest.approx(49 * 0.008)
 
 
+def test_an_answer_to_a_longer_prompt_is_predicted_to_decode_slower_as_like_answers_did():
+    # A llama.cpp decode step reads the whole context (issue 24: ~14 ms a token after ~100-token prompts,
+    # ~21 ms after ~1,000-token ones, on one real server); the end adds the decode at the prompt's size.
+    m = LatencyModel(Prior(slots=2, tpot_s=0.01))
+    for _ in range(8):
+        for context, per_token in ((100.0, 0.014), (1000.0, 0.021)):
+            m.observe_decode(50, 49 * per_token, load=1, now=CTX.now, batch=1, context=context)
+    a = State("a", model=m)
+    short = estimate(a, CTX)
+    long = estimate(a, RouteContext(stream=False, prompt_tokens=1000, max_tokens=50, exact_output=True, now=CTX.now))
+    assert short.e2e_s - short.ttft_s == pytest.approx(49 * 0.014, rel=0.1)
+    assert long.e2e_s - long.ttft_s == pytest.approx(49 * 0.021, rel=0.1)
+
+
 def stalling(per_token_stall: float) -> LatencyModel:
     """A server whose answers sent to it idle decode at 0.01 s a token, and stood still for neighbours'
     prefills `per_token_stall` a token at the median."""

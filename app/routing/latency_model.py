@@ -348,6 +348,11 @@ class AnswerDecode:
     _contexts: dict[int, deque[float | None]] = field(default_factory=dict)
     _context_medians: dict[int, float] = field(default_factory=dict)
     _context_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=CONTEXT_WINDOW))
+    # Per level, the running sums over those pairs (count, x, y, xy, xx), so each answer folds in and
+    # out in constant time (learning runs at every answer); summed afresh now and then, so float
+    # residues of the subtractions never build up.
+    _context_sums: dict[int, list[float]] = field(default_factory=dict)
+    _context_folds: int = 0
     context_slope: float = 0.0
 
     @staticmethod
@@ -377,8 +382,38 @@ class AnswerDecode:
         else:
             self._context_medians.pop(key, None)
         if context is not None:
-            self._context_pairs.append((key, context, per_token_s))
-            self.context_slope = _within_level_slope(self._context_pairs)
+            self._fold_context(key, context, per_token_s)
+
+    def _fold_context(self, key: int, x: float, y: float) -> None:
+        """Fold an answer's (prompt tokens, per-token decode) at level `key` into the last CONTEXT_WINDOW
+        and refit the slope: least squares of per-token decode on prompt tokens, each answer against its
+        own level's means (a batch's decode is not a long prompt's), shrunk toward none by
+        CONTEXT_RIDGE_TOKENS of spread per answer, never below none (a longer context never decodes
+        faster)."""
+        pairs, sums = self._context_pairs, self._context_sums
+        self._context_folds += 1
+        if len(pairs) == pairs.maxlen:
+            k0, x0, y0 = pairs[0]
+            old = sums[k0]
+            old[0] -= 1.0
+            old[1] -= x0
+            old[2] -= y0
+            old[3] -= x0 * y0
+            old[4] -= x0 * x0
+        pairs.append((key, x, y))
+        if self._context_folds % (16 * CONTEXT_WINDOW) == 0:
+            sums.clear()
+            for k1, x1, y1 in pairs:
+                _add_pair(sums, k1, x1, y1)
+        else:
+            _add_pair(sums, key, x, y)
+        sxy = sxx = 0.0
+        for n, sx, sy, sxy_k, sxx_k in sums.values():
+            if n >= 2.0:
+                sxy += sxy_k - sx * sy / n
+                sxx += sxx_k - sx * sx / n
+        denominator = sxx + len(pairs) * CONTEXT_RIDGE_TOKENS * CONTEXT_RIDGE_TOKENS
+        self.context_slope = max(0.0, sxy / denominator) if denominator > 0.0 else 0.0
 
     def at_context(self, key: int, median: float, context: float | None) -> float:
         """Level `key`'s `median` moved to an answer whose prompt has `context` tokens: by the slope, for
@@ -691,25 +726,16 @@ def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, sour
     tags.append((source, batch_source))
 
 
-def _within_level_slope(pairs: Iterable[tuple[int, float, float]]) -> float:
-    """The least-squares slope of per-token decode on prompt tokens, each answer against its own
-    level's means (a batch's decode is not a long prompt's), shrunk toward none by CONTEXT_RIDGE_TOKENS of
-    spread per answer, and never below none (a longer context never decodes faster)."""
-    by_level: dict[int, list[tuple[float, float]]] = {}
-    n = 0
-    for key, x, y in pairs:
-        by_level.setdefault(key, []).append((x, y))
-        n += 1
-    sxy = sxx = 0.0
-    for points in by_level.values():
-        if len(points) < 2:
-            continue
-        mx = sum(x for x, _ in points) / len(points)
-        my = sum(y for _, y in points) / len(points)
-        sxy += sum((x - mx) * (y - my) for x, y in points)
-        sxx += sum((x - mx) * (x - mx) for x, _ in points)
-    denominator = sxx + n * CONTEXT_RIDGE_TOKENS * CONTEXT_RIDGE_TOKENS
-    return max(0.0, sxy / denominator) if denominator > 0.0 else 0.0
+def _add_pair(sums: dict[int, list[float]], key: int, x: float, y: float) -> None:
+    row = sums.get(key)
+    if row is None:
+        sums[key] = [1.0, x, y, x * y, x * x]
+    else:
+        row[0] += 1.0
+        row[1] += x
+        row[2] += y
+        row[3] += x * y
+        row[4] += x * x
 
 
 def _least_direct(sources: Iterable[str]) -> str:

@@ -301,3 +301,32 @@ def test_the_slope_of_decode_on_prompt_size_is_shown():
     assert model.snapshot(0.0)["answer_tpot_per_prompt_token_s"] == 0.0
     taught_by_prompt_size(model, [(100.0, 0.014), (1000.0, 0.021)])
     assert model.snapshot(8.0)["answer_tpot_per_prompt_token_s"] == pytest.approx(0.007 / 900, rel=0.2)
+
+
+def test_the_slope_is_the_within_level_least_squares_fit_of_the_last_answers_however_many_came_before():
+    # Learning runs at every answer, so the fit is kept as running sums: after thousands of answers
+    # they still give the fit computed afresh over the window.
+    import random
+    from collections import defaultdict
+
+    from app.routing.latency_model import CONTEXT_RIDGE_TOKENS, CONTEXT_WINDOW
+
+    rng = random.Random(7)
+    model = LatencyModel(Prior(slots=4, tpot_s=0.03))
+    seen = []
+    for i in range(5000):
+        batch, context = rng.choice((1, 2, 3)), rng.uniform(20.0, 4000.0)
+        per_token = 0.01 * batch + 8e-6 * context + rng.uniform(0.0, 0.004)
+        model.observe_decode(24, 23 * per_token, load=batch, now=i * 0.01, batch=batch, context=context)
+        seen.append((batch, context, per_token))
+    by_level = defaultdict(list)
+    for batch, x, y in seen[-CONTEXT_WINDOW:]:
+        by_level[batch].append((x, y))
+    sxy = sxx = 0.0
+    for points in by_level.values():
+        mx, my = sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points)
+        sxy += sum((x - mx) * (y - my) for x, y in points)
+        sxx += sum((x - mx) ** 2 for x, _ in points)
+    fit = sxy / (sxx + CONTEXT_WINDOW * CONTEXT_RIDGE_TOKENS**2)
+    assert model.answers.context_slope == pytest.approx(fit, rel=1e-9)
+    assert model.answers.context_slope == pytest.approx(8e-6, rel=0.25)

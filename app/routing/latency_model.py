@@ -291,7 +291,10 @@ class AnswerDecode:
     mean over the last samples, and a closed-loop burst's samples are stalled by the prefill of every
     request that takes a freed slot: after one, the slow llama.cpp server's line read 0.17 s per token
     at batch 1 against its 0.03, and that server, sent few requests, had no answers of its own at batch
-    1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`.
+    1 to correct it. Unfed, a figure drifts to the line with `stale_tau_s`, but to no more than that bound
+    either: on real llama.cpp servers with mixed prompt lengths (issue 24) the line read 0.34-2.0 s a token
+    at batch 1 after the bursts (their answers took 0.015-0.04), and a batch-1 median a minute old,
+    drifting toward it, priced an idle answer on the throttled server at 2.2 s and 5.8 s for 0.8 and 1.2.
 
     Where a newcomer's prefill stops the decodes beside it (llama.cpp), an answer is taught without the
     time it stood still for prefills logged during it: what it takes when no one takes a slot beside it.
@@ -335,6 +338,9 @@ class AnswerDecode:
     # slots): their medians bound the levels no answer has taught yet.
     _stretches: dict[int, deque[float]] = field(default_factory=dict)
     _stretch_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # Per level with an answers' median, the lowest median of answers in a larger batch or stretches in
+    # one at least as large: what an unfed median drifts to where the line reads above it.
+    _ceilings: dict[int, float] = field(default_factory=dict)
     # Per level, where each sample in its window came from: (how its decode was timed, how its batch was
     # known), for the snapshot (/admin/backends).
     _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
@@ -370,6 +376,7 @@ class AnswerDecode:
         (as routing estimates them), None where not known."""
         key = self.level(batch)
         self._fold(self._levels, self._medians, key, per_token_s, now)
+        self._bound()
         _tag(self._answer_sources, key, self.window, source, batch_source)
         contexts = self._contexts.get(key)
         if contexts is None:
@@ -456,7 +463,29 @@ class AnswerDecode:
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
         key = self.level(batch)
         self._fold(self._stretches, self._stretch_medians, key, per_token_s, now)
+        self._bound()
         _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
+
+    def _bound(self) -> None:
+        """Each level's ceiling (`_ceilings`) from the medians as they are now: fewer requests decoding
+        together do not decode slower."""
+        ceilings: dict[int, float] = {}
+        for key in self._medians:
+            low = math.inf
+            for k, v in self._medians.items():
+                if k > key and v[0] < low:
+                    low = v[0]
+            for k, v in self._stretch_medians.items():
+                if k >= key and v[0] < low:
+                    low = v[0]
+            if low < math.inf:
+                ceilings[key] = low
+        self._ceilings = ceilings
+
+    def toward(self, key: int, line: float) -> float:
+        """What level `key`'s median drifts to unfed: the line, but no more than the level's ceiling."""
+        ceiling = self._ceilings.get(key)
+        return line if ceiling is None or line < ceiling else ceiling
 
     def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
               per_token_s: float, now: float, fewest: int = ANSWER_MIN_SAMPLES) -> None:
@@ -481,7 +510,7 @@ class AnswerDecode:
         key = self.level(batch)
         known = self._medians.get(key)
         if known is not None:
-            return self._drifted((self.at_context(key, known[0], context), known[1]), line, now)
+            return self._drifted((self.at_context(key, known[0], context), known[1]), self.toward(key, line), now)
         out = line
         for k, v in self._medians.items():
             if k >= key:
@@ -677,6 +706,10 @@ class LatencyModel:
         median, updated = known
         if answers.context_slope and context is not None:
             median = answers.at_context(key, median, context)
+        # AnswerDecode.toward, inline: unfed, the median drifts to the line, at most the level's ceiling.
+        ceiling = answers._ceilings.get(key)
+        if ceiling is not None and ceiling < line:
+            line = ceiling
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 
     def prefill_s(self, prompt_tokens: int, now: float | None = None) -> float:

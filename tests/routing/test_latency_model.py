@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from app.routing.latency_model import Decaying, LatencyModel, Prior
@@ -330,3 +332,20 @@ def test_the_slope_is_the_within_level_least_squares_fit_of_the_last_answers_how
     fit = sxy / (sxx + CONTEXT_WINDOW * CONTEXT_RIDGE_TOKENS**2)
     assert model.answers.context_slope == pytest.approx(fit, rel=1e-9)
     assert model.answers.context_slope == pytest.approx(8e-6, rel=0.25)
+
+
+def test_an_unfed_median_drifts_to_the_line_only_as_far_as_fuller_batches_decoded():
+    """After bursts on mixed lengths the line (a mean, stalls included) read 0.58-2.0 s a token at batch
+    1 on a real llama.cpp server whose answers took 0.04-0.1 (issue 24): a batch-1 median a minute old,
+    drifting toward it, priced an idle answer at 5.8 s for 1.2. Fewer requests do not decode slower than
+    answers in a larger batch took, so that bounds the drift as it bounds a level no answer taught."""
+    model = LatencyModel(Prior(slots=2, tpot_s=0.03))
+    for i in range(4):
+        model.observe_decode(24, 23 * 0.04, load=1, now=float(i), batch=1.0)
+    for i in range(16):
+        model.observe_decode(24, 23 * 0.1, load=2, now=60.0, batch=2.0)  # answers beside another
+        model.observe_decode(9, 8 * 2.0, load=2, now=60.0, count_output=False)  # stretches, stalls in them
+    later = 120.0
+    assert model.tpot(1, later) > 0.5
+    # Unfed since 3 s, the batch-1 median has drifted most of the way: to the batch-2 answers' 0.1.
+    assert model.answer_tpot(1, later) == pytest.approx(0.04 + (0.1 - 0.04) * (1 - math.exp(-(later - 3.0) / 120.0)))

@@ -142,7 +142,11 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
     `host_cache` (and `per_slot`), a prompt a slot gives up is kept in host memory and moved back into the
     slot that next takes it (llama.cpp's --cache-ram, on by default). With `closed`, that many clients
     start together and each sends its next request a think time (exponential, mean `think`) after its
-    answer, until `requests` were sent: bench/prefix_routing.py's --clients."""
+    answer, until `requests` were sent: bench/prefix_routing.py's --clients. A `replay` is open loop (its
+    arrival times are the schedule), so it takes no `closed` clients: their next requests would run past
+    its prompts."""
+    if replay and closed:
+        raise ValueError("a replay plays its own arrival times: it takes no closed-loop clients")
     from app.config import BackendConfig, ModelAlias
     from app.dispatch.loop import route_context, with_policy
     from app.protocols.chat import CHAT
@@ -397,6 +401,8 @@ def main() -> None:
                          "against least_inflight's on the same seed: the median ratio and the share of seeds it loses")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
+    if args.replay and args.clients:
+        ap.error("--replay plays the dump's arrival times: it is open loop, not --clients")
     args.mixed = args.mixed or args.spread or bool(args.replay)
     replay = None
     if args.replay:

@@ -1,5 +1,7 @@
 """bench/llama_sim.py: the real router in front of llama.cpp-like servers on a virtual clock."""
 
+import pytest
+
 from bench.llama_sim import OUTPUT, TPOT_S, run
 
 
@@ -131,3 +133,11 @@ def test_per_run_ratios_read_each_seed_as_one_run_against_least_inflight(capsys)
     out = capsys.readouterr().out
     assert "TTFT p50 1.75x [50%]" in out  # the median of 0.5x and 3.0x; one seed of two lost
     assert "short E2E p50 1.75x [50%]" in out and "long E2E p50 1.75x [50%]" in out
+
+
+def test_a_replay_is_open_loop_and_refuses_closed_loop_clients():
+    # Its arrival times are the schedule: closed-loop clients sending again after their answers would ask
+    # for prompts past the replay's last (they ran into its end).
+    replay = [(0.5, 40), (0.7, 600), (3.0, 30)]
+    with pytest.raises(ValueError, match="replay"):
+        run("least_inflight", 1, 99, 0.33, 0, 2, 2.5, True, 2, detail=True, replay=replay, closed=2)

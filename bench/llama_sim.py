@@ -516,7 +516,7 @@ def _per_run(results: dict[str, list[list[tuple[float, ...]]]], mixed: bool) -> 
             continue
         mine = [figures(s) for s in seeds]
         parts = []
-        for k in base[0]:
+        for k in dict.fromkeys(k for b in base for k in b):  # every seed's (the first may lack a class)
             ratios = [m[k] / b[k] for m, b in zip(mine, base) if k in m and k in b and b[k] > 0]
             if ratios:
                 parts.append(f"{k} {statistics.median(ratios):.2f}x [{sum(r > 1 for r in ratios) / len(ratios):.0%}]")

@@ -141,3 +141,16 @@ def test_a_replay_is_open_loop_and_refuses_closed_loop_clients():
     replay = [(0.5, 40), (0.7, 600), (3.0, 30)]
     with pytest.raises(ValueError, match="replay"):
         run("least_inflight", 1, 99, 0.33, 0, 2, 2.5, True, 2, detail=True, replay=replay, closed=2)
+
+
+def test_per_run_ratios_read_a_class_the_first_seed_lacks(capsys):
+    from bench.llama_sim import _per_run
+
+    def seed(tokens: list[float]) -> list[tuple[float, ...]]:
+        return [(1.0, 2.0, 1.0, 2.0, float(i), 0.0, 0.0, t, 0.0) for i, t in enumerate(tokens)]
+
+    # With ~10 requests a run, a seed can draw only long prompts: the short class is every other seed's.
+    runs = [seed([1000.0, 1000.0, 1000.0]), seed([100.0, 100.0, 1000.0, 1000.0])]
+    _per_run({"latency_aware": runs, "least_inflight": runs}, mixed=True)
+    out = capsys.readouterr().out
+    assert "short E2E p50 1.00x [0%]" in out and "long E2E p50 1.00x [0%]" in out

@@ -135,7 +135,8 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
         per_slot: bool = False, host_cache: bool = False, closed: int = 0, think: float = 0.0,
         spread: bool = False, output: int = OUTPUT, replay: list[tuple[float, int]] | None = None) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
-    E2E, sent, 1 for a burst request else 0, share of the prompt reused), in the order they ended. With `per_slot`, each slot keeps
+    E2E, sent, 1 for a burst request else 0, share of the prompt reused, prompt tokens, server: 0 the quick
+    one), in the order they ended. With `per_slot`, each slot keeps
     only the last prompt it ran (llama.cpp with --cache-ram 0) instead of each server its last `cache`. With `burst_s`, `clients` send
     closed-loop for that long first (each again as soon as its answer ends, as bench/real_backends.py's
     calibration does), and the `requests` arrivals begin when the burst's last answer has ended. With

@@ -68,6 +68,9 @@ class AttemptRecord:
     stream: bool
     start: float
     load: int = 0  # requests in flight at this backend when it was chosen (this one included)
+    # The backend's count of requests leased there when this one was sent (BackendState.sent, this one
+    # included); None: not known.
+    sent: int | None = None
     predicted: Estimate | None = None  # what the latency model predicted for this attempt (an estimate)
     headers: float = 0.0
     first_event: float = 0.0

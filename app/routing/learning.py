@@ -101,11 +101,11 @@ class Learner:
             if a.headers:
                 s.prefills.add(a.headers, a.first_event, float(prompt_tokens))
             wait = max(0.0, to_headers - model.net.get(time.monotonic()))
-            if not _ours_could_explain(s, ahead, wait):
+            if not _ours_could_explain(s, ahead, wait, a.sent):
                 model.observe_queue(wait, ahead, expected_queue)
             return
         model.observe_network(to_headers)
-        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s):
+        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s, a.sent):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         else:
             _learn_wait(model, a.first_event - (a.headers or a.start), r.prefill_s, prompt_tokens, ahead, expected_queue)
@@ -175,7 +175,7 @@ class Learner:
             return cached
         ahead = max(0, a.load - 1)
         expected_queue = a.predicted.queue_s if a.predicted else 0.0
-        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s):
+        if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s, a.sent):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         if r.prefill_s is not None:
             model.observe_prefill(prompt, r.prefill_s)
@@ -189,13 +189,27 @@ class Learner:
         return cached
 
 
-def _ours_could_explain(s: BackendState, ahead: int, wait: float) -> bool:
+def _ours_could_explain(s: BackendState, ahead: int, wait: float, sent: int | None = None) -> bool:
     """Whether a wait with nothing of ours ahead when it was sent may still have been behind our own
     requests: others sent with it can reach the server first (concurrent connections), and the backend
-    is over its slots with ours now. Such a wait is not someone else's traffic (the residual queue):
-    after a calibration burst, one 4.5 s wait of that kind priced the slow llama.cpp server at +3.9 s
-    for the next minute, during which it got 1 request in 49 and so never a sample to correct it."""
-    return ahead == 0 and wait > QUEUE_NOISE_S and s.inflight > (s.model.slots or 1)
+    is over its slots with ours now, or any of ours was sent there after it (`sent`: the backend's count
+    of leases when it was sent, `BackendState.sent`). Such a wait is not someone else's traffic (the
+    residual queue): after a calibration burst, one 4.5 s wait of that kind priced the slow llama.cpp
+    server at +3.9 s for the next minute, during which it got 1 request in 49 and so never a sample to
+    correct it.
+
+    The count at the first token alone missed the commonest case (issue 24, mixed lengths on real
+    llama.cpp, two slots): a closed-loop burst's clients start together, and of the four sent to one
+    server the one with nothing ahead can reach it third; the two that overtook it are prefilled in the
+    same steps and end together, so at its first token two of ours are in flight, no more than the
+    slots, and its wait (their whole answers, 10-13 s for long prompts) became a residual queue. One
+    such sample before a run priced every request there 10-13 s high (TTFT predicted 13-18 s for
+    1.5-4.7 s, and the run's rest +40-126 %: the figure relaxes over minutes). A later send of ours
+    during the wait is what such a race needs; without one, a wait with nothing of ours ahead is not
+    ours."""
+    if ahead != 0 or not wait > QUEUE_NOISE_S:
+        return False
+    return s.inflight > (s.model.slots or 1) or (sent is not None and s.sent > sent)
 
 
 def processed_prompt(hint: int, report: BackendReport, matched: float = 0.0) -> int:

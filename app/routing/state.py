@@ -260,6 +260,9 @@ class BackendState:
     model: LatencyModel
     weight: float = 1.0
     inflight: int = 0
+    # Requests leased here so far (a count that only grows): whether any of ours was sent here while one
+    # waited for its slot, which `inflight` at its first token cannot tell (see learning._ours_could_explain).
+    sent: int = 0
     # Set from a 429's Retry-After: other backends are preferred until then.
     limited_until: float = 0.0
     # The backend's own waiting count, from its /metrics (vLLM), when scraped.

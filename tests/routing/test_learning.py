@@ -151,6 +151,32 @@ def test_a_wait_our_own_requests_may_explain_is_not_someone_elses_queue():
     assert model.residual_queue() > 4.0
 
 
+def test_a_wait_behind_ours_sent_after_it_is_not_someone_elses_queue_once_they_have_ended():
+    # A burst's clients start together: four sent to a two-slot server, the first with nothing ahead. It
+    # reached the server third, and the two that overtook it were prefilled together and ended together:
+    # at its first token two of ours are in flight, no more than the slots, yet the 12 s it waited for a
+    # slot was theirs. Learned as a residual queue, it priced every request there 12 s high for minutes.
+    t, model = telemetry("llamacpp")
+    t.server_load("b", ServerLoad(slots=2, running=0, waiting=0))
+    state = t.states["b"]
+    state.sent, state.inflight = 1, 1
+    a = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
+    a.sent = state.sent
+    state.sent, state.inflight = 4, 4  # three more of ours sent right after it
+    state.inflight = 2  # the two that overtook it have ended
+    a.headers = a.start + 12.0
+    a.first_event = a.headers + 0.5
+    t.first_token(a, prompt_tokens=100)
+    assert model.residual_queue() == 0.0
+    # The same wait with none of ours sent there during it is someone else's.
+    b = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
+    b.sent = state.sent
+    b.headers = b.start + 12.0
+    b.first_event = b.headers + 0.5
+    t.first_token(b, prompt_tokens=100)
+    assert model.residual_queue() > 11.0
+
+
 def test_prefill_is_learned_from_every_prompt_the_server_processed_alongside():
     # Two 50-token prompts prefilled in the same steps, 1 s for both: each reports 1 s. The rate is
     # 100 tokens/s, not 50.

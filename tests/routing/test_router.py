@@ -77,6 +77,22 @@ def test_full_backends_queue_fifo_and_hand_over_slots():
     assert inflight == 0
 
 
+def test_every_lease_counts_as_a_request_sent_to_its_backend_queued_or_not():
+    # The learner asks whether any of ours was sent to a backend while one waited there (BackendState.sent).
+    async def main():
+        r = router({"a": 1, "b": 1})
+        first, second = await r.acquire("m"), await r.acquire("m")
+        queued = asyncio.create_task(r.acquire("m"))
+        await asyncio.sleep(0.01)
+        first.release()
+        third = await queued  # handed the slot `first` gave back
+        return {n: s.sent for n, s in r.states.items()}, first.state.name, second.state.name, third.state.name
+
+    sent, a, b, c = asyncio.run(main())
+    assert a != b and c == a
+    assert sent == {a: 2, b: 1}
+
+
 def test_queue_timeout_is_overloaded_503():
     async def main():
         r = router({"a": 1}, timeout=0.05)

@@ -341,6 +341,9 @@ class AnswerDecode:
     # Per level with an answers' median, the lowest median of answers in a larger batch or stretches in
     # one at least as large: what an unfed median drifts to where the line reads above it.
     _ceilings: dict[int, float] = field(default_factory=dict)
+    # Whether `_ceilings` are those of the medians as they are now: rebuilt on the first read after a
+    # median moved, not at every answer and progress stretch (learning runs at each; predictions read).
+    _bounded: bool = True
     # Per level, where each sample in its window came from: (how its decode was timed, how its batch was
     # known), for the snapshot (/admin/backends).
     _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
@@ -353,6 +356,7 @@ class AnswerDecode:
     # last answers' (level, prompt tokens, per-token decode), and the slope fitted on them.
     _contexts: dict[int, deque[float | None]] = field(default_factory=dict)
     _context_medians: dict[int, float] = field(default_factory=dict)
+    _context_stale: set[int] = field(default_factory=set)  # levels whose median prompt is read afresh
     _context_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=CONTEXT_WINDOW))
     # Per level, the running sums over those pairs (count, x, y, xy, xx), so each answer folds in and
     # out in constant time (learning runs at every answer); summed afresh now and then, so float
@@ -376,18 +380,13 @@ class AnswerDecode:
         (as routing estimates them), None where not known."""
         key = self.level(batch)
         self._fold(self._levels, self._medians, key, per_token_s, now)
-        self._bound()
+        self._bounded = False
         _tag(self._answer_sources, key, self.window, source, batch_source)
         contexts = self._contexts.get(key)
         if contexts is None:
             contexts = self._contexts[key] = deque(maxlen=self.window)
         contexts.append(context)
-        known = sorted(c for c in contexts if c is not None)
-        if known:
-            k = len(known)
-            self._context_medians[key] = known[k // 2] if k % 2 else 0.5 * (known[k // 2 - 1] + known[k // 2])
-        else:
-            self._context_medians.pop(key, None)
+        self._context_stale.add(key)
         if context is not None:
             self._fold_context(key, context, per_token_s)
 
@@ -429,7 +428,7 @@ class AnswerDecode:
         slope = self.context_slope
         if context is None or not slope:
             return median
-        typical = self._context_medians.get(key)
+        typical = self._context_median(key)
         if typical is None:
             return median
         moved = median + slope * (context - typical)
@@ -463,12 +462,32 @@ class AnswerDecode:
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
         key = self.level(batch)
         self._fold(self._stretches, self._stretch_medians, key, per_token_s, now)
-        self._bound()
+        self._bounded = False
         _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
+
+    def _context_median(self, key: int) -> float | None:
+        """The median prompt tokens of level `key`'s answers (None: none known), sorted afresh only
+        where an answer came since it was last read."""
+        if key in self._context_stale:
+            self._context_stale.discard(key)
+            known = sorted(c for c in self._contexts[key] if c is not None)
+            if known:
+                k = len(known)
+                self._context_medians[key] = known[k // 2] if k % 2 else 0.5 * (known[k // 2 - 1] + known[k // 2])
+            else:
+                self._context_medians.pop(key, None)
+        return self._context_medians.get(key)
+
+    def ceiling(self, key: int) -> float | None:
+        """Level `key`'s ceiling (see `_bound`), None where no fuller batch bounds it."""
+        if not self._bounded:
+            self._bound()
+        return self._ceilings.get(key)
 
     def _bound(self) -> None:
         """Each level's ceiling (`_ceilings`) from the medians as they are now: fewer requests decoding
         together do not decode slower."""
+        self._bounded = True
         ceilings: dict[int, float] = {}
         for key in self._medians:
             low = math.inf
@@ -484,7 +503,7 @@ class AnswerDecode:
 
     def toward(self, key: int, line: float) -> float:
         """What level `key`'s median drifts to unfed: the line, but no more than the level's ceiling."""
-        ceiling = self._ceilings.get(key)
+        ceiling = self.ceiling(key)
         return line if ceiling is None or line < ceiling else ceiling
 
     def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
@@ -707,7 +726,7 @@ class LatencyModel:
         if answers.context_slope and context is not None:
             median = answers.at_context(key, median, context)
         # AnswerDecode.toward, inline: unfed, the median drifts to the line, at most the level's ceiling.
-        ceiling = answers._ceilings.get(key)
+        ceiling = answers._ceilings.get(key) if answers._bounded else answers.ceiling(key)
         if ceiling is not None and ceiling < line:
             line = ceiling
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))

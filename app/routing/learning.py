@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 # see (it matches whole blocks; the token estimate blurs one block's edge): the shortest prefix a burst
 # waits for, two blocks.
 UNSEEN_REUSE_TOKENS = MIN_BURST_BLOCKS * BLOCK_CHARS / CHARS_PER_TOKEN
+# Another of ours can reach a server before one sent earlier only if it was sent before that one's request
+# arrived: within a connection's setup (a TLS handshake to a remote host takes tens to a few hundred ms)
+# or a moment the event loop was busy. A burst's clients send within milliseconds of each other.
+SEND_RACE_S = 0.25
 
 
 class Learner:
@@ -193,7 +197,7 @@ def _ours_could_explain(s: BackendState, ahead: int, wait: float, sent: int | No
     """Whether a wait with nothing of ours ahead when it was sent may still have been behind our own
     requests: others sent with it can reach the server first (concurrent connections), and the backend
     is over its slots with ours now, or any of ours was sent there after it (`sent`: the backend's count
-    of leases when it was sent, `BackendState.sent`). Such a wait is not someone else's traffic (the
+    of leases when it was sent, `BackendState.sent`) within SEND_RACE_S of it. Such a wait is not someone else's traffic (the
     residual queue): after a calibration burst, one 4.5 s wait of that kind priced the slow llama.cpp
     server at +3.9 s for the next minute, during which it got 1 request in 49 and so never a sample to
     correct it.
@@ -205,11 +209,13 @@ def _ours_could_explain(s: BackendState, ahead: int, wait: float, sent: int | No
     slots, and its wait (their whole answers, 10-13 s for long prompts) became a residual queue. One
     such sample before a run priced every request there 10-13 s high (TTFT predicted 13-18 s for
     1.5-4.7 s, and the run's rest +40-126 %: the figure relaxes over minutes). A later send of ours
-    during the wait is what such a race needs; without one, a wait with nothing of ours ahead is not
-    ours."""
+    right after it is what such a race needs; without one, a wait with nothing of ours ahead is not
+    ours. Any later send during the wait was too wide: while we send steadily, a long wait almost always
+    has one, so other tenants' queues were dismissed, the longer the likelier (a 3 s queue met by ours
+    sent 1 s apart was learned as 0.00 s; t32v)."""
     if ahead != 0 or not wait > QUEUE_NOISE_S:
         return False
-    return s.inflight > (s.model.slots or 1) or (sent is not None and s.sent > sent)
+    return s.inflight > (s.model.slots or 1) or (sent is not None and s.sent_after(sent, SEND_RACE_S))
 
 
 def processed_prompt(hint: int, report: BackendReport, matched: float = 0.0) -> int:

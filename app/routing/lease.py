@@ -88,7 +88,7 @@ class Lease:
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
                  scores: dict[str, float] | None = None) -> None:
         self._router, self.state, self._released = router, state, False
-        state.sent += 1
+        state.note_sent(time.monotonic())
         # (alias, shape) the answer's length is learned under, set by the router that leased it.
         self.shape: tuple[str, Shape] | None = None
         self.scores = scores or {}  # what the strategy scored each candidate, for the record

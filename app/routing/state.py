@@ -42,6 +42,8 @@ class _Booked:
 
 
 _SENT = operator.attrgetter("sent")
+# How many sends' times a backend keeps (BackendState.send_times): more than are sent in any one wait.
+SEND_MEMORY = 64
 
 
 class InflightBook:
@@ -260,9 +262,11 @@ class BackendState:
     model: LatencyModel
     weight: float = 1.0
     inflight: int = 0
-    # Requests leased here so far (a count that only grows): whether any of ours was sent here while one
-    # waited for its slot, which `inflight` at its first token cannot tell (see learning._ours_could_explain).
+    # Requests leased here so far (a count that only grows), and when the last SEND_MEMORY were: whether
+    # another of ours was sent here right after one, and so could reach the server first, which
+    # `inflight` at its first token cannot tell (see learning._ours_could_explain).
     sent: int = 0
+    send_times: deque[float] = field(default_factory=lambda: deque(maxlen=SEND_MEMORY))
     # Set from a 429's Retry-After: other backends are preferred until then.
     limited_until: float = 0.0
     # The backend's own waiting count, from its /metrics (vLLM), when scraped.
@@ -302,6 +306,22 @@ class BackendState:
         """Whether a call here reports its first token: a stream, or a JSON call of a protocol that can be
         assembled (RouteContext.assembles) where this backend serves it from an upstream stream."""
         return stream or (assembles and streams_json(self.backend))
+
+    def note_sent(self, now: float) -> int:
+        """One more request leased here at `now` (time.monotonic); its index, for `sent_after`."""
+        self.sent += 1
+        self.send_times.append(now)
+        return self.sent
+
+    def sent_after(self, index: int, within_s: float) -> bool:
+        """Whether the request leased here after the `index`th one came within `within_s` of it. One
+        forgotten (SEND_MEMORY sends since) counts as yes: so many were sent during the wait."""
+        if self.sent <= index:
+            return False
+        first = self.sent - len(self.send_times) + 1  # the index of send_times[0]
+        if index < first:
+            return True
+        return self.send_times[index - first + 1] - self.send_times[index - first] <= within_s
 
     @property
     def has_slot(self) -> bool:

@@ -151,7 +151,7 @@ def test_a_wait_our_own_requests_may_explain_is_not_someone_elses_queue():
     assert model.residual_queue() > 4.0
 
 
-def test_a_wait_behind_ours_sent_after_it_is_not_someone_elses_queue_once_they_have_ended():
+def test_a_wait_behind_ours_sent_right_after_it_is_not_someone_elses_queue_once_they_have_ended():
     # A burst's clients start together: four sent to a two-slot server, the first with nothing ahead. It
     # reached the server third, and the two that overtook it were prefilled together and ended together:
     # at its first token two of ours are in flight, no more than the slots, yet the 12 s it waited for a
@@ -159,22 +159,49 @@ def test_a_wait_behind_ours_sent_after_it_is_not_someone_elses_queue_once_they_h
     t, model = telemetry("llamacpp")
     t.server_load("b", ServerLoad(slots=2, running=0, waiting=0))
     state = t.states["b"]
-    state.sent, state.inflight = 1, 1
     a = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
-    a.sent = state.sent
-    state.sent, state.inflight = 4, 4  # three more of ours sent right after it
-    state.inflight = 2  # the two that overtook it have ended
+    a.sent = state.note_sent(50.0)
+    for at in (50.002, 50.003, 50.004):  # three more of ours sent right after it
+        state.note_sent(at)
+    state.inflight = 2  # the two that overtook it have ended; it and the fourth are in flight
     a.headers = a.start + 12.0
     a.first_event = a.headers + 0.5
     t.first_token(a, prompt_tokens=100)
     assert model.residual_queue() == 0.0
-    # The same wait with none of ours sent there during it is someone else's.
+    # The same wait with none of ours sent there after it is someone else's.
     b = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
-    b.sent = state.sent
+    b.sent = state.note_sent(70.0)
     b.headers = b.start + 12.0
     b.first_event = b.headers + 0.5
     t.first_token(b, prompt_tokens=100)
     assert model.residual_queue() > 11.0
+
+
+def test_another_tenants_queue_is_learned_while_ours_are_sent_steadily():
+    # Others keep a 3 s queue before any slot; ours are sent 1 s apart. The next of ours, sent a second
+    # after the first, cannot have reached the server before it: the first's 3 s wait is the others'.
+    t, model = telemetry("llamacpp")
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=3))
+    state = t.states["b"]
+    first = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
+    first.sent = state.note_sent(100.0)
+    state.note_sent(101.0)
+    state.inflight = 2
+    first.headers = first.start + 3.0
+    first.first_event = first.headers + 0.3
+    t.first_token(first, prompt_tokens=100)
+    assert 2.9 < model.residual_queue() < 3.1
+
+
+def test_a_send_forgotten_among_many_since_counts_as_one_right_after():
+    state = telemetry()[0].states["b"]
+    first = state.note_sent(0.0)
+    for i in range(1, 200):
+        state.note_sent(float(i))
+    assert state.sent_after(first, 0.25)  # 199 sent since: which came when is no longer kept
+    assert not state.sent_after(150, 0.25)  # the next one came 1 s after it
+    assert state.sent_after(150, 1.0)
+    assert not state.sent_after(state.sent, 1.0)  # none sent after the last
 
 
 def test_prefill_is_learned_from_every_prompt_the_server_processed_alongside():

@@ -40,6 +40,13 @@ def telemetry(flavor: str = "openai") -> tuple[Learner, LatencyModel]:
     return Learner({"b": state}), model
 
 
+def wait_then_first_token(t: Learner, a: AttemptRecord, wait_s: float, prefill_s: float = 0.5) -> None:
+    """`a`'s headers came `wait_s` after it was sent (a slot took it), its first token `prefill_s` later."""
+    a.headers = a.start + wait_s
+    a.first_event = a.headers + prefill_s
+    t.first_token(a, prompt_tokens=100)
+
+
 def test_a_first_token_that_waited_behind_others_teaches_the_slot_count_at_once():
     t, model = telemetry()
     model.observe_prefill(100, 0.01, now=0)
@@ -141,9 +148,7 @@ def test_a_wait_our_own_requests_may_explain_is_not_someone_elses_queue():
     t.server_load("b", ServerLoad(slots=2, running=2, waiting=1))
     t.states["b"].inflight = 4
     a = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
-    a.headers = a.start + 4.5
-    a.first_event = a.headers + 0.5
-    t.first_token(a, prompt_tokens=100)
+    wait_then_first_token(t, a, 4.5)
     assert model.residual_queue() == 0.0
     # Alone on the backend, the same wait is someone else's.
     t.states["b"].inflight = 1
@@ -164,16 +169,12 @@ def test_a_wait_behind_ours_sent_right_after_it_is_not_someone_elses_queue_once_
     for at in (50.002, 50.003, 50.004):  # three more of ours sent right after it
         state.note_sent(at)
     state.inflight = 2  # the two that overtook it have ended; it and the fourth are in flight
-    a.headers = a.start + 12.0
-    a.first_event = a.headers + 0.5
-    t.first_token(a, prompt_tokens=100)
+    wait_then_first_token(t, a, 12.0)
     assert model.residual_queue() == 0.0
     # The same wait with none of ours sent there after it is someone else's.
     b = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
     b.sent = state.note_sent(70.0)
-    b.headers = b.start + 12.0
-    b.first_event = b.headers + 0.5
-    t.first_token(b, prompt_tokens=100)
+    wait_then_first_token(t, b, 12.0)
     assert model.residual_queue() > 11.0
 
 
@@ -187,9 +188,7 @@ def test_another_tenants_queue_is_learned_while_ours_are_sent_steadily():
     first.sent = state.note_sent(100.0)
     state.note_sent(101.0)
     state.inflight = 2
-    first.headers = first.start + 3.0
-    first.first_event = first.headers + 0.3
-    t.first_token(first, prompt_tokens=100)
+    wait_then_first_token(t, first, 3.0, prefill_s=0.3)
     assert 2.9 < model.residual_queue() < 3.1
 
 

@@ -472,8 +472,7 @@ class AnswerDecode:
             self._context_stale.discard(key)
             known = sorted(c for c in self._contexts[key] if c is not None)
             if known:
-                k = len(known)
-                self._context_medians[key] = known[k // 2] if k % 2 else 0.5 * (known[k // 2 - 1] + known[k // 2])
+                self._context_medians[key] = _middle(known)
             else:
                 self._context_medians.pop(key, None)
         return self._context_medians.get(key)
@@ -513,10 +512,7 @@ class AnswerDecode:
             samples = levels[key] = deque(maxlen=self.window)
         samples.append(per_token_s)
         if len(samples) >= fewest:
-            ordered = sorted(samples)
-            k = len(ordered)
-            mid = ordered[k // 2] if k % 2 else 0.5 * (ordered[k // 2 - 1] + ordered[k // 2])
-            medians[key] = (mid, now)
+            medians[key] = (_middle(sorted(samples)), now)
 
     def _drifted(self, known: tuple[float, float], line: float, now: float) -> float:
         median, updated = known
@@ -776,6 +772,12 @@ def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, sour
     if tags is None:
         tags = sources[key] = deque(maxlen=window)
     tags.append((source, batch_source))
+
+
+def _middle(ordered: list[float]) -> float:
+    """The median of an already sorted, non-empty list (statistics.median would sort it again)."""
+    k = len(ordered)
+    return ordered[k // 2] if k % 2 else 0.5 * (ordered[k // 2 - 1] + ordered[k // 2])
 
 
 def _add_pair(sums: dict[int, list[float]], key: int, x: float, y: float) -> None:

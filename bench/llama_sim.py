@@ -330,6 +330,11 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             s = servers[k]
             for w in list(s.waiting):
                 computed = w.computed_at is not None
+                if not computed and hasattr(w.req.lease, "hold_limit") and getattr(w.copy, "computed", None) is not None \
+                        and w.copy.computed.is_set():
+                    # The limit as the gateway reads it once the copy is computed (a tree from before
+                    # Lease.hold_limit, in an A/B, holds as it did).
+                    w.limit_s = w.req.lease.hold_limit(w.limit_s)
                 if w.due(at):
                     s.waiting.remove(w)
                     s.queue.append(w.req)

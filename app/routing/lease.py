@@ -12,7 +12,7 @@ from app.record import Estimate
 from app.routing.context import RouteContext
 from app.routing.output_length import Shape
 from app.routing.predict import estimate
-from app.routing.prefix_routing import PrefixMatch, burst_wait_s
+from app.routing.prefix_routing import PrefixMatch, burst_margin_s, burst_wait_s
 from app.routing.prefix_routing import match as prefix_match
 from app.routing.state import BackendState, slot_scoped_cache
 from app.upstream.client import Backend
@@ -28,15 +28,24 @@ class PrefixCopy(asyncio.Event):
     token: its prefill is done. Any other JSON call says nothing before it ends (None).
 
     `first_token_at` is when its request was predicted to reach its first token (monotonic), `ttft_s` that
-    prediction's length. `lost` says the request ended before it computed the copy: "backend" when its
-    backend failed it (a timeout, a refused connection, a 5xx), "ended" otherwise (its client left, a
-    hedge won): a sibling waiting for it then has nothing to wait for."""
+    prediction's length; `sent_at` when its request was placed, `computed_at` when the copy was computed.
+    `lost` says the request ended before it computed the copy: "backend" when its backend failed it (a
+    timeout, a refused connection, a 5xx), "ended" otherwise (its client left, a hedge won): a sibling
+    waiting for it then has nothing to wait for."""
 
-    def __init__(self, reports_first_token: bool, first_token_at: float = math.inf, ttft_s: float = math.inf) -> None:
+    def __init__(self, reports_first_token: bool, first_token_at: float = math.inf, ttft_s: float = math.inf,
+                 sent_at: float = math.nan) -> None:
         super().__init__()
         self.computed: asyncio.Event | None = asyncio.Event() if reports_first_token else None
         self.first_token_at, self.ttft_s = first_token_at, ttft_s
+        self.sent_at, self.computed_at = sent_at, math.nan
         self.lost: Literal["backend", "ended"] | None = None
+
+    @property
+    def took_s(self) -> float:
+        """How long its request took to compute the copy, from its placement (nan: not computed yet, or not
+        known): what a request placed on that backend then took to reach its first token."""
+        return self.computed_at - self.sent_at
 
     @property
     def computed_yet(self) -> bool:
@@ -69,6 +78,7 @@ class Lease:
 
     __slots__ = (
         "_keys",
+        "_margin_s",
         "_prefilled",
         "_prefilling",
         "_released",
@@ -95,6 +105,7 @@ class Lease:
         # What the prefix index believed this backend holds of the prompt when it was chosen.
         self.prefix: PrefixMatch | None = None
         self.burst_wait_s = 0.0
+        self._margin_s = 0.0
         # Set at release: the seconds other requests on the backend decoded while this one did (summed
         # over them; None: it reported no first token), the batch its answer decoded in.
         self.beside_s: float | None = None
@@ -124,12 +135,13 @@ class Lease:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
+            self._margin_s = burst_margin_s(ctx)
             if self.burst_wait_s:
                 self._waiting = True
                 state.copy_waiters += 1
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
             self._keys = ctx.prefix.keys
-            self._prefilled = PrefixCopy(reports, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s)
+            self._prefilled = PrefixCopy(reports, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s, ctx.now)
             # llama.cpp keeps a prompt's cache in the slot that ran it: a sibling reuses it only once
             # that slot is free again, so there the prefix is ready at the end, not the first token.
             # The estimate already waits for a sibling's copy (its queue is at least the match's
@@ -166,8 +178,9 @@ class Lease:
         its predicted first token (twice its predicted time, and at least `limit_s` past it): a copy
         computed now on the same backend shares the compute of the one under way and is ready no
         sooner, unless that one is stuck. Once it is computed (or for a sibling that will not say so),
-        at most `limit_s` more for it to be free. A sibling that ends without computing the copy ends
-        the wait at once ("lost"), as does an overdue one: the caller routes the request again.
+        at most `limit_s` more for it to be free, or as long as the copy took to compute (hold_limit). A
+        sibling that ends without computing the copy ends the wait at once ("lost"), as does an overdue
+        one: the caller routes the request again.
 
         Seen on two llama.cpp servers (issue 24, closed-loop burst of 6 clients on 4 shared prompts): before
         either server was timed, the limit was priced at the prior's cold prefill (~0.1 s) plus the 2 s
@@ -198,7 +211,7 @@ class Lease:
                         return PrefixWait(time.monotonic() - start, "overdue")
                     raise
             # A lost copy is set when its request ends: the wait below returns at once, and says so.
-            left = min(limit_s, cap_s - (time.monotonic() - start))
+            left = min(self.hold_limit(limit_s), cap_s - (time.monotonic() - start))
             if left > 0:
                 await asyncio.wait_for(leader.wait(), left)
         except TimeoutError:
@@ -207,12 +220,25 @@ class Lease:
             return PrefixWait(time.monotonic() - start, "lost", copy.lost == "backend")
         return PrefixWait(time.monotonic() - start, "ready")
 
+    def hold_limit(self, limit_s: float) -> float:
+        """How long, once the sibling's copy is computed, to wait more for it to be free: `limit_s` (the
+        burst wait, priced when the request was placed), or the time the copy took to compute plus the
+        burst margin if longer. The copy's own first token says what computing the prompt again on this
+        backend costs now; the placement priced it at the backend's model, which before the backend is
+        timed is the prior's (a GPU's rate: ~0.12 s for a ~370-token prompt on a CPU llama.cpp server that
+        took 3.7 s). Past the limit the request is sent, and on a server whose cache belongs to a slot it
+        is computed cold in whichever slot frees first, pushing out the prompt there."""
+        copy = self.prefix.leader if self.prefix is not None else None
+        took = copy.took_s if isinstance(copy, PrefixCopy) else math.nan
+        return max(limit_s, took + self._margin_s) if took > 0 else limit_s
+
     def prefilled(self, done: bool = False) -> None:
         """The first token came (or, with `done`, the call ended): the prompt is computed and no longer
         load, and siblings waiting for its prefix may go."""
         if self._prefilled is None or self._prefilled.is_set():
             return
         if self._prefilled.computed is not None:
+            self._prefilled.computed_at = time.monotonic()
             self._prefilled.computed.set()
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)

@@ -136,7 +136,12 @@ def burst_wait_s(m: PrefixMatch | None, ctx: RouteContext, c: BackendState) -> f
         # (on a slot-scoped cache, until the sibling's whole answer ends) would cost more than it saves.
         return 0.0
     own = c.model.prefill_s(ctx.prompt_tokens, ctx.now)
-    return max(m.ready_at - ctx.now, own) + policy.burst_wait_ms / 1000
+    return max(m.ready_at - ctx.now, own) + burst_margin_s(ctx)
+
+
+def burst_margin_s(ctx: RouteContext) -> float:
+    """The alias's burst margin: what a wait for a sibling's copy may run past its reason to wait."""
+    return (ctx.prefix_policy or _DEFAULT_POLICY).burst_wait_ms / 1000
 
 
 def verify(a, c: BackendState, blocks) -> int | None:

@@ -215,6 +215,45 @@ def test_a_sibling_waits_past_its_limit_while_the_copy_is_still_being_prefilled(
     asyncio.run(main())
 
 
+def test_a_sibling_waits_for_a_computed_copy_as_long_as_the_copy_took_to_compute():
+    # Scripted, no server. Once the copy is computed, the wait for it to be free is bounded by the limit
+    # priced at placement (there the prior's, ~0.1 s for a cold prompt on a backend never timed) or by
+    # what the copy itself took to compute plus the burst margin, whichever is longer: sent past it, on
+    # a llama.cpp server it is computed cold in whichever slot frees first and pushes the prompt there out
+    # (issue 24: two real servers, --cache-ram 0, four shared prompts; a sibling held 2 s past a copy that
+    # took 3.7 s took the slot of another prompt, and three more cold prefills followed).
+    from app.config import PrefixPolicy
+
+    _, make, r = _one_llama_backend_and_a_long_prompt()
+
+    def ctx() -> RouteContext:
+        c = make()
+        c.prefix_policy = PrefixPolicy(burst_wait_ms=10)  # a 10 ms margin: the copy's time decides
+        return c
+
+    async def main():
+        for took, ends in ((0.3, "ready"), (0.01, "limit")):
+            first = await r.acquire("m", ctx=ctx())
+            second = await r.acquire("m", ctx=ctx())
+            waiting = asyncio.ensure_future(second.wait_for_prefix(0.05))
+            await asyncio.sleep(took)
+            first.prefilled()
+            first.first_token()
+            await asyncio.sleep(0.15)  # past the 0.05 s limit
+            if took > 0.15:  # took 0.3 s to compute: waits up to 0.31 s more for it to be free
+                assert not waiting.done()
+                first.release()
+                done = await waiting
+                assert done.outcome == "ready" and took + 0.15 <= done.waited_s < took + 0.25
+            else:  # computed at once: the limit priced at placement bounds the wait
+                done = await waiting
+                assert done.outcome == "limit" and took + 0.04 < done.waited_s < took + 0.1
+                first.release()
+            second.release()
+
+    asyncio.run(main())
+
+
 def test_a_sibling_waiting_for_a_copy_being_prefilled_keeps_the_deadline():
     _, ctx, r = _one_llama_backend_and_a_long_prompt()
 

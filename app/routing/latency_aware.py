@@ -186,7 +186,7 @@ class LatencyAware:
         scores: list[float] | None = None
         bounds: list[float] | None = None
         complete: Callable[[], list[float]] | None = None
-        keys: list[tuple[bool, int, int, int]] | None = None  # before every candidate is timed: their load
+        keys: list[tuple[bool, bool, int, int, int]] | None = None  # before every candidate is timed: their load
         if timed and measured and not ctx.scored and gap is not None:
             # No one reads the scores (the decision is not traced) and every candidate is measured (so none
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
@@ -209,7 +209,7 @@ class LatencyAware:
             # server (4.2 s, behind another cold prefill there) where the sibling's copy was 2.4 s away.
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
-            keys = self._load_keys(candidates, ctx, lags, hopeless)
+            keys = self._load_keys(candidates, ctx, lags, hopeless, self._evicting(candidates, ctx, [0.0] * n))
             lowest = min(keys)
             if not ctx.scored and keys.count(lowest) == 1:
                 # One candidate ranks first before any score is read, and no one reads the scores (the
@@ -236,7 +236,7 @@ class LatencyAware:
         if not ctx.cached or n == 1:
             return first, scores or _UNSCORED * n
         home = self._home(candidates, ctx)
-        if home is not None and (keys is None or keys[home][:3] == keys[first][:3]):
+        if home is not None and (keys is None or keys[home][:4] == keys[first][:4]):
             # Before every candidate is timed, the home only if it ranks first by load (_load_keys): bounded
             # load counts requests, and a closed-loop burst's sixth request, a new prompt, went to its home
             # within its 1.25x share (4 of 6 in flight), which computed a prompt two siblings waited for,
@@ -276,7 +276,7 @@ class LatencyAware:
         # restricted there too, eight prompts on eight closed-loop clients waited 1.5 % longer.
         load = keys if keys is not None and any(c.model.prefill.samples for c in candidates) else None
         needless = self._pushes_out_needlessly(candidates, ctx)
-        within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:3] == load[first][:3])
+        within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:4] == load[first][:4])
                   and not needless[i]]
         return max(within or [first], key=hashed.__getitem__), scores
 
@@ -384,18 +384,27 @@ class LatencyAware:
         return estimates, scores
 
     @staticmethod
-    def _load_keys(candidates, ctx: RouteContext, lags: list[float],
-                   hopeless: list[bool] | None = None) -> list[tuple[bool, int, int, int]]:
+    def _load_keys(candidates, ctx: RouteContext, lags: list[float], hopeless: list[bool] | None = None,
+                   charges: list[float] | None = None) -> list[tuple[bool, bool, int, int, int]]:
         """Each candidate's rank before its score, while some candidate was never timed: lagging ones
-        last (ranked among themselves by their scaled scores alone), then the prefills each placement
-        leaves running there, then the most blocks of the prompt held. A placement where the prompt's
-        prefix is held adds no prefill there, whether a sibling is still computing it or it is settled
-        (a warm prompt's prefill is its question's few tokens)."""
+        last, then, among either, those where the placement pushes a prompt out of a slot or takes the
+        fleet's last free one (`charges`, _evicting's); lagging ones then by their scaled scores alone, the
+        rest by the prefills each placement leaves running there, then the most blocks of the prompt held. A placement
+        where the prompt's prefix is held adds no prefill there, whether a sibling is still computing it or
+        it is settled (a warm prompt's prefill is its question's few tokens).
+
+        The charge goes ahead of the load count: before every backend is timed the scores are the prior's
+        (a GPU's rate) and cannot weigh a prompt pushed out against a wait, so ranked by requests in
+        flight a sibling whose prompt's server ran both slots went cold to an idle server whose two slots
+        held two other prompts, and pushed one out, whose next request did the same (llama_sim --per-slot,
+        four shared prompts, 200 seeds: the first extra cold prefill of 30 of the 55 seeds over 4; with the
+        charge first, seeds at 4 cold prefills 144 -> 172, mean TTFT 0.781 -> 0.756 s)."""
         cached = ctx.cached or {}
         keys = []
         for i, (c, lag) in enumerate(zip(candidates, lags)):
             held = cached.get(c.name)
             blocks = held.blocks if held is not None else 0
+            pushes = charges is not None and charges[i] > 0.0
             if lag >= SLOWER_HOME and (blocks < MIN_BURST_BLOCKS or (hopeless is not None and hopeless[i])):
                 # Not where it holds the prompt: there the late stream is (or waits for) the copy this
                 # request would share, not a prefill it adds, and elsewhere it is computed again at a rate
@@ -403,7 +412,7 @@ class LatencyAware:
                 # never timed went cold to the other one, and the prompt was held on both (llama_sim
                 # --per-slot, four shared prompts: the first extra cold prefill of 19 of 24 collapsed seeds
                 # came before both servers were timed).
-                keys.append((True, 0, 0, 0))
+                keys.append((True, pushes, 0, 0, 0))
                 continue
             # Counted are the prefills each placement leaves running there: a request held back for
             # a sibling's copy of its prefix computes none, and neither does this one where a sibling
@@ -419,7 +428,7 @@ class LatencyAware:
             # Of placements leaving as many prefills running, the one whose cold prefill delays fewer first
             # tokens goes first: each prefill there, and each sibling held back for one of their copies,
             # waits for it too (one thread's compute is shared). Where it holds the prompt it delays none.
-            keys.append((False, c.inflight - c.copy_waiters + (not holds), 0 if holds else c.prefilling, -blocks))
+            keys.append((False, pushes, c.inflight - c.copy_waiters + (not holds), 0 if holds else c.prefilling, -blocks))
         return keys
 
     def _home(self, candidates, ctx: RouteContext) -> int | None:

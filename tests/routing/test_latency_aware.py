@@ -846,3 +846,29 @@ def test_before_a_backend_is_timed_a_sibling_leaves_a_copy_far_later_than_a_firs
             a, b = computing(p0, p1, b_sent=0.05)
             b.book.first_token(next(iter(b.book._entries)), 0.2)  # 0.15 s: 1.25x the prior's 0.12 s
             assert LatencyAware(exploration=0).choose([a, b], ctx_for(p0, now=now), k)[0] == want, (now, k)
+
+
+def test_before_a_backend_is_timed_a_placement_that_pushes_a_prompt_out_ranks_after_one_that_does_not():
+    # Scripted state from llama_sim --per-slot (four shared prompts, two 2-slot servers, issue 24): a, never
+    # timed, computes p0 and p1 in its two slots; b, timed and idle, holds p2 and p3 in its two. Ranked by
+    # requests in flight, p0's sibling went cold to b and pushed p2 or p3 out, whose next request did the
+    # same: the first extra cold prefill of 30 of the 55 seeds (of 200) that made more than 4 where 4 were
+    # needed. Before every backend is timed the predictions are the prior's and say nothing of the prompt a
+    # placement pushes out: it ranks after every placement that pushes none out, ahead of the load count.
+    p0, p1, p2, p3, p4 = (ask("q", f"Policy {k}. " * 150) for k in range(5))
+    for k in range(4):
+        policy = seen_shared(LatencyAware(exploration=0))
+        a, b = State("a", slots=2), SlotServer("b")
+        a.model.set_reported_slots(2)
+        a.backend = b.backend
+        for body in (p0, p1):
+            copy_in_use(a, body, release_at=4.0)
+        cold_streams(a, [0.0, 0.1])
+        a.inflight = 2
+        held_by(b, p2, at=1.0)
+        held_by(b, p3, at=2.0)
+        ctx = ctx_for(p0, now=0.3)
+        i, _ = policy.choose([a, b], ctx, k)
+        assert i == 0, k
+        # A prompt neither holds pushes one out wherever it goes: the requests in flight decide, as before.
+        assert policy.choose([a, b], ctx_for(p4, now=0.3), k)[0] == 1, k

@@ -237,9 +237,14 @@ class Lease:
         load, and siblings waiting for its prefix may go."""
         if self._prefilled is None or self._prefilled.is_set():
             return
-        if self._prefilled.computed is not None:
-            self._prefilled.computed_at = time.monotonic()
-            self._prefilled.computed.set()
+        copy = self._prefilled
+        if copy.computed is not None and not copy.computed.is_set():
+            # Once, at the first token (or the end where none came): on a slot-scoped cache this runs again
+            # at the end, which must not move when the copy was computed (hold_limit reads it). A lost copy
+            # was never computed: its waiters are woken, with no time to hold by.
+            if copy.lost is None:
+                copy.computed_at = time.monotonic()
+            copy.computed.set()
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
             self._uncached = 0.0
@@ -251,8 +256,8 @@ class Lease:
             self.state.prefilling = max(0, self.state.prefilling - 1)
             self.state.prefill_busy_since = time.monotonic()
         if done or not slot_scoped_cache(self.state):
-            self._prefilled.set()
-            self.state.prefixes.settle(self._keys, time.monotonic(), self._prefilled, self._prefilled.lost is not None)
+            copy.set()
+            self.state.prefixes.settle(self._keys, time.monotonic(), copy, copy.lost is not None)
 
     def first_token(self) -> None:
         """The stream's first token came: the request holds a slot and decodes from now (in the book)."""

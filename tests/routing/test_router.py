@@ -254,6 +254,35 @@ def test_a_sibling_waits_for_a_computed_copy_as_long_as_the_copy_took_to_compute
     asyncio.run(main())
 
 
+def test_a_copy_took_as_long_to_compute_as_its_first_token_came_whenever_its_request_ends():
+    # Scripted, no server. On llama.cpp a copy is computed at its request's first token and freed at its
+    # end: the end, or a failure after the first token, does not move when it was computed, which bounds
+    # a sibling's wait for it (Lease.hold_limit). A copy lost before its first token was never computed.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
+    async def main():
+        for failed in (False, True):
+            first = await r.acquire("m", ctx=ctx())
+            second = await r.acquire("m", ctx=ctx())
+            await asyncio.sleep(0.2)
+            first.prefilled()
+            first.first_token()
+            computed = second.hold_limit(0.0)
+            assert computed >= 0.2
+            await asyncio.sleep(0.3)
+            first.release(failed=failed)
+            assert second.hold_limit(0.0) == computed, failed
+            second.release()
+        first = await r.acquire("m", ctx=ctx())
+        second = await r.acquire("m", ctx=ctx())
+        await asyncio.sleep(0.2)
+        first.release(failed=True)  # before its first token: nothing computed, so no time to hold by
+        assert second.hold_limit(0.0) == 0.0
+        second.release()
+
+    asyncio.run(main())
+
+
 def test_a_sibling_waiting_for_a_copy_being_prefilled_keeps_the_deadline():
     _, ctx, r = _one_llama_backend_and_a_long_prompt()
 

@@ -227,7 +227,12 @@ class Lease:
         backend costs now; the placement priced it at the backend's model, which before the backend is
         timed is the prior's (a GPU's rate: ~0.12 s for a ~370-token prompt on a CPU llama.cpp server that
         took 3.7 s). Past the limit the request is sent, and on a server whose cache belongs to a slot it
-        is computed cold in whichever slot frees first, pushing out the prompt there."""
+        is computed cold in whichever slot frees first, pushing out the prompt there.
+
+        The time runs from the copy's placement, so a copy whose request was itself held for an earlier
+        one (and then served warm) counts that hold too: along a chain of siblings each waiting for the
+        last one's copy, the limit grows by each hold (scripted, one backend, a 0.3 s prefill, 0.7 s
+        answers, a 0.15 s placement limit: 0.40, 0.85, 1.60, 2.34 s), not at what computing it costs."""
         copy = self.prefix.leader if self.prefix is not None else None
         took = copy.took_s if isinstance(copy, PrefixCopy) else math.nan
         return max(limit_s, took + self._margin_s) if took > 0 else limit_s

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -340,18 +341,20 @@ class AnswerDecode:
 
     window: int = ANSWER_WINDOW
     stale_tau_s: float = 120.0
+    # Per level, the last `window` samples in the order they came (the one to leave first) and the same
+    # samples sorted (`_fold`), so a median is read off, not sorted afresh at every sample.
     _levels: dict[int, deque[float]] = field(default_factory=dict)
+    _ranked: dict[int, list[float]] = field(default_factory=dict)
     _medians: dict[int, tuple[float, float]] = field(default_factory=dict)  # level -> (median, updated)
     # Stretches of answers still under way, per batch they decoded in (running requests, at most the
     # slots): their medians bound the levels no answer has taught yet.
     _stretches: dict[int, deque[float]] = field(default_factory=dict)
+    _stretch_ranked: dict[int, list[float]] = field(default_factory=dict)
     _stretch_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
     # Per level with an answers' median, the lowest median of answers in a larger batch or stretches in
-    # one at least as large: what an unfed median drifts to where the line reads above it.
+    # one at least as large (math.inf: none): what an unfed median drifts to where the line reads above
+    # it. Kept as the medians move (`_rebound`), so a prediction reads it and never works it out.
     _ceilings: dict[int, float] = field(default_factory=dict)
-    # Whether `_ceilings` are those of the medians as they are now: rebuilt on the first read after a
-    # median moved, not at every answer and progress stretch (learning runs at each; predictions read).
-    _bounded: bool = True
     # Per level, where each sample in its window came from: (how its decode was timed, how its batch was
     # known), for the snapshot (/admin/backends).
     _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
@@ -359,12 +362,14 @@ class AnswerDecode:
     # Seconds per token each whole answer stood still for neighbours' prefills, per requests in flight
     # when it was sent (zeros included): the stall is keyed by the state at sending, the rate by the batch.
     _stalls: dict[int, deque[float]] = field(default_factory=dict)
+    _stall_ranked: dict[int, list[float]] = field(default_factory=dict)
     _stall_medians: dict[int, tuple[float, float]] = field(default_factory=dict)
-    # Per level, each answer's prompt tokens beside its decode (None: not known) and their median; the
-    # last answers' (level, prompt tokens, per-token decode), and the slope fitted on them.
+    # Per level, each answer's prompt tokens beside its decode (None: not known), the known ones sorted,
+    # and their median; the last answers' (level, prompt tokens, per-token decode), and the slope fitted
+    # on them.
     _contexts: dict[int, deque[float | None]] = field(default_factory=dict)
+    _context_ranked: dict[int, list[float]] = field(default_factory=dict)
     _context_medians: dict[int, float] = field(default_factory=dict)
-    _context_stale: set[int] = field(default_factory=set)  # levels whose median prompt is read afresh
     _context_pairs: deque[tuple[int, float, float]] = field(default_factory=lambda: deque(maxlen=CONTEXT_WINDOW))
     # Per level, the running sums over those pairs (count, x, y, xy, xx), so each answer folds in and
     # out in constant time (learning runs at every answer); summed afresh now and then, so float
@@ -387,16 +392,36 @@ class AnswerDecode:
         where it is the batch the requests in flight at sending make; `context`: its prompt's tokens
         (as routing estimates them), None where not known."""
         key = self.level(batch)
-        self._fold(self._levels, self._medians, key, per_token_s, now)
-        self._bounded = False
+        medians = self._medians
+        before = medians.get(key)
+        self._fold(self._levels, self._ranked, medians, key, per_token_s, now)
+        after = medians.get(key)
+        if after is not None:
+            if before is None:
+                self._ceilings[key] = self._ceiling_of(key)
+                self._rebound(key, None, after[0], False)
+            elif after[0] != before[0]:
+                self._rebound(key, before[0], after[0], False)
         _tag(self._answer_sources, key, self.window, source, batch_source)
+        # The level's prompt sizes, as `_fold` keeps its samples (None: not known, and not ranked).
         contexts = self._contexts.get(key)
         if contexts is None:
             contexts = self._contexts[key] = deque(maxlen=self.window)
+            known = self._context_ranked[key] = []
+        else:
+            known = self._context_ranked[key]
+            if len(contexts) == contexts.maxlen:
+                gone = contexts[0]
+                if gone is not None:
+                    del known[bisect_left(known, gone)]
         contexts.append(context)
-        self._context_stale.add(key)
         if context is not None:
+            insort(known, context)
             self._fold_context(key, context, per_token_s)
+        if known:
+            self._context_medians[key] = _middle(known)
+        else:
+            self._context_medians.pop(key, None)
 
     def _fold_context(self, key: int, x: float, y: float) -> None:
         """Fold an answer's (prompt tokens, per-token decode) at level `key` into the last CONTEXT_WINDOW
@@ -445,7 +470,8 @@ class AnswerDecode:
 
     def add_stall(self, load: float, per_token_s: float, now: float) -> None:
         """The stall of a whole answer sent with `load` in flight, per token of its answer."""
-        self._fold(self._stalls, self._stall_medians, self.level(load), per_token_s, now, STALL_MIN_SAMPLES)
+        self._fold(self._stalls, self._stall_ranked, self._stall_medians, self.level(load), per_token_s, now,
+                   STALL_MIN_SAMPLES)
 
     def stall(self, load: float, now: float) -> float:
         """Per-token stall of an answer sent with `load` in flight (this one included): the median of
@@ -469,58 +495,75 @@ class AnswerDecode:
         """A stretch of an answer under way (timed by the gateway), decoded in a batch of `batch` running
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
         key = self.level(batch)
-        self._fold(self._stretches, self._stretch_medians, key, per_token_s, now)
-        self._bounded = False
+        medians = self._stretch_medians
+        before = medians.get(key)
+        self._fold(self._stretches, self._stretch_ranked, medians, key, per_token_s, now)
+        after = medians.get(key)
+        if after is not None and (before is None or after[0] != before[0]):
+            self._rebound(key, None if before is None else before[0], after[0], True)
         _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
 
     def _context_median(self, key: int) -> float | None:
-        """The median prompt tokens of level `key`'s answers (None: none known), sorted afresh only
-        where an answer came since it was last read."""
-        if key in self._context_stale:
-            self._context_stale.discard(key)
-            known = sorted(c for c in self._contexts[key] if c is not None)
-            if known:
-                self._context_medians[key] = _middle(known)
-            else:
-                self._context_medians.pop(key, None)
+        """The median prompt tokens of level `key`'s answers (None: none known)."""
         return self._context_medians.get(key)
 
     def ceiling(self, key: int) -> float | None:
-        """Level `key`'s ceiling (see `_bound`), None where no fuller batch bounds it."""
-        if not self._bounded:
-            self._bound()
-        return self._ceilings.get(key)
+        """Level `key`'s ceiling: the lowest median of answers in a larger batch or of stretches in one at
+        least as large (fewer requests decoding together do not decode slower); None where no fuller
+        batch bounds it, or the level has no answers' median."""
+        ceiling = self._ceilings.get(key)
+        return None if ceiling is None or ceiling == math.inf else ceiling
 
-    def _bound(self) -> None:
-        """Each level's ceiling (`_ceilings`) from the medians as they are now: fewer requests decoding
-        together do not decode slower."""
-        self._bounded = True
-        ceilings: dict[int, float] = {}
-        for key in self._medians:
-            low = math.inf
-            for k, v in self._medians.items():
-                if k > key and v[0] < low:
-                    low = v[0]
-            for k, v in self._stretch_medians.items():
-                if k >= key and v[0] < low:
-                    low = v[0]
-            if low < math.inf:
-                ceilings[key] = low
-        self._ceilings = ceilings
+    def _ceiling_of(self, key: int) -> float:
+        """Level `key`'s ceiling worked out from the medians as they are now (math.inf: none)."""
+        low = math.inf
+        for k, v in self._medians.items():
+            if k > key and v[0] < low:
+                low = v[0]
+        for k, v in self._stretch_medians.items():
+            if k >= key and v[0] < low:
+                low = v[0]
+        return low
+
+    def _rebound(self, key: int, old: float | None, new: float, stretch: bool) -> None:
+        """Level `key`'s median of answers (of stretches where `stretch`) moved from `old` (None: it had
+        none) to `new`: the ceilings it bounds (the levels below it, and its own for a stretch) follow.
+        A ceiling is a minimum, so only where `new` is lower, or the minimum was `old` and it rose, does
+        it change, and only then is it worked out again: the same figures as from scratch (learning
+        moves a median at every answer and progress stretch; predictions read the ceilings)."""
+        ceilings = self._ceilings
+        for k in self._medians:
+            if k < key or (stretch and k == key):
+                ceiling = ceilings[k]
+                if new < ceiling:
+                    ceilings[k] = new
+                elif old == ceiling and new > old:
+                    ceilings[k] = self._ceiling_of(k)
 
     def toward(self, key: int, line: float) -> float:
         """What level `key`'s median drifts to unfed: the line, but no more than the level's ceiling."""
         ceiling = self.ceiling(key)
         return line if ceiling is None or line < ceiling else ceiling
 
-    def _fold(self, levels: dict[int, deque[float]], medians: dict[int, tuple[float, float]], key: int,
-              per_token_s: float, now: float, fewest: int = ANSWER_MIN_SAMPLES) -> None:
+    def _fold(self, levels: dict[int, deque[float]], ranked: dict[int, list[float]],
+              medians: dict[int, tuple[float, float]], key: int, per_token_s: float, now: float,
+              fewest: int = ANSWER_MIN_SAMPLES) -> None:
+        """Fold a sample into level `key`'s window and its sorted copy, and set the level's median once it
+        holds `fewest`. The copy is what sorted(window) gives, element for element: a sample goes in
+        after those equal to it (insort), and the one leaving, the oldest, is the first of its equals
+        (samples are never NaN: the model keeps only decodes of positive seconds)."""
         samples = levels.get(key)
         if samples is None:
             samples = levels[key] = deque(maxlen=self.window)
+            ordered = ranked[key] = []
+        else:
+            ordered = ranked[key]
+            if len(samples) == samples.maxlen:
+                del ordered[bisect_left(ordered, samples[0])]
         samples.append(per_token_s)
+        insort(ordered, per_token_s)
         if len(samples) >= fewest:
-            medians[key] = (_middle(sorted(samples)), now)
+            medians[key] = (_middle(ordered), now)
 
     def _drifted(self, known: tuple[float, float], line: float, now: float) -> float:
         median, updated = known
@@ -779,11 +822,21 @@ class LatencyModel:
         if known is None:
             return answers.get(batch, line, now, context)
         median, updated = known
-        if answers.context_slope and context is not None:
-            median = answers.at_context(key, median, context)
-        # AnswerDecode.toward, inline: unfed, the median drifts to the line, at most the level's ceiling.
-        ceiling = answers._ceilings.get(key) if answers._bounded else answers.ceiling(key)
-        if ceiling is not None and ceiling < line:
+        slope = answers.context_slope
+        if slope and context is not None:
+            # AnswerDecode.at_context, inline, its min() and max() as plain comparisons (the same results).
+            typical = answers._context_medians.get(key)
+            if typical is not None:
+                moved = median + slope * (context - typical)
+                high = median * CONTEXT_FACTOR
+                if high < moved:  # noqa: PLR1730 (see above)
+                    moved = high
+                low = median / CONTEXT_FACTOR
+                median = moved if moved > low else low  # noqa: FURB136 (see above)
+        # AnswerDecode.toward, inline: unfed, the median drifts to the line, at most the level's ceiling
+        # (math.inf where none bounds it).
+        ceiling = answers._ceilings[key]
+        if ceiling < line:  # noqa: PLR1730 (a plain comparison, as above)
             line = ceiling
         return median + (line - median) * (1.0 - math.exp(-(now - updated) / answers.stale_tau_s))
 

@@ -61,6 +61,9 @@ BOOK_SCALE_WINDOW = 16
 BOOK_SCALE_MIN_SAMPLES = 3
 BOOK_WAIT_FLOOR_S = 0.05
 BOOK_SCALE_BOUND = 3.0
+# What a level's median bounds (AnswerDecode._fold): the ceilings of the levels below (ANSWERS; and its
+# own, STRETCHES), or none (the stalls).
+NOTHING, ANSWERS, STRETCHES = 0, 1, 2
 # A backend's mean answer length is over its last this many answers, whatever the time between them.
 OUTPUT_WINDOW = 16
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
@@ -355,10 +358,9 @@ class AnswerDecode:
     # one at least as large (math.inf: none): what an unfed median drifts to where the line reads above
     # it. Kept as the medians move (`_rebound`), so a prediction reads it and never works it out.
     _ceilings: dict[int, float] = field(default_factory=dict)
-    # Per level, where each sample in its window came from: (how its decode was timed, how its batch was
+    # Per level, where each answer in its window came from: (how its decode was timed, how its batch was
     # known), for the snapshot (/admin/backends).
     _answer_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
-    _stretch_sources: dict[int, deque[tuple[str, str]]] = field(default_factory=dict)
     # Seconds per token each whole answer stood still for neighbours' prefills, per requests in flight
     # when it was sent (zeros included): the stall is keyed by the state at sending, the rate by the batch.
     _stalls: dict[int, deque[float]] = field(default_factory=dict)
@@ -392,17 +394,11 @@ class AnswerDecode:
         where it is the batch the requests in flight at sending make; `context`: its prompt's tokens
         (as routing estimates them), None where not known."""
         key = self.level(batch)
-        medians = self._medians
-        before = medians.get(key)
-        self._fold(self._levels, self._ranked, medians, key, per_token_s, now)
-        after = medians.get(key)
-        if after is not None:
-            if before is None:
-                self._ceilings[key] = self._ceiling_of(key)
-                self._rebound(key, None, after[0], False)
-            elif after[0] != before[0]:
-                self._rebound(key, before[0], after[0], False)
-        _tag(self._answer_sources, key, self.window, source, batch_source)
+        self._fold(self._levels, self._ranked, self._medians, key, per_token_s, now, ANSWER_MIN_SAMPLES, ANSWERS)
+        tags = self._answer_sources.get(key)
+        if tags is None:
+            tags = self._answer_sources[key] = deque(maxlen=self.window)
+        tags.append((source, batch_source))
         # The level's prompt sizes, as `_fold` keeps its samples (None: not known, and not ranked).
         contexts = self._contexts.get(key)
         if contexts is None:
@@ -471,7 +467,7 @@ class AnswerDecode:
     def add_stall(self, load: float, per_token_s: float, now: float) -> None:
         """The stall of a whole answer sent with `load` in flight, per token of its answer."""
         self._fold(self._stalls, self._stall_ranked, self._stall_medians, self.level(load), per_token_s, now,
-                   STALL_MIN_SAMPLES)
+                   STALL_MIN_SAMPLES, NOTHING)
 
     def stall(self, load: float, now: float) -> float:
         """Per-token stall of an answer sent with `load` in flight (this one included): the median of
@@ -494,14 +490,10 @@ class AnswerDecode:
     def add_stretch(self, batch: float, per_token_s: float, now: float) -> None:
         """A stretch of an answer under way (timed by the gateway), decoded in a batch of `batch` running
         requests (the requests in flight then, at most the slots: an estimate of the batch)."""
-        key = self.level(batch)
-        medians = self._stretch_medians
-        before = medians.get(key)
-        self._fold(self._stretches, self._stretch_ranked, medians, key, per_token_s, now)
-        after = medians.get(key)
-        if after is not None and (before is None or after[0] != before[0]):
-            self._rebound(key, None if before is None else before[0], after[0], True)
-        _tag(self._stretch_sources, key, self.window, MEASURED, ESTIMATED)
+        # Every stretch is timed by the gateway and its batch estimated: no sources to keep (`snapshot`).
+        key = _LEVELS[batch] if type(batch) is int and 0 <= batch < _NLEVELS else _level(batch)
+        self._fold(self._stretches, self._stretch_ranked, self._stretch_medians, key, per_token_s, now,
+                   ANSWER_MIN_SAMPLES, STRETCHES)
 
     def _context_median(self, key: int) -> float | None:
         """The median prompt tokens of level `key`'s answers (None: none known)."""
@@ -525,16 +517,26 @@ class AnswerDecode:
                 low = v[0]
         return low
 
-    def _rebound(self, key: int, old: float | None, new: float, stretch: bool) -> None:
-        """Level `key`'s median of answers (of stretches where `stretch`) moved from `old` (None: it had
-        none) to `new`: the ceilings it bounds (the levels below it, and its own for a stretch) follow.
-        A ceiling is a minimum, so only where `new` is lower, or the minimum was `old` and it rose, does
-        it change, and only then is it worked out again: the same figures as from scratch (learning
-        moves a median at every answer and progress stretch; predictions read the ceilings)."""
+    def _rebound(self, key: int, old: float | None, new: float, bounds: int) -> None:
+        """Level `key`'s median of answers (of stretches where `bounds` is STRETCHES) moved from `old`
+        (None: it had none) to `new`: the ceilings it bounds (the levels below it, and its own for a
+        stretch) follow. A ceiling is a minimum, so only where `new` is lower, or the minimum was `old`
+        and it rose, does it change, and only then is it worked out again: the same figures as from
+        scratch (learning moves a median at every answer and progress stretch; predictions read the
+        ceilings). A level's first answers' median gets its own ceiling."""
         ceilings = self._ceilings
-        for k in self._medians:
-            if k < key or (stretch and k == key):
-                ceiling = ceilings[k]
+        if bounds == STRETCHES:
+            for k, ceiling in ceilings.items():
+                if k <= key:
+                    if new < ceiling:
+                        ceilings[k] = new
+                    elif old == ceiling and new > old:
+                        ceilings[k] = self._ceiling_of(k)
+            return
+        if old is None:
+            ceilings[key] = self._ceiling_of(key)
+        for k, ceiling in ceilings.items():
+            if k < key:
                 if new < ceiling:
                     ceilings[k] = new
                 elif old == ceiling and new > old:
@@ -547,11 +549,12 @@ class AnswerDecode:
 
     def _fold(self, levels: dict[int, deque[float]], ranked: dict[int, list[float]],
               medians: dict[int, tuple[float, float]], key: int, per_token_s: float, now: float,
-              fewest: int = ANSWER_MIN_SAMPLES) -> None:
-        """Fold a sample into level `key`'s window and its sorted copy, and set the level's median once it
-        holds `fewest`. The copy is what sorted(window) gives, element for element: a sample goes in
-        after those equal to it (insort), and the one leaving, the oldest, is the first of its equals
-        (samples are never NaN: the model keeps only decodes of positive seconds)."""
+              fewest: int, bounds: int) -> None:
+        """Fold a sample into level `key`'s window and its sorted copy, set the level's median once it
+        holds `fewest`, and where the median moved and `bounds` (ANSWERS, STRETCHES) the ceilings follow.
+        The copy is what sorted(window) gives, element for element: a sample goes in after those equal
+        to it (insort), and the one leaving, the oldest, is the first of its equals (samples are never
+        NaN: the model keeps only decodes of positive seconds)."""
         samples = levels.get(key)
         if samples is None:
             samples = levels[key] = deque(maxlen=self.window)
@@ -562,8 +565,15 @@ class AnswerDecode:
                 del ordered[bisect_left(ordered, samples[0])]
         samples.append(per_token_s)
         insort(ordered, per_token_s)
-        if len(samples) >= fewest:
-            medians[key] = (_middle(ordered), now)
+        if len(ordered) >= fewest:
+            median = _middle(ordered)
+            old = medians.get(key)
+            medians[key] = (median, now)
+            if bounds:
+                if old is None:
+                    self._rebound(key, None, median, bounds)
+                elif old[0] != median:
+                    self._rebound(key, old[0], median, bounds)
 
     def _drifted(self, known: tuple[float, float], line: float, now: float) -> float:
         median, updated = known
@@ -592,13 +602,15 @@ class AnswerDecode:
         direct of its samples' (estimated, then reported, then measured), and so is its
         `batch_source`, how the batches that place the samples at that level were known: a median
         partly estimated is never shown as measured."""
-        return {name: {str(k): {"tpot_s": v[0], "samples": len(levels[k]), "age_s": round(now - v[1], 1),
-                                "source": _least_direct(t[0] for t in sources[k]),
-                                "batch_source": _least_direct(t[1] for t in sources[k])}
-                       for k, v in sorted(medians.items())}
-                for name, levels, medians, sources in (
-                    ("answers", self._levels, self._medians, self._answer_sources),
-                    ("stretches", self._stretches, self._stretch_medians, self._stretch_sources))}
+        sources = self._answer_sources
+        return {"answers": {str(k): {"tpot_s": v[0], "samples": len(self._levels[k]), "age_s": round(now - v[1], 1),
+                                     "source": _least_direct(t[0] for t in sources[k]),
+                                     "batch_source": _least_direct(t[1] for t in sources[k])}
+                            for k, v in sorted(self._medians.items())},
+                # Every stretch is timed by the gateway (measured), its batch the requests in flight then.
+                "stretches": {str(k): {"tpot_s": v[0], "samples": len(self._stretches[k]),
+                                       "age_s": round(now - v[1], 1), "source": MEASURED, "batch_source": ESTIMATED}
+                              for k, v in sorted(self._stretch_medians.items())}}
 
 
 @dataclass
@@ -749,13 +761,19 @@ class LatencyModel:
         `context`: the answer's prompt tokens (as routing estimates them), which its decode per token
         grows with (`AnswerDecode`); None where not known."""
         if output_tokens > 1 and seconds > 0:
-            t = _now(now)
+            t = time.monotonic() if now is None else now
             tpot = seconds / (output_tokens - 1)
-            extra = max(0.0, self.batch(load) - 1.0)
+            # batch() and tpot_growth, inline (the same figures): learning runs this at every answer and
+            # every progress stretch.
+            slots = self.slots
+            running = load if slots is None else min(load, slots)
+            extra = max(0.0, running - 1.0)
             # A plain average, never a peak: a peak-EWMA tracks the slowest recent samples, and its
             # predictions stayed high for seconds after every burst.
-            self.decode.add(extra, tpot, t)
-            self.tpot_base.add(tpot / (1.0 + self.tpot_growth * extra), t)
+            decode = self.decode
+            decode.add(extra, tpot, t)
+            a, b = decode.coefficients(time.monotonic())
+            self.tpot_base.add(tpot / (1.0 + (b / a if a > 0 else 0.0) * extra), t)
             if count_output:
                 # A whole answer (not a stretch of one still under way): a sample of what one takes,
                 # unless it stood still throughout (nothing of its own decode to learn).
@@ -767,7 +785,7 @@ class LatencyModel:
                     if stalled_s is not None:  # measured from its first token: else not known
                         self.answers.add_stall(load, stalled / (output_tokens - 1), t)
             else:
-                self.answers.add_stretch(self.batch(load), tpot, t)
+                self.answers.add_stretch(running, tpot, t)
         if output_tokens > 0 and count_output:
             self.output_tokens.add(float(output_tokens), _now(now))
 
@@ -878,14 +896,6 @@ class LatencyModel:
 
 # The sources of timing figures, most direct first.
 _DIRECTNESS = {MEASURED: 0, REPORTED: 1, ESTIMATED: 2}
-
-
-def _tag(sources: dict[int, deque[tuple[str, str]]], key: int, window: int, source: str, batch_source: str) -> None:
-    """Note where a sample at level `key` came from, beside the `window` samples its median rests on."""
-    tags = sources.get(key)
-    if tags is None:
-        tags = sources[key] = deque(maxlen=window)
-    tags.append((source, batch_source))
 
 
 def _middle(ordered: list[float]) -> float:

@@ -220,12 +220,15 @@ class PrefillLog:
         its own prefill; the one that spans exactly this interval is taken to be the request itself)."""
         total, itself = 0.0, False
         for s, e, tokens in self._entries:
-            if not itself and (s, e) == (start, end):
-                itself = True
-                continue
-            overlap = min(e, end) - max(s, start)
-            if overlap > 0:
-                total += tokens * overlap / (e - s)
+            # Most of the log ended before this prefill began: two comparisons pass over what cannot
+            # overlap it (the same sum, in the same order; every answer's end reads it).
+            if e > start and s < end:
+                if not itself and s == start and e == end:
+                    itself = True
+                    continue
+                overlap = min(e, end) - max(s, start)
+                if overlap > 0:
+                    total += tokens * overlap / (e - s)
         return total
 
     def covered(self, start: float, end: float) -> float:

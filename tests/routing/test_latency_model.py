@@ -383,3 +383,51 @@ def test_a_book_scale_unfed_drifts_back_to_the_book_and_ignores_waits_too_short_
     for t in range(3):
         fresh.book_scale.add(100.0, 0.1, now=float(t))
     assert fresh.book_scale.get(2.0) == 3.0
+
+
+def test_the_medians_and_ceilings_kept_as_answers_come_are_those_of_the_windows_as_they_are_now():
+    # Learning runs at every answer and progress stretch and every prediction reads the figures, so they
+    # are kept as samples come, not worked out at each read: after every sample each level's median is
+    # still the median of its last `window` samples, its median prompt that of the answers it rests on,
+    # and its ceiling the lowest median of answers in a larger batch or stretches in one at least as large.
+    import random
+    import statistics
+    from collections import defaultdict, deque
+
+    from app.routing.latency_model import ANSWER_MIN_SAMPLES, AnswerDecode
+
+    rng = random.Random(11)
+    decode = AnswerDecode()
+    answers, stretches, prompts = defaultdict(deque), defaultdict(deque), defaultdict(deque)
+    moved = 0
+    for i in range(3000):
+        now, batch = float(i), rng.choice((1, 2, 3, 4, 8))
+        per_token = rng.choice((0.01, 0.02, 0.03, 0.05)) * (1 + 0.1 * batch)  # few values: ties in every window
+        if rng.random() < 0.6:
+            decode.add_stretch(batch, per_token, now)
+            stretches[batch].append(per_token)
+        else:
+            context = None if rng.random() < 0.2 else rng.choice((100, 400.0, 1600))
+            per_token += 2e-5 * (context or 0)  # a longer prompt decodes slower: a slope is learned
+            decode.add(batch, per_token, now, context=context)
+            answers[batch].append(per_token)
+            prompts[batch].append(context)
+        for kept in (answers, stretches, prompts):
+            for window in kept.values():
+                while len(window) > decode.window:
+                    window.popleft()
+        snapshot = decode.snapshot(now)
+        medians = {k: statistics.median(w) for k, w in answers.items() if len(w) >= ANSWER_MIN_SAMPLES}
+        fuller = {k: statistics.median(w) for k, w in stretches.items() if len(w) >= ANSWER_MIN_SAMPLES}
+        assert {int(k): v["tpot_s"] for k, v in snapshot["answers"].items()} == pytest.approx(medians, rel=1e-12)
+        assert {int(k): v["tpot_s"] for k, v in snapshot["stretches"].items()} == pytest.approx(fuller, rel=1e-12)
+        for level in medians:
+            bounds = [m for k, m in medians.items() if k > level] + [m for k, m in fuller.items() if k >= level]
+            assert decode.ceiling(level) == (min(bounds) if bounds else None)
+            known = [c for c in prompts[level] if c is not None]
+            slope = decode.context_slope
+            if known and slope:
+                # Moved to the median prompt itself, a median stays put (each token more would move it).
+                assert decode.at_context(level, slope, statistics.median(known)) == slope
+                moved += 1
+    assert moved > 1000

@@ -138,9 +138,13 @@ class InflightBook:
         """Every booked request's predicted finish, simulated from now (see the class docstring)."""
         decoding: list[float] = []
         waiting: list[_Booked] = []
+        # max() as plain comparisons, the same results: every prediction walks the book (each routing
+        # decision, several times), and a builtin's call costs more than the comparison.
         for e in self._entries.values():
             if e.news_at:
-                decoding.append(max(now, e.news_at + max(0.0, e.tokens - e.decoded) * tpot_s))
+                left = e.tokens - e.decoded
+                end = e.news_at + (left if left > 0.0 else 0.0) * tpot_s  # noqa: FURB136
+                decoding.append(end if end > now else now)  # noqa: FURB136
             else:
                 waiting.append(e)
         if slots is None:
@@ -151,13 +155,16 @@ class InflightBook:
         out = list(decoding)
         # Booked in the order they were sent, as a rule: the sort then only checks it.
         for e in sorted(waiting, key=_SENT):
-            slot_at = max(free[0], e.sent)
+            slot_at = e.sent if e.sent > free[0] else free[0]  # noqa: FURB136
             # A stream past its predicted first token still has all its decode ahead; an answer that
             # reports no first token may be decoding already: past its predicted end, it ends now.
             if e.stream:
-                end = max(now, slot_at + e.prefill_s) + e.tokens * tpot_s
+                first = slot_at + e.prefill_s
+                end = (first if first > now else now) + e.tokens * tpot_s  # noqa: FURB136
             else:
-                end = max(now, slot_at + e.prefill_s + e.tokens * tpot_s)
+                end = slot_at + e.prefill_s + e.tokens * tpot_s
+                if not end > now:
+                    end = now
             heapq.heapreplace(free, end)  # the earliest free slot is taken until `end`
             out.append(end)
         return out

@@ -820,14 +820,14 @@ class LatencyModel:
         prompt of `context` tokens (`AnswerDecode.at_context`), else the TPOT line at that load. The line is read
         either way (a median drifts toward it while unfed): `tpot(load, now)`, inline, with plain
         comparisons for its min() and max() (the same results; every prediction passes through);
-        `DecayingLine.coefficients` and, where the level has a median, `AnswerDecode.get`, inline too."""
+        `DecayingLine.fit` and, where the level has a median, `AnswerDecode.get`, inline too."""
         d = self.decode
-        fit = d.fit()
-        if fit is None:
-            a, b = d.prior_intercept, d.prior_slope
-        else:
+        if d.samples:  # DecayingLine.fit, inline
+            fit = d._fit or d._fitted()
             drift = 1.0 - math.exp(-(now - d.updated) / d.stale_tau_s)
             a, b = fit[0] + (d.prior_intercept - fit[0]) * drift, fit[1] + (d.prior_slope - fit[1]) * drift
+        else:
+            a, b = d.prior_intercept, d.prior_slope
         slots = self.slots
         batch = load if slots is None or not slots < load else slots
         extra = batch - 1.0

@@ -64,7 +64,7 @@ from app.cache.redis_store import VECTOR_TYPES, RedisStore, connect
 from app.config import EmbeddingConfig, SemanticCachePolicy
 from bench.fillers import KINDS as FILLER_KINDS
 from bench.fillers import effective_dimensions, filler_vectors
-from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis, wait_listening
+from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis, stop_on_signals, wait_listening
 
 PREFIX = "slipstream:"
 TOPICS = ["reset my router", "bake sourdough bread", "renew a passport", "train a puppy", "fix a flat tire",
@@ -385,4 +385,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

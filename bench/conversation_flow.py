@@ -33,7 +33,7 @@ import openai
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import ROOT, wait_healthy, wait_listening
+from bench.harness import ROOT, stop_on_signals, wait_healthy, wait_listening
 
 DATA = {"conversation-dev": ROOT / "bench/data/conversation_dev.jsonl", "independent": ROOT / "bench/data/independent_set.jsonl"}
 SYSTEM = "You are a helpful assistant. Answer in one short sentence."
@@ -164,4 +164,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import math
 import os
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,21 @@ import yaml
 from app.ports import free_port, use_ports
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def stop_on_signals() -> None:
+    """End this bench on SIGTERM or SIGHUP as on Ctrl-C: raise SystemExit where it runs, so the `finally`
+    blocks and context managers that own its servers stop them (by default Python dies at once and leaves
+    its llama-servers and gateways running, at nice -10). Further such signals are ignored from then on,
+    so a second one cannot cut that clean-up short. Call it first thing in a bench's main()."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, interrupt)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -146,10 +163,12 @@ class Fleet(Proc):
         path = tmp / "fleet.yaml"
         path.write_text(yaml.safe_dump({"simulator": {"seed": seed, "backends": backends}}))
         proc = _spawn(["simulate", "--config", str(path)], tmp / "fleet.log", cpus)
-        for b in backends.values():
-            wait_listening(b["port"], proc)
         first = next(iter(backends.values()))
-        return cls(proc, f"http://127.0.0.1:{first['port']}", path, backends, first["model"])
+        fleet = cls(proc, f"http://127.0.0.1:{first['port']}", path, backends, first["model"])
+        with _stopped_on_failure(fleet):
+            for b in backends.values():
+                wait_listening(b["port"], proc)
+        return fleet
 
     @classmethod
     def zero_latency(cls, tmp: Path, cpus: str | None = None) -> Fleet:
@@ -178,9 +197,21 @@ def start_gateway(
     path = tmp / f"gateway-{port}.yaml"
     path.write_text(yaml.safe_dump(config))
     args = ["serve", "--config", str(path), "--workers", str(workers)]
-    proc = _spawn(args, tmp / f"gateway-{port}.log", cpus, profile, env)
-    wait_listening(port, proc)
-    return Proc(proc, f"http://127.0.0.1:{port}")
+    gateway = Proc(_spawn(args, tmp / f"gateway-{port}.log", cpus, profile, env), f"http://127.0.0.1:{port}")
+    with _stopped_on_failure(gateway):
+        wait_listening(port, gateway.proc)
+    return gateway
+
+
+@contextlib.contextmanager
+def _stopped_on_failure(proc: Proc) -> Iterator[None]:
+    """A process still starting is stopped if the wait for it fails (or a SIGTERM ends the wait): the caller
+    never got it to stop."""
+    try:
+        yield
+    except BaseException:
+        proc.stop()
+        raise
 
 
 def _spawn(args: list[str], log: Path, cpus: str | None, profile: Path | None = None, env: dict | None = None,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.limits import CONCURRENT, REQUESTS, TOKENS, Check
 from app.admission.local_limiter import LocalLimiter
 from app.admission.redis_limiter import _SCRIPT, RedisLimiter
-from bench.harness import percentile
+from bench.harness import percentile, stop_on_signals
 from tests.support import RedisServer
 
 CHECKS = (Check(REQUESTS, "t:a:r", 10**9, "t"), Check(TOKENS, "t:a:t", 10**12, "t"), Check(CONCURRENT, "t:a:c", 10**6, "t"))
@@ -93,4 +93,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

@@ -57,6 +57,7 @@ import heapq
 import math
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -424,6 +425,9 @@ def main() -> None:
     if args.one:
         sys.stdout.buffer.write(orjson.dumps(runs(args.one)))
         return
+    # SIGTERM ends this run as Ctrl-C does (bench/harness.py's stop_on_signals, not imported: a strategy's child
+    # runs this file against another checkout): subprocess.run kills the strategy's child on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # Each seed's arrivals (the burst's requests left out), in the order they were sent: (TTFT, E2E, predicted
     # TTFT, predicted E2E, sent, 0).
     results: dict[str, list[list[tuple[float, ...]]]] = {}

@@ -55,7 +55,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis
+from bench.harness import Fleet, free_port, percentile, start_gateway, start_redis, stop_on_signals
 
 BODY_TOKENS = 16
 
@@ -353,4 +353,5 @@ def print_table(rows: dict, args, variants: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

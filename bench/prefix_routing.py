@@ -79,6 +79,7 @@ from bench.harness import (
     percentile,
     poisson_arrivals,
     port_options,
+    stop_on_signals,
     wait_listening,
 )
 
@@ -350,22 +351,28 @@ def llama_fleet(tmp: Path, n: int, slots: int, cache_ram_mib: int | None = None,
     # --cache-ram 0 turns llama.cpp's host-memory prompt cache off (each slot then keeps only its last
     # prompt, as in builds before it and in deployments that leave host memory alone).
     ram = ["--cache-ram", str(cache_ram_mib)] if cache_ram_mib is not None else []
-    urls, procs = {}, []
-    for i in range(n):
-        port = free_port()
-        p = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
-                              "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m", *ram, *safe],
-                             stdout=open(tmp / f"llama-{port}.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(p)
-        wait_listening(port, p, timeout=120)
-        urls[f"llama{i}"] = f"http://127.0.0.1:{port}/v1"
-    stop = None
-    if slow > 1:
-        # Unequal servers: the last one runs 1 / slow of the time (calibrated so, too).
-        stop = threading.Event()
-        threading.Thread(target=throttle, args=(procs[-1].pid, 1 - 1 / slow, stop), daemon=True).start()
-    cap = asyncio.run(_calibrate(list(urls.values()), words))
-    return Backends(urls, "llamacpp", cap, procs, stop)
+    urls: dict[str, str] = {}
+    # The fleet owns its servers from the first start: one that fails to start or calibrate (or a SIGTERM
+    # meanwhile) stops those already running rather than leaving them to no one.
+    fleet = Backends(urls, "llamacpp", 0.0)
+    try:
+        for i in range(n):
+            port = free_port()
+            p = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * slots),
+                                  "-np", str(slots), "-t", "1", "--metrics", "--slots", "--alias", "m", *ram, *safe],
+                                 stdout=open(tmp / f"llama-{port}.log", "wb"), stderr=subprocess.STDOUT)
+            fleet.procs.append(p)
+            wait_listening(port, p, timeout=120)
+            urls[f"llama{i}"] = f"http://127.0.0.1:{port}/v1"
+        if slow > 1:
+            # Unequal servers: the last one runs 1 / slow of the time (calibrated so, too).
+            fleet.throttle = threading.Event()
+            threading.Thread(target=throttle, args=(fleet.procs[-1].pid, 1 - 1 / slow, fleet.throttle), daemon=True).start()
+        fleet.capacity_rps = asyncio.run(_calibrate(list(urls.values()), words))
+    except BaseException:
+        fleet.stop()
+        raise
+    return fleet
 
 
 async def _calibrate(urls: list[str], words: int = 300) -> float:
@@ -405,27 +412,33 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
     # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run.
     strategy, _, flag = strategy.partition("/")
     hashing = hashing and flag != "nohash"
-    out = []
-    for _ in range(replicas):
-        port = free_port()
-        config = {
-            "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 120},
-            "auth": {"mode": "open"},
-            "backends": {n: {"base_url": u, "model": "m", "flavor": backends.flavor, "max_concurrency": 64,
-                             "timeouts": {"first_token_s": 120, "total_s": 180}}
-                         for n, u in backends.urls.items()},
-            "models": {"fleet": {"backends": list(backends.urls), "strategy": strategy.partition(":")[0],
-                                 "retry": {"max_attempts": 1},
-                                 "prefix": {"consistent_hashing": hashing},
-                                 # `latency_aware:ttft`: streams ranked by their first token
-                                 **({"stream_objective": strategy.partition(":")[2]} if ":" in strategy else {})}},
-            "cache": {"store": "memory"},
-        }
-        path = tmp / f"gw-{port}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None, cwd=cwd)
-        wait_listening(port, proc)
-        out.append(Proc(proc, f"http://127.0.0.1:{port}"))
+    out: list[Proc] = []
+    try:
+        for _ in range(replicas):
+            port = free_port()
+            config = {
+                "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 120},
+                "auth": {"mode": "open"},
+                "backends": {n: {"base_url": u, "model": "m", "flavor": backends.flavor, "max_concurrency": 64,
+                                 "timeouts": {"first_token_s": 120, "total_s": 180}}
+                             for n, u in backends.urls.items()},
+                "models": {"fleet": {"backends": list(backends.urls), "strategy": strategy.partition(":")[0],
+                                     "retry": {"max_attempts": 1},
+                                     "prefix": {"consistent_hashing": hashing},
+                                     # `latency_aware:ttft`: streams ranked by their first token
+                                     **({"stream_objective": strategy.partition(":")[2]} if ":" in strategy else {})}},
+                "cache": {"store": "memory"},
+            }
+            path = tmp / f"gw-{port}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None, cwd=cwd)
+            out.append(Proc(proc, f"http://127.0.0.1:{port}"))
+            wait_listening(port, proc)
+    except BaseException:
+        # Those already started stop with the one that failed (or a SIGTERM meanwhile): no one else holds them.
+        for g in out:
+            g.stop()
+        raise
     return out
 
 
@@ -474,6 +487,7 @@ def pooled(runs: list[Run]) -> Run:
 
 
 def main() -> None:
+    stop_on_signals()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=("sim", "llama"), default="sim")
     ap.add_argument("--backends", type=int, default=3)
@@ -526,17 +540,17 @@ def main() -> None:
             fleet = sim_fleet(tmp, args.backends, args.sim_cache_tokens, args.slow, args.system_words or 300)
         else:
             fleet = llama_fleet(tmp, args.backends, args.slots, args.cache_ram, args.slow, args.system_words or 300)
-        rate = args.rate if args.rate is not None else args.load * fleet.capacity_rps
-        print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
-              f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
-              + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else "")
-              + (f"; last backend {args.slow:g}x slower" if args.slow > 1 else "")
-              + (f"; closed loop: {args.clients} clients, think {args.think if args.think is not None else args.clients / rate:.2f} s"
-                 if args.clients else "")
-              + ("; consistent hashing off" if args.no_hashing else "")
-              + (f"; system prompts of {args.system_words} words" if args.system_words else "")
-              + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         try:
+            rate = args.rate if args.rate is not None else args.load * fleet.capacity_rps
+            print(f"{args.backend} fleet of {args.backends}: cold-prompt capacity {fleet.capacity_rps:.2f} req/s; "
+                  f"arrivals {rate:.2f} req/s for {args.seconds:.0f} s per run; {args.repeats} repeat(s); shared machine"
+                  + (f"; llama.cpp --cache-ram {args.cache_ram}" if args.cache_ram is not None else "")
+                  + (f"; last backend {args.slow:g}x slower" if args.slow > 1 else "")
+                  + (f"; closed loop: {args.clients} clients, think {args.think if args.think is not None else args.clients / rate:.2f} s"
+                     if args.clients else "")
+                  + ("; consistent hashing off" if args.no_hashing else "")
+                  + (f"; system prompts of {args.system_words} words" if args.system_words else "")
+                  + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
             for wl in args.workloads.split(","):
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
                 variants = [(s, 1, not args.no_hashing) for s in strategies]

@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway
+from bench.harness import Fleet, free_port, percentile, start_gateway, stop_on_signals
 
 TPOT_MS = 20.0
 
@@ -174,4 +174,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

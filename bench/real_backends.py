@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import re
@@ -68,12 +69,14 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.admission.auth import hash_key
 from bench.harness import (
+    Proc,
     _spawn,
     apply_port_options,
     base_checkout,
     percentile,
     poisson_arrivals,
     port_options,
+    stop_on_signals,
     wait_listening,
 )
 from tests.support import LlamaServer, Process, free_port, llama_server_paths, write_yaml
@@ -312,40 +315,49 @@ async def main() -> None:
     llama_server_paths()
     tmp = Path(tempfile.mkdtemp(prefix="real-backends-"))
     ctx_per_slot = 2048 if args.workload == "mixed" else 1024
-    quick = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
-    slow = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol").start()
+    quick = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol")
+    slow = LlamaServer(tmp, slots=args.slots, ctx=ctx_per_slot * args.slots, alias="smol")
+    # Every process started here is stopped on every way out: an error, a timeout, SIGTERM (stop_on_signals).
+    owned = contextlib.ExitStack()
+    owned.callback(quick.stop)
+    owned.callback(slow.stop)
     stop = asyncio.Event()
-    assert slow.proc is not None
-    throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
-    port = free_port()
-
-    def config(port: int, names: set[str]) -> dict:
-        return {
-            "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
-            "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
-            "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
-                         "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
-            "models": {s.partition("@")[0]: alias(s) for s in names},
-            "telemetry": {"scrape_interval_s": 1.0},
-        }
-
-    gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config(port, {*strategies, "least_inflight"} - {*based})))],
-                 tmp / "gateway.log")
-    gw.wait_listening(port)
-    url = f"http://127.0.0.1:{port}"
-    base_gw, base_url = None, url
-    if based:
-        base_port = free_port()
-        path = write_yaml(tmp / "gateway-base.yaml", config(base_port, {*based, "least_inflight"}))
-        base_gw = _spawn(["serve", "--config", str(path)], tmp / "gateway-base.log", None, cwd=Path(args.base_tree))
-        wait_listening(base_port, base_gw)
-        base_url = f"http://127.0.0.1:{base_port}"
-    url_of = {s: base_url if s in based else url for s in strategies}
-    rng = random.Random(args.seed)
-    # The calibration draws its prompts from its own generator: the schedule does not depend on how many
-    # requests the burst got through.
-    calib_rng = random.Random(args.seed + 2)
+    throttler: asyncio.Task | None = None
     try:
+        quick.start()
+        slow.start()
+        assert slow.proc is not None
+        throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
+        port = free_port()
+
+        def config(port: int, names: set[str]) -> dict:
+            return {
+                "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
+                "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
+                "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
+                             "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
+                "models": {s.partition("@")[0]: alias(s) for s in names},
+                "telemetry": {"scrape_interval_s": 1.0},
+            }
+
+        gw = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config(port, {*strategies, "least_inflight"} - {*based})))],
+                     tmp / "gateway.log")
+        owned.callback(gw.stop)
+        gw.wait_listening(port)
+        url = f"http://127.0.0.1:{port}"
+        base_url = url
+        if based:
+            base_port = free_port()
+            path = write_yaml(tmp / "gateway-base.yaml", config(base_port, {*based, "least_inflight"}))
+            base_gw = _spawn(["serve", "--config", str(path)], tmp / "gateway-base.log", None, cwd=Path(args.base_tree))
+            owned.callback(Proc(base_gw, "").stop)
+            wait_listening(base_port, base_gw)
+            base_url = f"http://127.0.0.1:{base_port}"
+        url_of = {s: base_url if s in based else url for s in strategies}
+        rng = random.Random(args.seed)
+        # The calibration draws its prompts from its own generator: the schedule does not depend on how many
+        # requests the burst got through.
+        calib_rng = random.Random(args.seed + 2)
         # Mixed: half the prompts ~10x longer; prefill dominates them, so capacity is measured on the mix.
         capacity = await calibrate(url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, calib_rng,
                                    mixed=args.workload == "mixed")
@@ -395,13 +407,17 @@ async def main() -> None:
                     Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}))
     finally:
         stop.set()
-        await throttler
-        gw.stop()
-        if base_gw is not None:
-            base_gw.terminate()
-            base_gw.wait(timeout=10)
-        quick.stop()
-        slow.stop()
+        # The processes first, without an await: on SIGTERM asyncio.run cancels this task, and an await
+        # here would end the clean-up. The throttler may have left the slow server stopped: resumed, it
+        # can act on SIGTERM at once.
+        if throttler is not None:
+            throttler.cancel()
+        if slow.proc is not None and slow.proc.poll() is None:
+            os.kill(slow.proc.pid, signal.SIGCONT)
+        owned.close()
+        if throttler is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await throttler
     if args.dump:
         Path(args.dump).write_bytes(orjson.dumps({"requests": dump, "models": models}, option=orjson.OPT_INDENT_2))
     summarise(runs, args.workload, args.after, bool(args.burst), args.json)
@@ -515,4 +531,5 @@ def pooled_p90(runs: list[list[Result]], ttft: bool) -> float:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     asyncio.run(main())

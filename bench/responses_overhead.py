@@ -37,7 +37,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
-from bench.harness import Fleet, Proc, _spawn, free_port, percentile, start_redis, wait_listening
+from bench.harness import Fleet, Proc, _spawn, free_port, percentile, start_redis, stop_on_signals, wait_listening
 
 TOKENS = 16
 PROMPT = "Measure the gateway, not the model."
@@ -229,4 +229,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

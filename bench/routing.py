@@ -31,7 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.routing.strategies import STRATEGY_NAMES
-from bench.harness import Fleet, apply_port_options, free_port, percentile, port_options, start_gateway
+from bench.harness import Fleet, apply_port_options, free_port, percentile, port_options, start_gateway, stop_on_signals
 
 GROWTH = 0.04
 FLEET: dict[str, dict[str, Any]] = {
@@ -252,4 +252,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

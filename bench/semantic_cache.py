@@ -53,7 +53,7 @@ from app.cache.guard import HARD_REASONS, mismatch, unaligned
 from app.cache.judge import judge_body, read_verdict, yes_probability
 from app.cache.normalise import normalise
 from app.config import CategoryPolicies, EmbeddingConfig, JudgeConfig, SemanticCachePolicy
-from bench.harness import ROOT, free_port, wait_healthy
+from bench.harness import ROOT, free_port, stop_on_signals, wait_healthy
 
 DATA = {"labelled": Path(__file__).resolve().parent / "data" / "semantic_set.jsonl",
         "independent": Path(__file__).resolve().parent / "data" / "independent_set.jsonl",
@@ -426,4 +426,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway
+from bench.harness import Fleet, free_port, percentile, start_gateway, stop_on_signals
 
 BASE = dict(slots=16, prefill_tokens_per_s=20000, tpot_ms=5, output=dict(median=20, sigma=0.5, max=60))
 
@@ -142,4 +142,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

@@ -199,9 +199,12 @@ class Learner:
 
 def _learn_book_wait(model: LatencyModel, a: AttemptRecord, wait: float, now: float) -> None:
     """A measured slot wait set against the in-flight book's prediction of it (`LatencyModel.book_scale`):
-    of the wait, what the residual queue (other clients') does not explain."""
+    of the wait, what the residual queue (other clients') does not explain. Not for a request held back for
+    a sibling's copy of its prefix (`burst_wait_s`): predicted where it was placed, its wait is measured
+    from its send after the hold, when the copy's slot freed and took it (a wait about nil against the
+    book's whole one: on a server whose cache belongs to a slot, every sample, and the scale at its floor)."""
     p = a.predicted
-    if p is not None and p.book_wait_s > 0.0:
+    if p is not None and p.book_wait_s > 0.0 and not a.burst_wait_s:
         model.book_scale.add(wait - model.residual_queue(now), p.book_wait_s, now)
 
 

@@ -45,9 +45,6 @@ class Estimate:
     # Of e2e_s, the time the answer is expected to stand still for neighbours' prefills (see
     # AnswerDecode.stall): part of when it ends, not of how long it holds its slot's prompt cache.
     stall_s: float = 0.0
-    # Of queue_s, the slot wait the in-flight book simulated, before the learned scale of its waits
-    # (LatencyModel.book_scale): what a measured wait is set against to learn that scale.
-    book_wait_s: float = 0.0
 
     @property
     def stall_free_e2e_s(self) -> float:

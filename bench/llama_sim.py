@@ -339,8 +339,6 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                 if w.due(at):
                     s.waiting.remove(w)
                     s.queue.append(w.req)
-                    # Held, as the gateway's record says (the learner then leaves its wait out of the book's scale).
-                    w.req.rec.burst_wait_s = at - w.req.rec.start
                 elif not computed and w.computed_at is not None:
                     tie += 1
                     heapq.heappush(events, (w.computed_at + w.limit_s, tie, -10 - k))

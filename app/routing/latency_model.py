@@ -53,14 +53,6 @@ STALL_MIN_SAMPLES = 8
 CONTEXT_WINDOW = 32
 CONTEXT_RIDGE_TOKENS = 100.0
 CONTEXT_FACTOR = 2.0
-# The in-flight book's slot waits against the waits measured (`BookScale`): the ratio's median over the last
-# this many waits the book predicted, from this many on; a predicted wait under BOOK_WAIT_FLOOR_S is too
-# short to set a ratio by (timer noise, a slot freeing as it was read), and one ratio counts at most
-# BOOK_SCALE_BOUND times either way (a wait behind a request the book never held says nothing of its pace).
-BOOK_SCALE_WINDOW = 16
-BOOK_SCALE_MIN_SAMPLES = 3
-BOOK_WAIT_FLOOR_S = 0.05
-BOOK_SCALE_BOUND = 3.0
 # What a level's median bounds (AnswerDecode._fold): the ceilings of the levels below (ANSWERS; and its
 # own, STRETCHES), or none (the stalls).
 NOTHING, ANSWERS, STRETCHES = 0, 1, 2
@@ -613,56 +605,6 @@ class AnswerDecode:
                               for k, v in sorted(self._stretch_medians.items())}}
 
 
-@dataclass
-class BookScale:
-    """How much longer than the in-flight book simulated the slot waits here took: the median over the last
-    BOOK_SCALE_WINDOW waits the book predicted of measured / predicted, 1.0 until BOOK_SCALE_MIN_SAMPLES,
-    drifting back to 1.0 unfed (`stale_tau_s`). A prediction made at sending scales the book's slot wait by
-    it (the look-ahead's, for an instant one arrival ahead, do not: app/routing/predict.py).
-
-    The book prices the requests ahead as prefill, then decode at the TPOT line, slot by slot; on a server
-    whose running decodes stand still for each newcomer's prefill (llama.cpp), every slot that frees stalls
-    the one decoding beside it for the next request's prefill, a cost the book does not simulate and the
-    line, fit over samples keyed by the batch at sending, carries only in part. On two real llama.cpp
-    servers (issue 24, unequal servers at 70 % load, the default's arm of one run; the others alike), the
-    quick server's waits sent with both slots taken were predicted 0.38 / 0.93 / 2.86 s for 0.48 / 1.35 /
-    3.47 s measured with 3, 4 and 5 or more of ours in flight, while each prefill was priced right (measured
-    / predicted 0.94-1.06):
-    the TTFT there read -15 to -23 % (signed), the E2E -13 to -21 %. Simulating the stalls in the book instead
-    (t31e) cost shared prefixes 5.6 % a seed in the simulator; a measured ratio corrects whatever the book
-    misses, the stalls or the line, and reads 1.0 where it misses nothing. Replayed causally on six dumps
-    of real runs (each wait scaled by the ratio of the waits measured before it was sent), the default's
-    E2E error on unequal servers read 13 / 20 / 12 % against 18 / 28 / 20 %, its TTFT error 9 / 12 / 13 %
-    against 14 / 17 / 17 %; on mixed lengths (few waits) within a point but one arm of 10 requests. In the
-    simulator (bench/ROUTING.md, seventeenth round) routing gained 15 % of mean TTFT on shared prefixes and
-    2.8 % with a 3x slower server, and lost 0.8 % of E2E on mixed lengths at 0.7 req/s (45 of 60 seeds)."""
-
-    stale_tau_s: float = 120.0
-    _ratios: deque[float] = field(default_factory=lambda: deque(maxlen=BOOK_SCALE_WINDOW))
-    median: float = 1.0
-    updated: float = 0.0
-
-    def add(self, measured_s: float, predicted_s: float, now: float) -> None:
-        """A slot wait of `measured_s` where the book predicted `predicted_s` (before scaling)."""
-        if not predicted_s >= BOOK_WAIT_FLOOR_S:
-            return
-        ratio = max(0.0, measured_s) / predicted_s
-        self._ratios.append(min(BOOK_SCALE_BOUND, max(1.0 / BOOK_SCALE_BOUND, ratio)))
-        if len(self._ratios) >= BOOK_SCALE_MIN_SAMPLES:
-            self.median, self.updated = _middle(sorted(self._ratios)), now
-
-    def get(self, now: float) -> float:
-        """The scale of a slot wait the book simulates now."""
-        median = self.median
-        if median == 1.0:
-            return 1.0
-        return 1.0 + (median - 1.0) * math.exp(-(now - self.updated) / self.stale_tau_s)
-
-    @property
-    def samples(self) -> int:
-        return len(self._ratios)
-
-
 class LatencyModel:
     """Live estimates for one backend; every update says where its sample came from."""
 
@@ -671,8 +613,6 @@ class LatencyModel:
         p = self.prior
         self.net = Decaying(p.net_s, tau_s)
         self.queue = Decaying(p.queue_s, tau_s)
-        # The book's slot waits against the waits measured (a scale on the book's predictions).
-        self.book_scale = BookScale()
         # Prefill time against prompt tokens: a fixed part (scheduling, the first step) plus a rate.
         # Anchored at the origin (an empty prompt costs nothing), not held to the prior's rate: prompts
         # of one workload vary too little in length to separate the two, and a slope held at a GPU's
@@ -887,7 +827,6 @@ class LatencyModel:
             "answer_tpot_s": self.answers.snapshot(t),
             "answer_stall_s": self.answers.stall_snapshot(t),
             "answer_tpot_per_prompt_token_s": self.answers.context_slope,
-            "book_wait_scale": self.book_scale.get(t), "book_wait_scale_samples": self.book_scale.samples,
             "failure_rate": self.failure_rate.get(t), "observed_latency_s": self.observed_latency,
             "samples": {"net": self.net.samples, "queue": self.queue.samples,
                         "prefill": self.prefill.samples, "decode": self.tpot_base.samples},

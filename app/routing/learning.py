@@ -104,15 +104,11 @@ class Learner:
             # Prefill is learned at the end, when the server says how much of the prompt it processed.
             if a.headers:
                 s.prefills.add(a.headers, a.first_event, float(prompt_tokens))
-            now = time.monotonic()
-            wait = max(0.0, to_headers - model.net.get(now))
-            _learn_book_wait(model, a, wait, now)
+            wait = max(0.0, to_headers - model.net.get(time.monotonic()))
             if not _ours_could_explain(s, ahead, wait, a.sent):
                 model.observe_queue(wait, ahead, expected_queue)
             return
         model.observe_network(to_headers)
-        if r.queue_s is not None:
-            _learn_book_wait(model, a, r.queue_s, time.monotonic())
         if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s, a.sent):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         else:
@@ -195,17 +191,6 @@ class Learner:
             model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, source=ESTIMATED,
                                  context=prompt_hint)
         return cached
-
-
-def _learn_book_wait(model: LatencyModel, a: AttemptRecord, wait: float, now: float) -> None:
-    """A measured slot wait set against the in-flight book's prediction of it (`LatencyModel.book_scale`):
-    of the wait, what the residual queue (other clients') does not explain. Not for a request held back for
-    a sibling's copy of its prefix (`burst_wait_s`): predicted where it was placed, its wait is measured
-    from its send after the hold, when the copy's slot freed and took it (a wait about nil against the
-    book's whole one: on a server whose cache belongs to a slot, every sample, and the scale at its floor)."""
-    p = a.predicted
-    if p is not None and p.book_wait_s > 0.0 and not a.burst_wait_s:
-        model.book_scale.add(wait - model.residual_queue(now), p.book_wait_s, now)
 
 
 def _ours_could_explain(s: BackendState, ahead: int, wait: float, sent: int | None = None) -> bool:

@@ -26,9 +26,9 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
     now is about to finish, but one due before the arrival has finished by then)."""
     now = ctx.now
-    queue, ttft, decode_tokens, e2e, _, stall, book = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
-                                                               now if known_at is None else known_at, True)
-    return Estimate(queue, ttft, e2e + stall, decode_tokens, stall, book)
+    queue, ttft, decode_tokens, e2e, _, stall = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
+                                                         now if known_at is None else known_at, True)
+    return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
 def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
@@ -37,7 +37,7 @@ def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -
     every candidate at every decision without deriving a context for that instant. A stream ranked by
     its first token skips the decode, which that figure does not read."""
     first = ctx.stream and ctx.stream_objective == "ttft"  # by_first_token(ctx)
-    _, ttft, _, e2e, penalty, _, _ = _predict(c, ctx, now, c.inflight, known_at, not first, None, False)
+    _, ttft, _, e2e, penalty, _ = _predict(c, ctx, now, c.inflight, known_at, not first)
     return (ttft if first else e2e) * penalty
 
 
@@ -52,22 +52,17 @@ def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: f
         # BackendState.start_prefill's fields after lookahead.book's call (the same arithmetic).
         own = max(0.0, ctx.prompt_tokens - (held.tokens if held is not None else 0.0))
         booked = (c.prefilling + 1, c.uncached_inflight + own, c.prefill_busy_since if c.prefilling else ctx.now)
-    _, ttft, _, e2e, penalty, _, _ = _predict(c, ctx, now, c.inflight + 1, known_at, not first, booked, False)
+    _, ttft, _, e2e, penalty, _ = _predict(c, ctx, now, c.inflight + 1, known_at, not first, booked)
     return (ttft if first else e2e) * penalty
 
 
 def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
-             booked: tuple[int, float, float] | None = None,
-             scaled: bool = True) -> tuple[float, float, float, float, float, float, float]:
+             booked: tuple[int, float, float] | None = None) -> tuple[float, float, float, float, float, float]:
     """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
-    time to first token, tokens to decode after the first, end-to-end time, failure penalty, stall, the
-    book's slot wait before its learned scale). Without
+    time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
     `decode`, no decode is priced: 0.0 tokens, and the end-to-end time is the time to first token.
     `booked`: the backend's (prefilling, uncached_inflight, prefill_busy_since) as a booking would
-    leave them (`booked_figure_at`), else its own. With `scaled`, the book's slot wait is scaled by how long
-    the waits it predicted here took (`LatencyModel.book_scale`); the look-ahead's figures, for an instant
-    one arrival ahead, are not: the scale is measured against the book as read at sending. Scaled there too,
-    the simulator's equal servers lost 0.6 % of mean TTFT on 46 of 60 seeds (unscaled there: level).
+    leave them (`booked_figure_at`), else its own.
 
     Every decision predicts seven times (each candidate now, and the look-ahead's later), so this is one
     function: the model's figures are read inline (`Decaying.get`, `DecayingLine.coefficients`,
@@ -82,20 +77,13 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     # LatencyModel.residual_queue's max(0.0, ...).
     queue = residual = residual if residual > 0.0 else 0.0  # noqa: FURB136
     slots = m.slots
-    book = 0.0
     if slots is not None and ahead >= slots:
         at = c.book.nth_finish(ahead - slots, m.tpot(slots, now), known_at, slots)
         if at is not None:
-            book = at - now if at > now else 0.0
+            queue += max(0.0, at - now)
         else:
             # More in flight than booked (a slot handed on before its lease was booked): a turnover each.
-            book = (ahead - slots + 1 - len(c.book)) * _turnover_s(c, slots, now)
-        # As long as the waits the book predicted here took (LatencyModel.book_scale, BookScale.get inline).
-        y = m.book_scale
-        scale = y.median if scaled else 1.0
-        if scale != 1.0:
-            scale = 1.0 + (scale - 1.0) * _exp(-(now - y.updated) / y.stale_tau_s)
-        queue += book * scale
+            queue += (ahead - slots + 1 - len(c.book)) * _turnover_s(c, slots, now)
     if c.others_waiting:
         # The backend's own waiting count (its /metrics) beyond what this gateway queued there.
         queue += c.others_waiting * _turnover_s(c, slots or max(1, ahead), now)
@@ -146,7 +134,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     penalty = 1.0 + 4.0 * (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
                            if x.samples and x.value != x.prior else x.prior)
     if not decode:
-        return queue, ttft, 0.0, ttft, penalty, 0.0, book
+        return queue, ttft, 0.0, ttft, penalty, 0.0
     # The answer's tokens after the first: the expected length, capped by (or exactly) max_tokens.
     n = m.output_tokens.get(now) if ctx.expected_output is None else ctx.expected_output
     cap = ctx.max_tokens
@@ -160,7 +148,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     # (lookahead.imposed); ranked by it too, it was charged twice.
     # Its decode per token is read at its whole prompt's size (a cached prefix is context too).
     return (queue, ttft, n, ttft + n * m.answer_tpot(ahead + 1, now, ctx.prompt_tokens), penalty,
-            n * m.answers.stall(ahead + 1, now), book)
+            n * m.answers.stall(ahead + 1, now))
 
 
 def _turnover_s(c: BackendState, slots: int, now: float) -> float:
@@ -194,8 +182,8 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     now, first = ctx.now, by_first_token(ctx)
     for c in candidates:
         # estimate(c, ctx), keeping the failure penalty its reads brought.
-        queue, ttft, decode_tokens, e2e, penalty, stall, book = _predict(c, ctx, now, c.inflight, now, True)
-        e = kept[c.name] = Estimate(queue, ttft, e2e + stall, decode_tokens, stall, book)
+        queue, ttft, decode_tokens, e2e, penalty, stall = _predict(c, ctx, now, c.inflight, now, True)
+        e = kept[c.name] = Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
         estimates.append(e)
         # Ranked without the stall (see _predict): objective's, failure_penalty's.
         figures.append((ttft if first else e2e) * penalty)

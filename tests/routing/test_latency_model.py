@@ -351,40 +351,6 @@ def test_an_unfed_median_drifts_to_the_line_only_as_far_as_fuller_batches_decode
     assert model.answer_tpot(1, later) == pytest.approx(0.04 + (0.1 - 0.04) * (1 - math.exp(-(later - 3.0) / 120.0)))
 
 
-def test_the_books_slot_waits_are_scaled_by_how_long_the_waits_it_predicted_took():
-    # Waits the in-flight book predicted at 1 s took 1.3 s (a llama.cpp server stalls the decode beside
-    # each newcomer's prefill, which the book does not simulate): its next waits are priced 1.3x.
-    m = LatencyModel()
-    assert m.book_scale.get(0.0) == 1.0  # nothing measured: the book as it is
-    m.book_scale.add(1.3, 1.0, now=1.0)
-    m.book_scale.add(1.25, 1.0, now=2.0)
-    assert m.book_scale.get(2.0) == 1.0  # two waits are no figure yet
-    m.book_scale.add(2.7, 2.0, now=3.0)  # 1.35
-    assert m.book_scale.get(3.0) == pytest.approx(1.3)
-    # The median, not the mean: one wait behind work the book never held does not move it far.
-    m.book_scale.add(30.0, 1.0, now=4.0)
-    assert m.book_scale.get(4.0) == pytest.approx(1.325)
-
-
-def test_a_book_scale_unfed_drifts_back_to_the_book_and_ignores_waits_too_short_to_tell():
-    m = LatencyModel()
-    for t in range(3):
-        m.book_scale.add(0.5, 1.0, now=float(t))
-    assert m.book_scale.get(2.0) == pytest.approx(0.5)
-    # Unfed, the scale relaxes to 1.0 (the book as it is) with the model's staleness constant.
-    assert m.book_scale.get(2.0 + 120.0) == pytest.approx(1.0 - 0.5 * math.exp(-1.0))
-    assert m.book_scale.get(2.0 + 2400.0) == pytest.approx(1.0, abs=1e-6)
-    # A predicted wait under the floor (timer noise) sets no ratio, however long the wait measured.
-    for t in range(5):
-        m.book_scale.add(1.0, 0.01, now=3.0 + t)
-    assert m.book_scale.samples == 3
-    # One ratio counts at most 3x: a wait measured with none predicted worth the name moves it no further.
-    fresh = LatencyModel()
-    for t in range(3):
-        fresh.book_scale.add(100.0, 0.1, now=float(t))
-    assert fresh.book_scale.get(2.0) == 3.0
-
-
 def test_the_medians_and_ceilings_kept_as_answers_come_are_those_of_the_windows_as_they_are_now():
     # Learning runs at every answer and progress stretch and every prediction reads the figures, so they
     # are kept as samples come, not worked out at each read: after every sample each level's median is

@@ -396,35 +396,3 @@ def test_each_answer_decode_figure_says_how_its_decode_and_its_batch_were_known(
     assert tags(answers(stream)["1"]) == ("measured", "measured")
     assert tags(answers(json(report=True))["1"]) == ("reported", "estimated")
     assert tags(answers(json(report=False))["1"]) == ("estimated", "estimated")
-
-
-def test_a_slot_wait_is_set_against_the_books_prediction_of_it_less_the_residual_queue():
-    # llama.cpp sends the headers when a slot takes the request: the wait to them is the slot wait.
-    t, model = telemetry("llamacpp")
-    t.server_load("b", ServerLoad(slots=2, running=2, waiting=0))
-    t.states["b"].inflight = 4
-    for k in range(3):
-        a = stream_attempt(load=4, wait=0.5, flavor="llamacpp")
-        a.predicted = Estimate(1.0, 1.5, 2.0, 50, book_wait_s=1.0)  # the book: a slot frees in 1 s
-        wait_then_first_token(t, a, 1.4)
-    assert model.book_scale.get(time.monotonic()) == pytest.approx(1.4, rel=0.01)
-    # Where the book predicted no wait (a slot free), the wait teaches the slots and the residual, not this.
-    b = stream_attempt(load=1, wait=0.5, flavor="llamacpp")
-    wait_then_first_token(t, b, 3.0)
-    assert model.book_scale.samples == 3
-
-
-def test_a_request_held_for_a_siblings_copy_does_not_set_its_slot_wait_against_the_book():
-    # Its prediction (the book's slot wait) was made where it was placed, its wait measured from its send
-    # once the hold ended, when the copy's slot freed and took it: set against each other, every held
-    # request read a wait about nil, and on a server whose cache belongs to a slot every sample was one
-    # (llama_sim --per-slot, four shared prompts, 30 seeds: 102 of 102), so the scale sat at its floor.
-    t, model = telemetry("llamacpp")
-    t.server_load("b", ServerLoad(slots=2, running=2, waiting=0))
-    t.states["b"].inflight = 4
-    for k in range(3):
-        a = stream_attempt(load=4, wait=0.5, flavor="llamacpp")
-        a.predicted = Estimate(1.0, 1.5, 2.0, 50, book_wait_s=1.0)  # the book, at placement: a slot in 1 s
-        a.burst_wait_s = 1.0  # held that long for the copy, then sent
-        wait_then_first_token(t, a, 0.01)
-    assert model.book_scale.samples == 0 and model.book_scale.get(time.monotonic()) == 1.0

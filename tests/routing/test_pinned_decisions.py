@@ -297,9 +297,8 @@ def test_the_script_makes_real_choices():
     assert picks == set(BACKENDS) and kinds >= {"acquire", "first", "progress", "done", "failed", "load", "ask"}
     # (48 warm placements since busy llama.cpp slot copies stopped counting as warm, 50+ before; 38 since
     # JSON calls report first tokens where dispatch streams them upstream, which changed the script's
-    # sequence of events; 24 since the book's slot waits are scaled by how long the waits it predicted
-    # took, LatencyModel.book_scale, which moved 55 of the script's 161 latency_aware picks.)
-    assert len(warm) > 20 and waits and len(queued) > 20
+    # sequence of events.)
+    assert len(warm) > 30 and waits and len(queued) > 20
 
 
 def _record() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import estimate, figure_at, objective, ranked
+from app.routing.predict import estimate, objective, ranked
 from app.routing.state import InflightBook
 from tests.routing.test_router import router
 from tests.routing.test_strategies import State
@@ -283,22 +283,3 @@ def test_a_llama_cpp_slot_holds_its_prompts_copy_until_the_answers_end_without_t
     assert e.stall_s > 0.0
     _, ready_at, _, _ = state.prefixes.match(ctx.prefix.keys, CTX.now)
     assert ready_at == pytest.approx(CTX.now + e.e2e_s - e.stall_s)
-
-
-def test_a_full_backend_whose_waits_took_longer_than_the_book_simulated_is_priced_at_those_waits():
-    # Two slots, four ahead: the book says the slot this request gets frees in 3 s (as above). Its waits
-    # have taken 1.3x what it predicted: the queue is 3.9 s, and the record keeps the book's own 3 s, the
-    # figure the next measured wait is set against.
-    m = LatencyModel(Prior(slots=2))
-    for t in range(5):
-        m.book_scale.add(1.3, 1.0, now=9.0 + 0.2 * t)
-    s = State("a", inflight=4, model=m, finishing=[13.0, 11.0, 15.0, 12.0])
-    est = estimate(s, CTX)
-    assert est.book_wait_s == pytest.approx(3.0)
-    assert est.queue_s == pytest.approx(3.0 * m.book_scale.get(10.0))
-    assert 3.85 < est.queue_s < 3.9
-    # The look-ahead's figure (for an instant one arrival ahead) is the book's own: the scale is measured
-    # against the book as read at sending.
-    assert figure_at(s, CTX, 10.0, 10.0) == pytest.approx(est.stall_free_e2e_s - (est.queue_s - est.book_wait_s))
-    # Below its slots nothing waits, whatever the scale.
-    assert estimate(State("b", inflight=1, model=m, finishing=[13.0]), CTX).queue_s == 0.0

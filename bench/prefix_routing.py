@@ -178,6 +178,9 @@ class Run:
     later: list[tuple[int, int]] = field(default_factory=list)
     # Per request, for --dump: sent (s into the run), prompt key, backend, TTFT, E2E, prompt and cached tokens.
     log: list[dict] = field(default_factory=list)
+    # Per failed request: when it was sent, its prompt key and what came back, so that an error count in a
+    # table can be traced to its cause (the gateway's error message, or the client's exception).
+    failures: list[dict] = field(default_factory=list)
 
     @property
     def later_ratio(self) -> float:
@@ -220,12 +223,18 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             headers = {"x-slipstream-server-timing": "usage"}
             t0 = time.perf_counter()
             sent = t0 - start
-            first, answer, usage = 0.0, [], None
+            first, usage = 0.0, None
+            answer: list[str] = []
+
+            def failed(what: str) -> None:
+                run.errors += 1
+                run.failures.append({"sent": round(sent, 3), "key": workload.key(messages),
+                                     "after_s": round(time.perf_counter() - t0, 3), "what": what[:300]})
+
             try:
                 async with s.post(f"{pick.choice(urls)}/v1/chat/completions", json=body, headers=headers) as r:
                     if r.status != 200:
-                        run.errors += 1
-                        await r.read()
+                        failed(f"HTTP {r.status}: {(await r.read()).decode(errors='replace')}")
                         return
                     backend = r.headers.get("x-slipstream-backend", "?")
                     predicted = r.headers.get("x-slipstream-predicted-ttft-ms")
@@ -236,13 +245,13 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                             first = time.perf_counter() - t0
                         chunk = orjson.loads(line[6:])
                         if "error" in chunk:
-                            run.errors += 1
+                            failed(f"error event after {len(answer)} chunks: {orjson.dumps(chunk['error']).decode()}")
                             return
                         for c in chunk.get("choices") or ():
                             answer.append((c.get("delta") or {}).get("content") or "")
                         usage = chunk.get("usage") or usage
-            except (TimeoutError, aiohttp.ClientError):
-                run.errors += 1
+            except (TimeoutError, aiohttp.ClientError) as e:
+                failed(f"{type(e).__name__}: {e}")
                 return
             run.ttft.append(first)
             run.e2e.append(time.perf_counter() - t0)
@@ -479,6 +488,7 @@ def pooled(runs: list[Run]) -> Run:
         out.prompt += r.prompt
         out.cached += r.cached
         out.errors += r.errors
+        out.failures += r.failures
         out.shares += r.shares
         out.later += r.later
         for k, v in r.backends.items():
@@ -577,9 +587,13 @@ def main() -> None:
                                 g.stop()
                         results[label].append(run)
                         if args.dump:
-                            dumped.setdefault(wl, []).append({"label": label, "repeat": rep, "requests": run.log})
+                            dumped.setdefault(wl, []).append({"label": label, "repeat": rep, "requests": run.log,
+                                                              "failures": run.failures})
                             Path(args.dump).write_bytes(orjson.dumps(dumped, option=orjson.OPT_INDENT_2))
                         print(row(f"{wl} r{rep} {label}", run) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
+                        for f in run.failures:
+                            print(f"    failed: sent {f['sent']} s, {f['key']}, after {f['after_s']} s: {f['what']}",
+                                  flush=True)
                 report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy,
                        args.prompts, args.repeats)
                 if args.repeats > 1:

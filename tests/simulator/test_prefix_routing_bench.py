@@ -1,10 +1,13 @@
-"""bench/prefix_routing.py's arrival schedule and its paired comparison over repeats (no servers started)."""
+"""bench/prefix_routing.py's arrival schedule, its paired comparison over repeats, and its record of failed requests
+(against a loopback HTTP server; no llama.cpp or gateway started)."""
 
+import asyncio
 import random
 
 import pytest
+from aiohttp import web
 
-from bench.prefix_routing import Run, arrivals, paired, paired_ratios, pooled_ratio, spread
+from bench.prefix_routing import Run, Shared, arrivals, drive, paired, paired_ratios, pooled_ratio, spread
 
 
 def test_each_run_gets_exactly_the_rate_asked():
@@ -42,3 +45,40 @@ def test_paired_ratios_are_taken_within_each_repeat_and_summarised_by_median_and
     out = capsys.readouterr().out
     assert "latency_aware@base / latency_aware: mean TTFT 1.078x" in out and "pooled 1.078x" in out
     assert "lower in 0 of 4" in out and "-> met" in out
+
+
+def test_a_failed_request_is_counted_with_what_came_back():
+    # A real loopback server: the first request is refused with an OpenAI-shaped error, the second's stream
+    # ends in an error event; an error count alone in the table could not be traced to either.
+    seen = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.json())
+        if len(seen) == 1:
+            return web.json_response({"error": {"message": "no backend could take it", "type": "overloaded",
+                                                "param": None, "code": "no_capacity"}}, status=503)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n\n')
+        await resp.write(b'data: {"error": {"message": "upstream went away", "type": "upstream_error"}}\n\n')
+        return resp
+
+    async def scenario() -> Run:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            return await drive([f"http://127.0.0.1:{port}"], Shared(random.Random(1), "t", 2, 20), 4.0, 0.5, 1)
+        finally:
+            await runner.cleanup()
+
+    run = asyncio.run(scenario())
+    assert run.errors == 2 == len(run.failures) and not run.e2e
+    refused, broken = sorted(run.failures, key=lambda f: f["sent"])
+    assert refused["what"].startswith("HTTP 503: ") and "no backend could take it" in refused["what"]
+    assert broken["what"].startswith("error event after 1 chunks: ") and "upstream went away" in broken["what"]
+    assert refused["key"].startswith("p") and refused["after_s"] >= 0

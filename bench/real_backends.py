@@ -85,6 +85,7 @@ STRATEGIES = ("latency_aware", "predicted_latency", "least_inflight", "round_rob
 WORDS = ["river", "stone", "cloud", "paper", "garden", "window", "silver", "market", "engine", "forest", "lantern", "harbor", "copper", "winter", "meadow", "violin", "planet", "signal", "bridge", "canyon", "orchard", "thunder", "velvet", "compass"]
 ADMIN_KEY = "sk-bench-admin-0123456789"  # loopback only: reads the latency models for --dump
 _TIMING = re.compile(r'(\w+);dur=([\d.]+)')
+_ERROR_EVENT = b'data: {"error"'
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Result:
     at: float = 0.0  # when it was sent, seconds into its strategy's run
     words: int = 0  # the prompt's length in words (for --dump)
     stream: bool = True  # False: a JSON request (--json), whose only figure is its end
+    error: str = ""  # a failed request: what came back (status and body, the stream's error event, or the exception)
 
 
 def prompt(rng: random.Random, words: int) -> str:
@@ -117,16 +119,23 @@ async def one(session: aiohttp.ClientSession, url: str, alias: str, text: str, m
         async with session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body),
                                 headers={"content-type": "application/json"}) as r:
             if r.status != 200:
-                await r.read()
-                return Result(False)
+                return Result(False, error=f"HTTP {r.status}: {(await r.read()).decode(errors='replace')[:300]}")
             h = r.headers
             timing = {m.group(1): float(m.group(2)) for m in _TIMING.finditer(h.get("server-timing", ""))}
+            # A stream that fails midway ends in an error event, which is a failed request, not a short
+            # answer; the tail carried over finds the event's start split across two reads.
+            tail = b""
             async for chunk in r.content.iter_any():
                 if stream and not first and b'"content"' in chunk:
                     first = time.perf_counter() - t0
+                if stream and _ERROR_EVENT in tail + chunk:
+                    seen = tail + chunk
+                    event = (seen[seen.index(_ERROR_EVENT) + 6:] + await r.content.read()).split(b"\n", 1)[0]
+                    return Result(False, error="error event: " + event.decode(errors="replace")[:300])
+                tail = (tail + chunk)[-len(_ERROR_EVENT):]
             e2e = time.perf_counter() - t0
-    except (aiohttp.ClientError, TimeoutError):
-        return Result(False)
+    except (aiohttp.ClientError, TimeoutError) as e:
+        return Result(False, error=f"{type(e).__name__}: {e}"[:300])
     p_ttft, p_e2e = h.get("x-slipstream-predicted-ttft-ms"), h.get("x-slipstream-predicted-e2e-ms")
     return Result(True, h.get("x-slipstream-backend", ""), first or e2e, e2e,
                   float(p_ttft) / 1000 if p_ttft and stream else None, float(p_e2e) / 1000 if p_e2e else None,
@@ -398,6 +407,8 @@ async def main() -> None:
                       f"TTFT p50 {row['ttft_p50']:.0f} ms, E2E p50 {row['e2e_p50']:.0f} ms, "
                       f"TTFT mean {row['ttft_mean']:.0f} ms, E2E mean {row['e2e_mean']:.0f} ms, "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                for r in sorted((r for r in results if not r.ok), key=lambda r: r.at):
+                    print(f"    failed: sent {r.at:.2f} s, {r.words} words: {r.error}", flush=True)
                 if any(r.predicted_e2e_s for r in results):
                     sent = sorted(results, key=lambda r: r.at)
                     first_rest[s].append((errors(sent[:args.after]), errors(sent[args.after:])))

@@ -1,12 +1,16 @@
-"""bench/real_backends.py's schedule and its NAME@base strategies (no servers started)."""
+"""bench/real_backends.py's schedule, its NAME@base strategies and its record of failed requests (against a loopback
+HTTP server; no llama.cpp or gateway started)."""
 
+import asyncio
 import random
 import statistics
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from bench.harness import base_checkout
-from bench.real_backends import LONG_WORDS, alias, schedule, spread
+from bench.real_backends import LONG_WORDS, alias, one, schedule, spread
 
 
 def test_the_schedule_offers_exactly_the_rate_asked_and_the_mix_as_drawn_evenly():
@@ -68,3 +72,37 @@ def test_with_repeats_the_tail_is_also_read_over_every_run_s_requests_pooled(cap
     assert "vs b, median of in-repeat ratios: p99 TTFT 2.68x (4.87, 0.50)" in out
     assert "a                      2 runs, 8 requests: TTFT p99 9370, E2E p99 18740, TTFT p90 3700" in out
     assert "pooled, a / b: p99 TTFT 4.68x, p99 E2E 4.68x, p90 TTFT 1.85x, mean TTFT 1.06x" in out
+
+
+def test_a_failed_request_says_what_came_back_and_a_stream_ending_in_an_error_event_is_not_an_answer():
+    # A real loopback server: one request refused, one stream that ends in an error event split across two
+    # writes (a bench that counted it as an answer would report its truncated time as a quick E2E).
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["messages"][0]["content"] == "refuse":
+            return web.json_response({"error": {"message": "every backend is full", "type": "overloaded",
+                                                "param": None, "code": None}}, status=503)
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n\ndata: {"err')
+        await asyncio.sleep(0.05)
+        await resp.write(b'or": {"message": "upstream went away", "type": "upstream_error"}}\n\n')
+        return resp
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return (await one(session, url, "fleet", "refuse", 8), await one(session, url, "fleet", "break", 8))
+        finally:
+            await runner.cleanup()
+
+    refused, broken = asyncio.run(scenario())
+    assert not refused.ok and refused.error.startswith("HTTP 503: ") and "every backend is full" in refused.error
+    assert not broken.ok and broken.error.startswith('error event: {"error"') and "upstream went away" in broken.error

@@ -278,6 +278,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         tie += 1
                         heapq.heappush(events, (overdue, tie, -10 - k))
                 else:
+                    _send(r)
                     s.queue.append(r)
             else:
                 s = servers[i]
@@ -338,6 +339,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                     w.limit_s = w.req.lease.hold_limit(w.limit_s)
                 if w.due(at):
                     s.waiting.remove(w)
+                    _send(w.req)
                     s.queue.append(w.req)
                 elif not computed and w.computed_at is not None:
                     tie += 1
@@ -368,6 +370,13 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
             if not s.busy:
                 start_step(s, k, at)
     return done
+
+
+def _send(r: _Req) -> None:
+    """The gateway sends the request on (its hold over, if it had one: Lease.wait_for_prefix's end). A tree
+    from before Lease.sent_on, in an A/B, counts no hold."""
+    if hasattr(r.lease, "sent_on"):
+        r.lease.sent_on()
 
 
 def _pct(v: list[float], p: float) -> float:

@@ -331,6 +331,14 @@ class LatencyAware:
             gone = c.prefixes.pushed_out(first)
             # A prompt that came more than once comes again: its next request computes it cold.
             again = 1.0 if gone is not None and any(x.prefixes.repeated(gone) for x in candidates) else share
+            if gone is not None and (waiting := c.prefixes.waiting_for(gone)):
+                # With every slot running, llama.cpp gives this request the first to free: the copy's there.
+                # Siblings the gateway holds for that copy are sent when it frees, find it gone, and each
+                # computes it cold (a prefill each, certain) and pushes out another prompt in turn (the
+                # charge above). Counted as one push-out whatever waited, a new prompt sent to a full
+                # llama.cpp server took the slot of a copy with a sibling about to be released there, and
+                # 15 cold prefills followed where 4 were needed (issue 24, two servers, --cache-ram 0).
+                again += waiting
             # (Priced at the alias's reuse share, the charge fell as prompts spread and fewer requests
             # found theirs, and spread them further: four shared prompts on llama_sim --per-slot
             # at 1.0 req/s, 50 of 200 seeds made 12 or more cold prefills where 4 were needed.)

@@ -77,6 +77,7 @@ class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
     __slots__ = (
+        "_held",
         "_keys",
         "_margin_s",
         "_prefilled",
@@ -114,6 +115,7 @@ class Lease:
         self._prefilled: PrefixCopy | None = None
         self._prefilling = False
         self._waiting = False  # counted in the backend's copy_waiters
+        self._held = False  # counted in the backend's held_back: held at the gateway, not sent yet
         # What the ranking predicted for this backend, with every request in flight there ahead of this
         # one: nothing has changed since (the decision and the lease are one synchronous step).
         ranked = ctx.estimates.get(state.name) if ctx.estimates is not None and ahead == state.inflight else None
@@ -137,8 +139,11 @@ class Lease:
             self.burst_wait_s = burst_wait_s(self.prefix, ctx, state)
             self._margin_s = burst_margin_s(ctx)
             if self.burst_wait_s:
-                self._waiting = True
+                # Held back (the dispatch loop waits for the copy before it sends anything) until
+                # wait_for_prefix ends.
+                self._waiting = self._held = True
                 state.copy_waiters += 1
+                state.held_back += 1
             assert ctx.prefix is not None  # a prefix match needs the prompt's blocks
             self._keys = ctx.prefix.keys
             self._prefilled = PrefixCopy(reports, ctx.now + self.estimate.ttft_s, self.estimate.ttft_s, ctx.now)
@@ -191,6 +196,18 @@ class Lease:
         server in three bursts; siblings were served from the cache 0.4-1.0 s after the copy's first token.
         Without the lost and overdue ends, siblings behind a copy stuck on a hung backend waited for its
         first-token timeout (60 s by default) and were then sent to the same backend."""
+        try:
+            return await self._wait_for_prefix(limit_s, cap_s)
+        finally:
+            self.sent_on()
+
+    def sent_on(self) -> None:
+        """The hold at the gateway is over (once): the request goes to its backend, or is routed again."""
+        if self._held:
+            self._held = False
+            self.state.held_back = max(0, self.state.held_back - 1)
+
+    async def _wait_for_prefix(self, limit_s: float, cap_s: float) -> PrefixWait:
         leader = self.prefix.leader if self.prefix else None
         if leader is None or limit_s <= 0:
             return NO_WAIT
@@ -279,6 +296,7 @@ class Lease:
         backend caused; a copy of the prefix it never computed is then lost to the siblings waiting."""
         if not self._released:
             self._released = True
+            self.sent_on()
             copy = self._prefilled
             if (failed or backend_failed) and copy is not None and not copy.computed_yet:
                 copy.lost = "backend" if backend_failed else "ended"

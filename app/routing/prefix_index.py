@@ -297,6 +297,14 @@ class BackendPrefixes:
         victim = _victim(self._in_slots(), first)
         return victim[0] if victim is not None else None
 
+    def waiting_for(self, first: bytes) -> int:
+        """How many requests here wait for a busy copy of the prompt whose first block is `first`: its users
+        beyond its copies (siblings held back for a copy, or queued for one, that will reuse it)."""
+        e = self._blocks.get(first)
+        if e is None or not e.users:
+            return 0
+        return max(0, sum(1 for u in e.users if not u[1].is_set()) - e.copies)
+
     def repeated(self, first: bytes) -> bool:
         """Whether the prompt whose first block is `first` came here more than once, or was forgotten here
         when a slot was taken (it came once at least: held on another backend too, or back here, it has

@@ -296,6 +296,9 @@ class BackendState:
     # Of the requests in flight here, those held back for a sibling's copy of their prompt's prefix: they
     # will reuse it, not compute one (until their first token, or their end).
     copy_waiters: int = 0
+    # Of those, the ones still held at the gateway (Lease.wait_for_prefix): not at the server yet, so a
+    # request sent here now queues ahead of them there.
+    held_back: int = 0
     # When the prefill now under way began: the backend went busy, or the one before it reached its
     # first token. Time since then is work already done off the backlog.
     prefill_busy_since: float = 0.0

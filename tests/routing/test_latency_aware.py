@@ -670,6 +670,30 @@ def test_pushing_out_a_prompt_that_repeats_is_charged_its_whole_prefill_whatever
     assert share < 0.5 and math.isclose(policy._evicting([once], ctx, [1.0])[0], 1.0 + share * prefill)
 
 
+def test_taking_the_slot_of_a_copy_siblings_are_held_for_is_charged_a_cold_prefill_for_each():
+    # llama.cpp gives a request sent to a full server the first slot to free. Where that slot holds a copy
+    # whose siblings the gateway holds back for it, they are sent when it frees, find it gone, and each
+    # computes the prompt cold (and pushes out another): on two real llama.cpp servers (--cache-ram 0, four
+    # shared prompts, issue 24) such a placement began a cascade of 15 cold prefills where 4 were needed.
+    bodies = [ask("q", f"Policy {k}. " * 150) for k in range(3)]
+    policy = seen_shared(LatencyAware(exploration=0), share=0.3)
+    for siblings in (0, 2):
+        b = SlotServer("b")
+        for k, release_at in ((0, 4.0), (1, 5.0)):  # both slots running; p0's frees first
+            keys = ctx_for(bodies[k]).prefix.keys
+            for _ in range(2):  # a prompt that repeats: its next request comes for certain
+                b.prefixes.record(keys, now=1.0 + k, ready_at=1.0 + k)
+            b.prefixes.occupy(keys, release_at=release_at, event=asyncio.Event(), computes=True, slots=2)
+        for _ in range(siblings):  # held for p0's copy
+            b.prefixes.occupy(ctx_for(bodies[0]).prefix.keys, release_at=6.0, event=asyncio.Event(), computes=False)
+        ctx = ctx_for(bodies[2], now=3.0)
+        ctx.cached = matches([b], ctx)
+        prefill = b.model.prefill_s(ctx.prompt_tokens, 3.0)
+        # The prompt pushed out comes again (its whole prefill), and each held sibling computes it cold and
+        # pushes out another in turn.
+        assert math.isclose(policy._evicting([b], ctx, [1.0])[0], 1.0 + (1 + siblings) * prefill), siblings
+
+
 def test_exploring_never_takes_a_prompt_away_from_the_backend_holding_it():
     # Tried on the other server, a held prompt is prefilled cold there and, with its cache kept per slot,
     # pushes out another prompt, whose next request does the same (issue 24: one such try 26 s into a

@@ -167,6 +167,7 @@ def replay(strategy: str, clock: Clock, seed: int = 24) -> list:
                 out.append([step, "full", alias])
                 continue
             lease = _drive(router.acquire(alias, avoid, ctx))
+            lease.sent_on()  # the script sends every request at once: none is held back for a sibling's copy
             number += 1
             record = AttemptRecord(number, alias, lease.state.name, lease.state.backend.config.flavor, "h", 1, "m",
                                    bool(body["stream"]), clock.t, load=lease.state.inflight, predicted=lease.estimate,

@@ -45,6 +45,7 @@ class State:
         self.uncached_inflight = 0.0
         self.prefilling = 0
         self.copy_waiters = 0
+        self.held_back = 0
         self.prefill_busy_since = 0.0
 
 

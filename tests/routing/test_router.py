@@ -304,6 +304,46 @@ def test_a_sibling_waiting_for_a_copy_being_prefilled_keeps_the_deadline():
     asyncio.run(main())
 
 
+def test_a_request_held_for_a_siblings_copy_is_not_ahead_of_one_sent_now():
+    # Scripted, no server. llama.cpp queues what it is sent, in order, for the first slot to free; a
+    # request the gateway holds back for a sibling's copy of its prefix (Lease.wait_for_prefix) is not
+    # there yet, so a request sent now takes that slot ahead of it. Counted ahead, four held siblings
+    # priced a new prompt's wait on a full llama.cpp server at 9.8 s where it waited 3.9 s (issue 24).
+    from app.routing.predict import estimate
+
+    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
+    r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="latency_aware")}, 1.0)
+    state = r.states["a"]
+    state.model.set_reported_slots(2)
+    for tokens in (300, 600):  # timed: a CPU server's ~5 ms a token
+        state.model.observe_prefill(tokens, tokens * 0.005)
+
+    def ctx(policy: str) -> RouteContext:
+        blocks = prompt_blocks(f"system: {policy} " * 30 + "user: hi")
+        return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks, cached={})
+
+    async def main():
+        running = [await r.acquire("m", ctx=ctx(p)) for p in ("Cite the refund policy.", "Cite the fee policy.")]
+        for lease in running:  # both slots decoding, each holding its prompt's copy
+            lease.prefilled()
+            lease.first_token()
+        now = time.monotonic()
+        new = ctx("Cite the tax policy.")
+        new.now = now
+        alone = estimate(state, new).queue_s
+        assert alone > 0  # it waits for the first slot to free
+        held = await r.acquire("m", ctx=ctx("Cite the refund policy."))
+        assert held.burst_wait_s > 0 and state.held_back == 1
+        assert estimate(state, new).queue_s == alone
+        held.sent_on()  # its hold is over: at the server, ahead of a request sent after it
+        assert state.held_back == 0 and estimate(state, new).queue_s > alone
+        for lease in (*running, held):
+            lease.release()
+        assert state.held_back == 0
+
+    asyncio.run(main())
+
+
 def test_a_sibling_stops_waiting_at_once_when_the_copy_is_lost():
     # Scripted, no server: the first request ends before its first token. A sibling waiting for its copy
     # learns at that moment that nothing is coming, and whether the backend failed it (a timeout, a 5xx)

@@ -22,6 +22,7 @@ class State:
         self.model = model or LatencyModel()
         self.scraped_waiting, self.others_waiting = waiting, waiting or 0.0
         self.wrr_current = 0.0
+        self.held_back = 0
         self.book = InflightBook()
         for at in finishing:
             self.book.add(at, 0.0, 0.0)  # nothing to decode: it finishes at `at` whatever the TPOT

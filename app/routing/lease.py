@@ -209,8 +209,10 @@ class Lease:
 
     async def _wait_for_prefix(self, limit_s: float, cap_s: float) -> PrefixWait:
         leader = self.prefix.leader if self.prefix else None
-        if leader is None or limit_s <= 0:
+        if leader is None:
             return NO_WAIT
+        if limit_s <= 0:  # no time to wait (a deadline spent): sent at once, the copy free or not
+            return NO_WAIT if leader.is_set() else PrefixWait(0.0, "limit")
         start = time.monotonic()
         copy = leader if isinstance(leader, PrefixCopy) else None
         computed = copy.computed if copy is not None else None
@@ -235,7 +237,8 @@ class Lease:
             return PrefixWait(time.monotonic() - start, "limit")
         if copy is not None and copy.lost is not None:
             return PrefixWait(time.monotonic() - start, "lost", copy.lost == "backend")
-        return PrefixWait(time.monotonic() - start, "ready")
+        # The deadline can run out with no time left for the wait above: the copy is still busy.
+        return PrefixWait(time.monotonic() - start, "ready" if leader.is_set() else "limit")
 
     def hold_limit(self, limit_s: float) -> float:
         """How long, once the sibling's copy is computed, to wait more for it to be free: `limit_s` (the

@@ -304,6 +304,27 @@ def test_a_sibling_waiting_for_a_copy_being_prefilled_keeps_the_deadline():
     asyncio.run(main())
 
 
+def test_a_sibling_whose_deadline_leaves_no_time_to_wait_for_a_busy_copy_ends_at_the_limit():
+    # Scripted, no server: the copy is computed and still in its request's slot. A deadline with no time
+    # left (a cap of zero, or a limit the dispatch loop capped to zero) sends the sibling at once: the copy
+    # is busy, so the wait ended at its limit, not with the copy ready.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
+    async def main():
+        first = await r.acquire("m", ctx=ctx())
+        second = await r.acquire("m", ctx=ctx())
+        first.prefilled()
+        first.first_token()
+        for limit, cap in ((1.0, 0.0), (0.0, 5.0)):
+            done = await second.wait_for_prefix(limit, cap_s=cap)
+            assert done.outcome == "limit" and done.waited_s < 0.05 and not done.reroute, (limit, cap, done)
+        first.release()
+        assert (await second.wait_for_prefix(0.0)).outcome == "ready"  # free now: nothing to wait for
+        second.release()
+
+    asyncio.run(main())
+
+
 def test_a_request_held_for_a_siblings_copy_is_not_ahead_of_one_sent_now():
     # Scripted, no server. llama.cpp queues what it is sent, in order, for the first slot to free; a
     # request the gateway holds back for a sibling's copy of its prefix (Lease.wait_for_prefix) is not

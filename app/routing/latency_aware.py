@@ -187,6 +187,10 @@ class LatencyAware:
         bounds: list[float] | None = None
         complete: Callable[[], list[float]] | None = None
         keys: list[tuple[bool, bool, int, int, int]] | None = None  # before every candidate is timed: their load
+        # Each placement's eviction charge alone (_evicting from zero), worked out once in the decision and
+        # only where read (the load keys, the home, the hash margin): empty until then. A timed pick usually
+        # returns before reading it, so it is not worked out ahead.
+        charges: list[list[float]] = []
         if timed and measured and not ctx.scored and gap is not None:
             # No one reads the scores (the decision is not traced) and every candidate is measured (so none
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
@@ -209,7 +213,7 @@ class LatencyAware:
             # server (4.2 s, behind another cold prefill there) where the sibling's copy was 2.4 s away.
             # One with a stream seen far slower than predicted is ranked by its scaled score, after the rest
             # (when every one is, the scaled scores alone decide: in-flight counts say less than that).
-            keys = self._load_keys(candidates, ctx, lags, hopeless, self._evicting(candidates, ctx, [0.0] * n))
+            keys = self._load_keys(candidates, ctx, lags, hopeless, self._charges(candidates, ctx, charges))
             lowest = min(keys)
             if not ctx.scored and keys.count(lowest) == 1:
                 # One candidate ranks first before any score is read, and no one reads the scores (the
@@ -235,7 +239,7 @@ class LatencyAware:
                 return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores or _UNSCORED * n
         if not ctx.cached or n == 1:
             return first, scores or _UNSCORED * n
-        home = self._home(candidates, ctx)
+        home = self._home(candidates, ctx, charges)
         if home is not None and (keys is None or keys[home][:4] == keys[first][:4]):
             # Before every candidate is timed, the home only if it ranks first by load (_load_keys): bounded
             # load counts requests, and a closed-loop burst's sixth request, a new prompt, went to its home
@@ -275,7 +279,7 @@ class LatencyAware:
         # --per-slot). Where none is timed (a burst's start) the scores are alike and the margin holds:
         # restricted there too, eight prompts on eight closed-loop clients waited 1.5 % longer.
         load = keys if keys is not None and any(c.model.prefill.samples for c in candidates) else None
-        needless = self._pushes_out_needlessly(candidates, ctx)
+        needless = self._pushes_out_needlessly(candidates, ctx, charges)
         within = [i for i in range(n) if scores[i] <= best + margin and (load is None or load[i][:4] == load[first][:4])
                   and not needless[i]]
         return max(within or [first], key=hashed.__getitem__), scores
@@ -347,14 +351,21 @@ class LatencyAware:
             out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
         return out
 
-    def _pushes_out_needlessly(self, candidates, ctx: RouteContext) -> list[bool]:
+    def _charges(self, candidates, ctx: RouteContext, memo: list[list[float]]) -> list[float]:
+        """Each placement's eviction charge alone (`_evicting` from zero), kept in `memo` for the rest of the
+        decision: nothing it reads changes within one (the index, the reuse share, the instant)."""
+        if not memo:
+            memo.append(self._evicting(candidates, ctx, [0.0] * len(candidates)))
+        return memo[0]
+
+    def _pushes_out_needlessly(self, candidates, ctx: RouteContext, memo: list[list[float]]) -> list[bool]:
         """For each candidate, whether placing the prompt there pushes a prompt out of a slot (`_evicting`
         charges it) where another candidate has room for it. Consistent placement (the home, the hash
         margin) is worth the reuse it expects; a prompt pushed out that repeats is a cold prefill certain
         to come. Unchecked, a new prompt went to its home, a full two-slot server, past an idle slot on the
         other, and the prompt it pushed out went cold the other way when it next came (llama_sim
         --per-slot, four shared prompts in four slots)."""
-        charges = self._evicting(candidates, ctx, [0.0] * len(candidates))
+        charges = self._charges(candidates, ctx, memo)
         room = min(charges) == 0.0
         return [room and charge > 0.0 for charge in charges]
 
@@ -439,7 +450,7 @@ class LatencyAware:
             keys.append((False, pushes, c.inflight - c.copy_waiters + (not holds), 0 if holds else c.prefilling, -blocks))
         return keys
 
-    def _home(self, candidates, ctx: RouteContext) -> int | None:
+    def _home(self, candidates, ctx: RouteContext, charges: list[list[float]]) -> int | None:
         """The candidate the prompt's prefix group hashes to, if affinity should hold there: this alias's
         prompts repeat a prefix worth keeping, no candidate is known to hold more of this one, and the
         home is within its bounded share of the requests in flight. None: the lowest prediction decides."""
@@ -472,7 +483,7 @@ class LatencyAware:
             return None
         if self._clearly_worse(candidates, home, ctx.now):
             return None
-        if self._pushes_out_needlessly(candidates, ctx)[home]:
+        if self._pushes_out_needlessly(candidates, ctx, charges)[home]:
             return None
         # Its bounded share of the requests in flight, the one being placed included, rounded up to a
         # whole request; and of the uncached prompt tokens in flight (a long prefill backlog, which a

@@ -694,6 +694,35 @@ def test_taking_the_slot_of_a_copy_siblings_are_held_for_is_charged_a_cold_prefi
         assert math.isclose(policy._evicting([b], ctx, [1.0])[0], 1.0 + (1 + siblings) * prefill), siblings
 
 
+def test_a_decision_works_out_its_eviction_charges_once_and_only_where_read(monkeypatch):
+    # The charges alone (_evicting from zero) are read before every backend is timed by the load keys, then
+    # by the home and by the hash margin (_pushes_out_needlessly): nothing they read changes within one
+    # decision, so they are worked out once (a timed pick that returns before reading them, none).
+    bodies = [ask("q", f"Policy {k}. " * 150) for k in range(4)]
+    policy = seen_shared(LatencyAware(exploration=0))
+    zero = []
+    evicting = policy._evicting
+
+    def counted(candidates, ctx, scores):
+        zero.append(all(x == 0.0 for x in scores))
+        return evicting(candidates, ctx, scores)
+
+    monkeypatch.setattr(policy, "_evicting", counted)
+    for is_timed in (False, True):
+        fleet = []
+        for name, held in (("a", bodies[:2]), ("b", bodies[2:3])):
+            s = SlotServer(name)
+            if not is_timed:
+                s.model = LatencyModel(Prior(tpot_s=0.03, slots=2, output_tokens=16))
+                s.model.set_reported_slots(2)
+            for k, body in enumerate(held):
+                held_by(s, body, at=1.0 + k)
+            fleet.append(s)
+        zero.clear()
+        policy.choose(fleet, ctx_for(bodies[3], now=3.0), 0)
+        assert zero.count(True) == 1, (is_timed, zero)
+
+
 def test_exploring_never_takes_a_prompt_away_from_the_backend_holding_it():
     # Tried on the other server, a held prompt is prefilled cold there and, with its cache kept per slot,
     # pushes out another prompt, whose next request does the same (issue 24: one such try 26 s into a

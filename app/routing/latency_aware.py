@@ -231,10 +231,17 @@ class LatencyAware:
             # pick holds: tried elsewhere, it is prefilled cold there and, on a server whose cache is per
             # slot, pushes out another prompt, whose next request does the same (issue 24: on two real
             # llama.cpp servers, --cache-ram 0, four shared prompts in four slots, one such try 26 s into a
-            # run took three cold prefills to settle). A prompt no backend holds explores as before.
+            # run took three cold prefills to settle). A prompt no backend holds explores as before, but
+            # never to where it pushes another prompt out of a slot (_evicting charges it): a new prompt
+            # tried on a server whose two slots held two others, while the pick had a free one, pushed one
+            # out, and its next request went cold to the other server (two real llama.cpp servers,
+            # --cache-ram 0, four shared prompts: the one extra cold prefill of a repeat, seed 59).
             if estimates is None:
                 estimates = ranked(candidates, ctx)[0]
             idle = [i for i in range(n) if i != first and estimates[i].queue_s == 0.0]
+            if idle and ctx.cached:
+                pushes = self._charges(candidates, ctx, charges)
+                idle = [i for i in idle if not pushes[i] > 0.0]
             if idle:
                 return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores or _UNSCORED * n
         if not ctx.cached or n == 1:

@@ -738,6 +738,14 @@ def test_exploring_never_takes_a_prompt_away_from_the_backend_holding_it():
     a, b = timed(SlotServer("a"), SlotServer("b"))
     best = LatencyAware(exploration=0).choose([a, b], ctx_for(fresh, now=3.0), 0)[0]
     assert policy.choose([a, b], ctx_for(fresh, now=3.0), 0)[0] == 1 - best
+    # But never where it pushes a prompt out of a slot: b's two slots hold two others, a has a free one
+    # (a real repeat, seed 59: a new prompt tried so pushed one out, and that one's next request went cold).
+    a, b = timed(SlotServer("a"), SlotServer("b"))
+    held_by(a, held, at=1.0)
+    for k, body in enumerate((ask("q", "Policy one. " * 150), ask("q", "Policy two. " * 150))):
+        held_by(b, body, at=1.5 + k)
+    assert LatencyAware(exploration=0).choose([a, b], ctx_for(fresh, now=3.0), 0)[0] == 0
+    assert policy.choose([a, b], ctx_for(fresh, now=3.0), 0)[0] == 0
 
 
 def test_a_hash_margin_never_reaches_an_untimed_backend_busier_than_a_timed_one():

@@ -75,6 +75,7 @@ from bench.harness import (
     _spawn,
     apply_port_options,
     base_checkout,
+    client_session,
     free_port,
     percentile,
     poisson_arrivals,
@@ -213,7 +214,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
     pick = random.Random(seed + 1_000_003)
     run = Run()
     tasks = []
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as s:
+    async with client_session(180) as s:
 
         async def one(conv, messages) -> None:
             body = {"model": "fleet", "messages": messages, "max_tokens": OUT_TOKENS, "temperature": 0,

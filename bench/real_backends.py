@@ -73,6 +73,7 @@ from bench.harness import (
     _spawn,
     apply_port_options,
     base_checkout,
+    client_session,
     percentile,
     poisson_arrivals,
     port_options,
@@ -163,7 +164,7 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
     share of long prompts, drawn freely, is itself off by ~11 % (one standard deviation)."""
     times: dict[bool, list[float]] = {False: [], True: []}
     end = time.perf_counter() + seconds
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+    async with client_session(300) as session:
         async def worker(k: int):
             long = bool(k % 2)
             while time.perf_counter() < end:
@@ -179,7 +180,7 @@ async def calibrate(url: str, seconds: float, concurrency: int, max_tokens: int,
 
 async def open_loop(url: str, alias: str, arrivals: list[float], texts: list[str], max_tokens: int,
                     streams: list[bool]) -> list[Result]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with client_session(120) as session:
         t0 = time.perf_counter()
 
         async def fire(at: float, text: str, stream: bool) -> Result:

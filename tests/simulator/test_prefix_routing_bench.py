@@ -7,6 +7,8 @@ import random
 import pytest
 from aiohttp import web
 
+from app.config import ServerConfig
+from bench import harness
 from bench.prefix_routing import Run, Shared, arrivals, drive, paired, paired_ratios, pooled_ratio, spread
 
 
@@ -63,22 +65,47 @@ def test_a_failed_request_is_counted_with_what_came_back():
         await resp.write(b'data: {"error": {"message": "upstream went away", "type": "upstream_error"}}\n\n')
         return resp
 
-    async def scenario() -> Run:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            return await drive([f"http://127.0.0.1:{port}"], Shared(random.Random(1), "t", 2, 20), 4.0, 0.5, 1)
-        finally:
-            await runner.cleanup()
-
-    run = asyncio.run(scenario())
+    run = asyncio.run(drive_against(chat, 4.0, 0.5, 1))
     assert run.errors == 2 == len(run.failures) and not run.e2e
     refused, broken = sorted(run.failures, key=lambda f: f["sent"])
     assert refused["what"].startswith("HTTP 503: ") and "no backend could take it" in refused["what"]
     assert broken["what"].startswith("error event after 1 chunks: ") and "upstream went away" in broken["what"]
     assert refused["key"].startswith("p") and refused["after_s"] >= 0
+
+
+def test_the_bench_drops_an_idle_connection_before_the_gateway_closes_it(monkeypatch):
+    # The gateway (uvicorn) closes a connection idle server.keep_alive_s; a request sent on it just then fails
+    # before the gateway reads it. One of t34s's shared-prefix runs lost a request so (seed 61, sent on a
+    # connection idle 5.003 s, keep-alive 5 s): the bench client must give a connection up first.
+    assert harness.CLIENT_KEEP_ALIVE_S < ServerConfig.model_fields["keep_alive_s"].default
+    peers = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername"))  # type: ignore[union-attr]
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"delta": {"content": "Hi"}}]}\n\ndata: [DONE]\n\n')
+        return resp
+
+    # Seed 7's three arrivals at 3 req/s come 0.10 s and then 0.66 s apart; the loopback server keeps
+    # connections 75 s. With the client's keep-alive at 0.3 s, the second request reuses the first's connection
+    # and the third, idle past it, opens its own.
+    monkeypatch.setattr(harness, "CLIENT_KEEP_ALIVE_S", 0.3)
+    run = asyncio.run(drive_against(chat, 3.0, 1.0, 7))
+    assert run.errors == 0 and len(run.e2e) == 3
+    assert peers[0] == peers[1] != peers[2]
+
+
+async def drive_against(chat, rate: float, seconds: float, seed: int) -> Run:
+    """bench/prefix_routing.py's open loop (two shared prompts) against a loopback server answering with `chat`."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        return await drive([f"http://127.0.0.1:{port}"], Shared(random.Random(1), "t", 2, 20), rate, seconds, seed)
+    finally:
+        await runner.cleanup()

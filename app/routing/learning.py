@@ -72,8 +72,10 @@ class Learner:
             # now read as someone else's queue, a turnover each (issue 24: +1.2 s predicted on the quick
             # llama.cpp server, which no one else used). Only what is beyond ours in two scrapes running
             # counts.
+            # Requests held at the gateway for a sibling's copy (held_back) are in flight but not sent: none
+            # of them waits there. Counted as ours, they hid as many of another gateway's queued requests.
             slots = load.slots or s.model.slots
-            ours = max(0, s.inflight - slots) if slots else 0
+            ours = max(0, s.inflight - s.held_back - slots) if slots else 0
             beyond = max(0.0, load.waiting - ours)
             s.others_waiting = min(beyond, s.waiting_beyond_ours)
             s.waiting_beyond_ours = beyond

@@ -141,6 +141,22 @@ def test_a_backends_waiting_count_is_someone_elses_queue_only_beyond_ours_and_in
     assert state.others_waiting == 0.0
 
 
+def test_requests_held_at_the_gateway_for_a_siblings_copy_are_not_ours_waiting_at_the_server():
+    # Held back for a sibling's copy of their prefix (Lease.wait_for_prefix), they are in flight here but
+    # not sent: the server's waiting count cannot include them. Counted as ours there, two held siblings hid
+    # two requests another gateway (a replica) had queued on the same server.
+    t, _ = telemetry("llamacpp")
+    state = t.states["b"]
+    state.inflight, state.held_back = 4, 2  # two running in the two slots, two held at the gateway
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=2))
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=2))
+    assert state.others_waiting == 2.0
+    # Sent on, they wait at the server behind the two running: ours, not someone else's.
+    state.held_back = 0
+    t.server_load("b", ServerLoad(slots=2, running=2, waiting=2))
+    assert state.others_waiting == 0.0
+
+
 def test_a_wait_our_own_requests_may_explain_is_not_someone_elses_queue():
     # Sent with nothing ahead, but others of ours sent with it reached the server first: the backend is
     # over its slots with ours when the first token comes, so the wait is not a residual queue.

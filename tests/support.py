@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import redis
 import yaml
+from aiohttp import web
 
 from app.ports import free_port
 
@@ -196,3 +199,19 @@ def llama_server_paths() -> tuple[str, str]:
         raise RuntimeError(f"scripts/llama-server failed: {out.stderr[-4000:]}")
     binary, model = out.stdout.split()[-2:]
     return binary, model
+
+
+@contextlib.asynccontextmanager
+async def loopback_chat(chat) -> AsyncIterator[str]:
+    """A loopback HTTP server answering POST /v1/chat/completions with the handler `chat`; yields its base URL
+    (what a bench's client is pointed at in place of a gateway)."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()

@@ -10,6 +10,7 @@ from aiohttp import web
 from app.config import ServerConfig
 from bench import harness
 from bench.prefix_routing import Run, Shared, arrivals, drive, paired, paired_ratios, pooled_ratio, spread
+from tests.support import loopback_chat
 
 
 def test_each_run_gets_exactly_the_rate_asked():
@@ -98,14 +99,5 @@ def test_the_bench_drops_an_idle_connection_before_the_gateway_closes_it(monkeyp
 
 async def drive_against(chat, rate: float, seconds: float, seed: int) -> Run:
     """bench/prefix_routing.py's open loop (two shared prompts) against a loopback server answering with `chat`."""
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        return await drive([f"http://127.0.0.1:{port}"], Shared(random.Random(1), "t", 2, 20), rate, seconds, seed)
-    finally:
-        await runner.cleanup()
+    async with loopback_chat(chat) as url:
+        return await drive([url], Shared(random.Random(1), "t", 2, 20), rate, seconds, seed)

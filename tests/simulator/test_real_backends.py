@@ -11,6 +11,7 @@ from aiohttp import web
 
 from bench.harness import base_checkout
 from bench.real_backends import LONG_WORDS, alias, one, schedule, spread
+from tests.support import loopback_chat
 
 
 def test_the_schedule_offers_exactly_the_rate_asked_and_the_mix_as_drawn_evenly():
@@ -90,18 +91,8 @@ def test_a_failed_request_says_what_came_back_and_a_stream_ending_in_an_error_ev
         return resp
 
     async def scenario():
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-        try:
-            async with aiohttp.ClientSession() as session:
-                return (await one(session, url, "fleet", "refuse", 8), await one(session, url, "fleet", "break", 8))
-        finally:
-            await runner.cleanup()
+        async with loopback_chat(chat) as url, aiohttp.ClientSession() as session:
+            return (await one(session, url, "fleet", "refuse", 8), await one(session, url, "fleet", "break", 8))
 
     refused, broken = asyncio.run(scenario())
     assert not refused.ok and refused.error.startswith("HTTP 503: ") and "every backend is full" in refused.error

@@ -365,6 +365,36 @@ def test_a_request_held_for_a_siblings_copy_is_not_ahead_of_one_sent_now():
     asyncio.run(main())
 
 
+def test_a_hold_for_a_siblings_copy_is_counted_until_it_ends_on_every_path():
+    # Scripted, no server. BackendState.held_back is what the slot wait leaves out (not at the server yet):
+    # a hold that ended and stayed counted priced every later request there as if a slot were free. It ends
+    # when the wait does (the dispatch loop then sends the request, or routes it again), when the wait is
+    # cancelled (its client left), and when the lease is given back without ever waiting.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+    state = r.states["a"]
+
+    async def main():
+        first = await r.acquire("m", ctx=ctx())
+        held = [await r.acquire("m", ctx=ctx()) for _ in range(3)]
+        assert all(lease.burst_wait_s for lease in held) and state.held_back == 3
+        waiting = asyncio.ensure_future(held[0].wait_for_prefix(5.0))
+        cancelled = asyncio.ensure_future(held[1].wait_for_prefix(5.0))
+        await asyncio.sleep(0.02)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        assert state.held_back == 2  # the wait cancelled: its lease is given back by its owner next
+        held[2].release(failed=True)  # never waited (its client left first)
+        assert state.held_back == 1
+        first.prefilled()
+        first.release()  # the copy is free: the wait ends and the request is sent
+        assert (await waiting).outcome == "ready" and state.held_back == 0
+        for lease in held:
+            lease.release()
+        assert state.held_back == 0
+
+    asyncio.run(main())
+
+
 def test_a_sibling_stops_waiting_at_once_when_the_copy_is_lost():
     # Scripted, no server: the first request ends before its first token. A sibling waiting for its copy
     # learns at that moment that nothing is coming, and whether the backend failed it (a timeout, a 5xx)

@@ -27,7 +27,7 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     now is about to finish, but one due before the arrival has finished by then)."""
     now = ctx.now
     queue, ttft, decode_tokens, e2e, _, stall = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
-                                                         now if known_at is None else known_at, True)
+                                                         now if known_at is None else known_at, True, stalls=True)
     return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
@@ -57,12 +57,17 @@ def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: f
 
 
 def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
-             booked: tuple[int, float, float] | None = None) -> tuple[float, float, float, float, float, float]:
+             booked: tuple[int, float, float] | None = None, stalls: bool = False
+             ) -> tuple[float, float, float, float, float, float]:
     """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
     time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
     `decode`, no decode is priced: 0.0 tokens, and the end-to-end time is the time to first token.
     `booked`: the backend's (prefilling, uncached_inflight, prefill_busy_since) as a booking would
-    leave them (`booked_figure_at`), else its own.
+    leave them (`booked_figure_at`), else its own. `stalls`: on a server whose decodes stop for a prefill
+    (`BackendState.stalls_decodes`), the slot wait holds the stalls the prefills booked ahead put on the
+    decodes beside them (`InflightBook.finishes`): a prediction now (`estimate`, `ranked`). Not the
+    look-ahead's figures for the next arrival: how this request's own prefill stalls the decodes there
+    is `lookahead.imposed`'s charge already.
 
     Every decision predicts seven times (each candidate now, and the look-ahead's later), so this is one
     function: the model's figures are read inline (`Decaying.get`, `DecayingLine.coefficients`,
@@ -89,7 +94,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
         back = c.held_back
         queued = ahead - back if back and m.prefill.samples else ahead
         if queued >= slots:
-            at = c.book.nth_finish(queued - slots, m.tpot(slots, now), known_at, slots)
+            at = c.book.nth_finish(queued - slots, m.tpot(slots, now), known_at, slots, stalls and c.stalls_decodes)
             if at is not None:
                 queue += max(0.0, at - now)
             else:
@@ -193,7 +198,7 @@ def ranked(candidates: Sequence[BackendState], ctx: RouteContext) -> tuple[list[
     now, first = ctx.now, by_first_token(ctx)
     for c in candidates:
         # estimate(c, ctx), keeping the failure penalty its reads brought.
-        queue, ttft, decode_tokens, e2e, penalty, stall = _predict(c, ctx, now, c.inflight, now, True)
+        queue, ttft, decode_tokens, e2e, penalty, stall = _predict(c, ctx, now, c.inflight, now, True, stalls=True)
         e = kept[c.name] = Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
         estimates.append(e)
         # Ranked without the stall (see _predict): objective's, failure_penalty's.

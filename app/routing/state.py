@@ -134,8 +134,19 @@ class InflightBook:
         """How many of the requests booked here report their first token (`overdue` reads only those)."""
         return self._streams
 
-    def finishes(self, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> list[float]:
-        """Every booked request's predicted finish, simulated from now (see the class docstring)."""
+    def finishes(self, tpot_s: float, now: float = -math.inf, slots: int | None = None,
+                 stalls: bool = False) -> list[float]:
+        """Every booked request's predicted finish, simulated from now (see the class docstring). With
+        `stalls` (a server whose decodes stop for a newcomer's prefill: llama.cpp runs a prompt's prefill
+        in the same steps as the other slots' decodes), each prefill still ahead (a request booked here
+        that is prefilling, or will when it takes a slot) holds up every slot still busy when it starts
+        by what is left of it: those answers, and the slots they free, end that much later.
+
+        Without it, a full quick server's slot waits were under-predicted: sent with both slots taken,
+        0.38 / 0.93 / 2.86 s predicted for 0.48 / 1.35 / 3.47 s measured (issue 24, two real llama.cpp
+        servers of unequal speed), the prefills priced right. Every slot that freed took the next
+        request, whose prefill stood the other slot's answer still. Bounded by the prefills booked
+        ahead, each priced as predicted when it was sent: nothing learned that could run away."""
         decoding: list[float] = []
         waiting: list[_Booked] = []
         # max() as plain comparisons, the same results: every prediction walks the book (each routing
@@ -152,6 +163,8 @@ class InflightBook:
             return decoding + [max(now, e.sent + e.ttft_s) + e.tokens * tpot_s for e in waiting]
         free = decoding + [-math.inf] * max(0, slots - len(decoding))
         heapq.heapify(free)
+        if stalls:
+            return _stalled(free, waiting, tpot_s, now)
         out = list(decoding)
         # Booked in the order they were sent, as a rule: the sort then only checks it.
         for e in sorted(waiting, key=_SENT):
@@ -196,13 +209,46 @@ class InflightBook:
                 low = r if low is None or r < low else low
         return low
 
-    def nth_finish(self, n: int, tpot_s: float, now: float = -math.inf, slots: int | None = None) -> float | None:
-        """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked."""
+    def nth_finish(self, n: int, tpot_s: float, now: float = -math.inf, slots: int | None = None,
+                   stalls: bool = False) -> float | None:
+        """The n-th earliest predicted finish (0-based) at `tpot_s`, or None when fewer are booked
+        (`stalls`: see `finishes`)."""
         if n >= len(self._entries):
             return None
         # sorted()[n] is heapq.nsmallest(n + 1, ...)[-1] (the same value), without nsmallest's Python-level
         # heap loop: a book holds a few dozen requests at most, and every prediction on a full backend asks.
-        return sorted(self.finishes(tpot_s, now, slots))[n]
+        return sorted(self.finishes(tpot_s, now, slots, stalls))[n]
+
+
+def _stalled(free: list[float], waiting: list[_Booked], tpot_s: float, now: float) -> list[float]:
+    """`InflightBook.finishes`' slot simulation (`free`: the slots' ends, a heap) where each prefill holds
+    up the slots still busy when it starts: the finishes of the requests decoding (`free`'s) and
+    `waiting` (not yet at their first token), in no particular order."""
+    out: list[float] = []
+    for e in sorted(waiting, key=_SENT):
+        slot_at = e.sent if e.sent > free[0] else free[0]  # noqa: FURB136
+        first = slot_at + e.prefill_s
+        start = slot_at if slot_at > now else now  # noqa: FURB136
+        if first > start:
+            # What is left of its prefill stands every other busy slot still. Those past `start` move up
+            # together, and none that is not passes one that is: the heap stays a heap. The slot it takes
+            # (free[0], at most `slot_at`) is never among them.
+            stall = first - start
+            for i, t in enumerate(free):
+                if t > start:
+                    free[i] = t + stall
+        if e.stream:
+            end = (first if first > now else now) + e.tokens * tpot_s  # noqa: FURB136
+        else:
+            end = first + e.tokens * tpot_s
+            if not end > now:
+                end = now
+        # The slot's request before it ends where it frees (no later prefill moves it): final.
+        done = heapq.heapreplace(free, end)
+        if done != -math.inf:
+            out.append(done)
+    out.extend(t for t in free if t != -math.inf)
+    return out
 
 
 class PrefillLog:

@@ -200,6 +200,78 @@ def test_a_full_slow_backend_with_overdue_work_still_shows_its_queue():
     assert est.queue_s == pytest.approx(2.0)
 
 
+def _two_decoding_and_a_long_prompt_queued(stalls_decodes: bool):
+    # Two slots, both decoding at 10 s (100 ms a token): A has 10 tokens left (free at 11 s), B 20 (12 s).
+    # C, a long prompt sent before them all, waits for a slot: it takes A's at 11 s and prefills 2 s.
+    m = LatencyModel(Prior(slots=2, tpot_s=0.1, tpot_growth=0.0))
+    s = State("quick", inflight=3, model=m, stalls_decodes=stalls_decodes)
+    s.book.first_token(s.book.add(0.0, 1.0, 10, prefill_s=1.0), 10.0)
+    s.book.first_token(s.book.add(0.0, 1.0, 20, prefill_s=1.0), 10.0)
+    s.book.add(0.0, 3.0, 10, prefill_s=2.0)
+    return s
+
+
+def test_a_prompt_queued_ahead_holds_up_the_decode_beside_it_and_so_the_newcomers_slot():
+    # On llama.cpp, C's prefill (11-13 s) runs in the same steps as B's decode, which stands still for
+    # it: B ends at 14 s, not 12 s, and the newcomer, fourth in flight, gets B's slot then. Its slot wait
+    # holds C's whole prefill: 4 s, not 2 s.
+    assert estimate(_two_decoding_and_a_long_prompt_queued(True), CTX).queue_s == pytest.approx(4.0)
+    # A server whose decodes go on beside a prefill (vLLM's chunked prefill) frees B's slot at 12 s.
+    assert estimate(_two_decoding_and_a_long_prompt_queued(False), CTX).queue_s == pytest.approx(2.0)
+
+
+def test_a_prompt_prefilling_now_holds_up_the_decodes_beside_it_by_what_is_left_of_its_prefill():
+    # Two slots. A decodes (10 tokens left at 10 s: 11 s alone); P took the other slot at 9 s and
+    # prefills until 11 s. A stands still for P's last second (the second already gone is in A's
+    # progress): it frees its slot at 12 s, and the newcomer, third in flight, waits 2 s for it.
+    m = LatencyModel(Prior(slots=2, tpot_s=0.1, tpot_growth=0.0))
+    s = State("quick", inflight=2, model=m, stalls_decodes=True)
+    s.book.first_token(s.book.add(0.0, 1.0, 10, prefill_s=1.0), 10.0)
+    s.book.add(9.0, 2.0, 30, prefill_s=2.0)
+    assert estimate(s, CTX).queue_s == pytest.approx(2.0)
+    # A prefill already over by the time a slot frees holds nothing up: with P's first token come, A
+    # frees at 11 s.
+    s = State("quick", inflight=2, model=m, stalls_decodes=True)
+    s.book.first_token(s.book.add(0.0, 1.0, 10, prefill_s=1.0), 10.0)
+    s.book.first_token(s.book.add(9.0, 1.0, 30, prefill_s=1.0), 10.0)
+    assert estimate(s, CTX).queue_s == pytest.approx(1.0)
+
+
+def test_the_stalls_are_the_prefills_booked_ahead_and_nothing_more():
+    # Whatever the book, simulating the stalls keeps one finish per request, moves none earlier, and
+    # moves the newcomer's slot by at most the prefills booked ahead of it (no learned factor to run away).
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        b = InflightBook()
+        slots, now = rng.randint(1, 4), 10.0
+        prefills = 0.0
+        for _ in range(rng.randint(1, 9)):
+            sent = rng.uniform(0.0, 10.0)
+            p = rng.uniform(0.0, 3.0)
+            t = b.add(sent, p + rng.uniform(0.0, 2.0), rng.randint(0, 40), prefill_s=p, reports_first_token=rng.random() < 0.5)
+            if rng.random() < 0.4:
+                b.first_token(t, rng.uniform(sent, now))
+            else:
+                prefills += p
+        plain, stalled = sorted(b.finishes(0.1, now, slots)), sorted(b.finishes(0.1, now, slots, stalls=True))
+        assert len(plain) == len(stalled) == len(b)
+        assert all(y >= x - 1e-9 for x, y in zip(plain, stalled))
+        for n in range(len(b)):
+            assert stalled[n] <= plain[n] + prefills + 1e-9
+
+
+def test_the_look_ahead_prices_the_next_arrival_without_the_stall_this_request_imposes():
+    # The next arrival's figure (the delay this placement passes on) is read without the stalls: what
+    # this request's prefill does to the decodes beside it is lookahead.imposed's charge, counted once.
+    from app.routing.predict import figure_at
+
+    s = _two_decoding_and_a_long_prompt_queued(True)
+    plain = _two_decoding_and_a_long_prompt_queued(False)
+    assert figure_at(s, CTX, 10.5, 10.0) == figure_at(plain, CTX, 10.5, 10.0)
+
+
 def test_a_stream_past_its_predicted_first_token_still_has_its_decode_ahead():
     b = InflightBook()
     b.add(0.0, 1.0, 10, prefill_s=1.0, reports_first_token=True)  # no first token by 5 s

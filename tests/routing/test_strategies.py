@@ -17,8 +17,9 @@ from app.routing.strategies import (
 class State:
     """The fields of the router's BackendState that strategies read."""
 
-    def __init__(self, name, inflight=0, weight=1.0, model=None, waiting=None, finishing=()):
+    def __init__(self, name, inflight=0, weight=1.0, model=None, waiting=None, finishing=(), stalls_decodes=False):
         self.name, self.inflight, self.weight = name, inflight, weight
+        self.stalls_decodes = stalls_decodes  # a newcomer's prefill stops the decodes here (llama.cpp)
         self.model = model or LatencyModel()
         self.scraped_waiting, self.others_waiting = waiting, waiting or 0.0
         self.wrr_current = 0.0

@@ -697,7 +697,7 @@ def test_taking_the_slot_of_a_copy_siblings_are_held_for_is_charged_a_cold_prefi
 def test_a_decision_works_out_its_eviction_charges_once_and_only_where_read(monkeypatch):
     # The charges alone (_evicting from zero) are read before every backend is timed by the load keys, then
     # by the home and by the hash margin (_pushes_out_needlessly): nothing they read changes within one
-    # decision, so they are worked out once (a timed pick that returns before reading them, none).
+    # decision, so they are worked out once, before every backend is timed and after.
     bodies = [ask("q", f"Policy {k}. " * 150) for k in range(4)]
     policy = seen_shared(LatencyAware(exploration=0))
     zero = []

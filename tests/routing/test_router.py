@@ -360,7 +360,7 @@ def test_a_request_held_for_a_siblings_copy_is_not_ahead_of_one_sent_now():
         assert state.held_back == 0 and estimate(state, new).queue_s > alone
         for lease in (*running, held):
             lease.release()
-        assert state.held_back == 0
+        assert state.inflight == 0  # a hold already over leaves nothing of it to give back at the release
 
     asyncio.run(main())
 

@@ -37,11 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CLIENT_KEEP_ALIVE_S = ServerConfig.model_fields["keep_alive_s"].default / 2
 
 
-def client_session(total_s: float) -> aiohttp.ClientSession:
-    """A bench's HTTP client for a gateway: at most `total_s` a request, and idle connections dropped before
-    the gateway closes them (CLIENT_KEEP_ALIVE_S)."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(keepalive_timeout=CLIENT_KEEP_ALIVE_S),
-                                 timeout=aiohttp.ClientTimeout(total=total_s))
+def client_session(total_s: float, headers: dict[str, str] | None = None, limit: int = 100) -> aiohttp.ClientSession:
+    """A bench's HTTP client for a gateway: at most `total_s` a request, at most `limit` connections (0: no
+    limit), and idle connections dropped before the gateway closes them (CLIENT_KEEP_ALIVE_S)."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, keepalive_timeout=CLIENT_KEEP_ALIVE_S),
+                                 timeout=aiohttp.ClientTimeout(total=total_s), headers=headers)
 
 
 def stop_on_signals() -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway, stop_on_signals
+from bench.harness import Fleet, client_session, free_port, percentile, start_gateway, stop_on_signals
 
 TPOT_MS = 20.0
 
@@ -69,8 +69,7 @@ async def run(url: str, plan: list[tuple[float, Tenant]], tokens: int, send_prio
     result = Result()
     body = {"model": "slots", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens,
             "stream": True, "ignore_eos": True}
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
+    async with client_session(300, limit=0) as session:
         async def one(t: Tenant) -> None:
             headers = {"authorization": f"Bearer sk-bench-{t.name}"}
             if send_priority:

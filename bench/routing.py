@@ -31,7 +31,16 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.routing.strategies import STRATEGY_NAMES
-from bench.harness import Fleet, apply_port_options, free_port, percentile, port_options, start_gateway, stop_on_signals
+from bench.harness import (
+    Fleet,
+    apply_port_options,
+    client_session,
+    free_port,
+    percentile,
+    port_options,
+    start_gateway,
+    stop_on_signals,
+)
 
 GROWTH = 0.04
 FLEET: dict[str, dict[str, Any]] = {
@@ -92,7 +101,7 @@ async def drive(url: str, rate: float, seconds: float, seed: int, degrade_url: s
     run = Run()
     tasks = []
     start = time.perf_counter()
-    async with aiohttp.ClientSession(headers={"authorization": "Bearer bench"}, timeout=aiohttp.ClientTimeout(total=120)) as s:
+    async with client_session(120, {"authorization": "Bearer bench"}) as s:
 
         async def one(i: int, stream: bool, prompt_chars: int, out: int) -> None:
             body = {"model": "fleet", "messages": [{"role": "user", "content": "x" * prompt_chars}], "max_tokens": out,

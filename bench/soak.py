@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import Fleet, free_port, percentile, start_gateway, stop_on_signals
+from bench.harness import Fleet, client_session, free_port, percentile, start_gateway, stop_on_signals
 
 BASE = dict(slots=16, prefill_tokens_per_s=20000, tpot_ms=5, output=dict(median=20, sigma=0.5, max=60))
 
@@ -75,8 +75,9 @@ async def run(url: str, rate: float, seconds: float, pid: int) -> dict:
     samples: list[tuple[float, float, int]] = []
     rng = random.Random(1)
     tasks = []
-    timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout, headers={"authorization": "Bearer soak"}) as session:
+    # A soak counts errors: its client drops an idle connection before the gateway does (a request sent
+    # on one as the gateway closes it fails before the gateway reads it).
+    async with client_session(30, {"authorization": "Bearer soak"}) as session:
 
         async def one(i: int) -> None:
             stream = i % 2 == 0

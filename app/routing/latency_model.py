@@ -517,18 +517,11 @@ class AnswerDecode:
         scratch (learning moves a median at every answer and progress stretch; predictions read the
         ceilings). A level's first answers' median gets its own ceiling."""
         ceilings = self._ceilings
-        if bounds == STRETCHES:
-            for k, ceiling in ceilings.items():
-                if k <= key:
-                    if new < ceiling:
-                        ceilings[k] = new
-                    elif old == ceiling and new > old:
-                        ceilings[k] = self._ceiling_of(k)
-            return
-        if old is None:
+        stretch = bounds == STRETCHES
+        if old is None and not stretch:
             ceilings[key] = self._ceiling_of(key)
         for k, ceiling in ceilings.items():
-            if k < key:
+            if k < key or (stretch and k == key):
                 if new < ceiling:
                     ceilings[k] = new
                 elif old == ceiling and new > old:

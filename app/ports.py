@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import socket
+from collections import deque
 from pathlib import Path
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -22,6 +23,10 @@ _LOWEST = 10000  # below this sit well-known services' ports
 _rng = random.SystemRandom()  # not the random module's shared state: tests seed that
 # With a range of our own (use_ports): the next port to try and the end of the range (exclusive).
 _range: list[int] | None = None
+# The random ports handed out last: a port is free until its child binds it, so two picks made before
+# either child starts can land on the same one. A test's demo config took its gateway's port and then a
+# simulated backend's, both 31262; the backend bound it, and the test's requests reached the backend.
+_given: deque[int] = deque(maxlen=256)
 
 
 def _ephemeral_start() -> int | None:
@@ -72,8 +77,14 @@ def free_port() -> int:
     if _BELOW is not None and _BELOW > _LOWEST + 1000:
         for _ in range(64):
             port = _rng.randrange(_LOWEST, _BELOW)
-            if _bindable(port):
+            if port not in _given and _bindable(port):
+                _given.append(port)
                 return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _given:
+            break
+    _given.append(port)
+    return port

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,6 +40,7 @@ def test_a_port_someone_listens_on_is_passed_over(monkeypatch):
         picks = iter([held, held, other])
         # The random pick made to land on the taken port first: a stand-in for the one-in-20,000 chance.
         monkeypatch.setattr(ports, "_rng", SimpleNamespace(randrange=lambda a, b: next(picks)))
+        monkeypatch.setattr(ports, "_given", deque(maxlen=256))  # neither handed out before, as far as it knows
         assert free_port() == other
 
 
@@ -64,3 +66,15 @@ def test_a_range_given_hands_out_its_free_ports_in_order_and_each_once():
     assert len({free_port() for _ in range(20)}) > 10  # random free ports again, not the range's next
     with pytest.raises(ValueError):
         ports.use_ports(65000, 1000)
+
+
+def test_a_port_handed_out_is_not_handed_out_again_before_its_child_binds_it(monkeypatch):
+    # Two picks made before either child starts: both ports are still free, so only the memory of the
+    # first keeps the second off it (a demo config once gave its gateway and a backend the same port).
+    first = free_port()
+    other = free_port()
+    picks = iter([first, first, other])
+    monkeypatch.setattr(ports, "_rng", SimpleNamespace(randrange=lambda a, b: next(picks)))
+    monkeypatch.setattr(ports, "_given", deque([first], maxlen=256))  # only the first handed out
+    monkeypatch.setattr(ports, "_BELOW", ports._BELOW or 40000)
+    assert free_port() == other

@@ -312,7 +312,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         learner.learn(r.rec, r.ctx.prompt_tokens, output, r.ctx.prefix, r.lease.shape, *beside)
                         p = r.rec.predicted
                         done.append((r.first - r.sent, at - r.sent, p.ttft_s, p.e2e_s, r.sent, float(r.burst),
-                                     r.reused / r.ctx.prompt_tokens, r.ctx.prompt_tokens, float(k)) if detail
+                                     r.reused / r.ctx.prompt_tokens, r.ctx.prompt_tokens, float(i)) if detail
                                     else (r.first - r.sent, at - r.sent))
                         if closed and sent < requests:
                             # Its client thinks, then sends its next request (the others are in flight or thinking).

@@ -154,3 +154,12 @@ def test_per_run_ratios_read_a_class_the_first_seed_lacks(capsys):
     _per_run({"latency_aware": runs, "least_inflight": runs}, mixed=True)
     out = capsys.readouterr().out
     assert "short E2E p50 1.00x [0%]" in out and "long E2E p50 1.00x [0%]" in out
+
+
+def test_each_row_names_the_server_its_request_ran_on_while_both_are_busy():
+    # Round robin alternates the servers in the order requests are sent; at 2 req/s both servers are busy
+    # together, so answers end on one server between the other's events. The row's server is the one that
+    # ran it (the by-class quick share reads it), not the server of whatever event came last.
+    done = run("round_robin", 1, 40, 2.0, 0, 2, 1.0, False, 2, detail=True)
+    servers = [int(x[8]) for x in sorted(done, key=lambda x: x[4])]
+    assert servers == [servers[0], 1 - servers[0]] * 20

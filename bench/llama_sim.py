@@ -32,6 +32,10 @@ median prediction error of TTFT and E2E (signed and absolute, pooled over seeds)
 every seed, the seeds then varying only the burst; `--per-run` reads each seed as one real run is read (p50
 and p99 over its arrivals, each class's E2E median) against least_inflight's on the same seed, and prints the
 median ratio and the share of seeds lost: with ~10 requests a run, how often one run's medians lose by chance.
+`--oracle` (with `--per-run`, unique prompts) then tries every placement of each seed's arrivals on the same
+servers (2^n, n <= 14) and prints the share of seeds where any placement meets issue 24's p99 aims (0.7x
+least_inflight's TTFT, 0.85x its E2E) and each strategy's p99s over the least reachable: a seed none meets is
+lost whatever routes it (a burst of long prompts sets every placement's tail).
 A burst's prompts come from a generator of their own, so every strategy meets the same arrivals after it.
 `--tree DIR` runs a strategy's router from another checkout (an A/B of two commits: `NAME@DIR`).
 
@@ -46,6 +50,8 @@ arrivals after the burst beside the rest's: the issue's "no over-prediction afte
     python bench/llama_sim.py --mixed --slow 2.5 --rate 0.5 --requests 60 --seeds 12 --burst 20 --after 8
     python bench/llama_sim.py --spread --output 24 --slow 2.5 --rate 0.33 --requests 10 --seeds 200 --burst 6 --after 4 \
         --per-run --strategies latency_aware,least_inflight    # the real mixed bench's shape, one seed a run
+    python bench/llama_sim.py --spread --output 24 --slow 2.6 --rate 0.33 --requests 12 --seeds 200 --burst 6 --after 4 \
+        --per-run --oracle --strategies latency_aware,least_inflight    # which runs any routing could win (~5 min)
     python bench/llama_sim.py --shared 4 --per-slot --rate 1.0 --requests 30 --seeds 60
     python bench/llama_sim.py --shared 4 --per-slot --host-cache --clients 6 --rate 0.52 --requests 22 --seeds 100
 """
@@ -54,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import math
 import os
 import random
@@ -415,10 +422,15 @@ def main() -> None:
     ap.add_argument("--per-run", action="store_true",
                     help="also each seed's figures as bench/real_backends.py reads one run (p50/p99 of its arrivals), "
                          "against least_inflight's on the same seed: the median ratio and the share of seeds it loses")
+    ap.add_argument("--oracle", action="store_true",
+                    help="with --per-run, unique prompts and at most 14 arrivals a seed: also every placement of each seed's "
+                         "arrivals on these servers, and the least p99 TTFT and E2E any of them reaches")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one strategy, JSON out
     args = ap.parse_args()
     if args.replay and args.clients:
         ap.error("--replay plays the dump's arrival times: it is open loop, not --clients")
+    if args.oracle and (not args.per_run or args.shared or args.clients or args.slots < 1):
+        ap.error("--oracle reads each seed as one run (--per-run) of unique prompts, open loop")
     args.mixed = args.mixed or args.spread or bool(args.replay)
     replay = None
     if args.replay:
@@ -494,6 +506,8 @@ def main() -> None:
             print(f"  {label:<28} " + ", ".join(parts))
     if args.per_run and "least_inflight" in results:
         _per_run(results, args.mixed)
+        if args.oracle:
+            _oracle(results, args.slow, args.slots, args.output, args.context)
     if args.burst:
         print(f"prediction error (median signed / absolute, pooled over seeds): the first {args.after} arrivals after the"
               " burst; the rest")
@@ -540,6 +554,99 @@ def _per_run(results: dict[str, list[list[tuple[float, ...]]]], mixed: bool) -> 
             if ratios:
                 parts.append(f"{k} {statistics.median(ratios):.2f}x [{sum(r > 1 for r in ratios) / len(ratios):.0%}]")
         print(f"  {label:<28} " + ", ".join(parts))
+
+
+def _placed(arrivals: list[tuple[float, float]], placement: tuple[int, ...], slow: float, slots: int, output: int,
+            context: float = 0.0) -> tuple[list[float], list[float]]:
+    """Each arrival's (TTFT, E2E) with arrival i (its time, its prompt's tokens) sent to server placement[i],
+    both servers idle at first: `run`'s servers for unique prompts (one step at a time, every new slot's
+    uncached prompt plus one token of each decoding slot; slots taken in the order requests came, at a
+    step's end or on arrival at an idle server), without a router. It times a placement as `run` does."""
+    n = len(arrivals)
+    ttft, e2e = [0.0] * n, [0.0] * n
+    for server, speed in ((0, 1.0), (1, slow)):
+        mine = [i for i in range(n) if placement[i] == server]
+        k, at = 0, 0.0
+        queue: list[int] = []
+        running: list[list[int]] = []  # [arrival, tokens out]
+        while k < len(mine) or queue or running:
+            while k < len(mine) and arrivals[mine[k]][0] <= at:
+                queue.append(mine[k])
+                k += 1
+            if not queue and not running:
+                at = arrivals[mine[k]][0]
+                continue
+            while queue and len(running) < slots:
+                running.append([queue.pop(0), 0])
+            new = [r for r in running if not r[1]]
+            decoding = [r for r in running if r[1]]
+            took = sum(arrivals[i][1] - round(arrivals[i][1] * TEMPLATE_SHARE) for i, _ in new) * PER_TOKEN_S
+            if decoding:
+                took += TPOT_S * (1 + GROWTH * (len(decoding) - 1))
+                if context:
+                    took += TPOT_S * context * sum(arrivals[i][1] + out for i, out in decoding) / 1000
+            at += took * speed
+            for r in list(running):
+                r[1] += 1
+                if r[1] == 1:
+                    ttft[r[0]] = at - arrivals[r[0]][0]
+                if r[1] >= output:
+                    e2e[r[0]] = at - arrivals[r[0]][0]
+                    running.remove(r)
+    return ttft, e2e
+
+
+def _oracle(results: dict[str, list[list[tuple[float, ...]]]], slow: float, slots: int, output: int,
+            context: float) -> None:
+    """Every placement of each seed's arrivals on its servers (`_placed`), read as `_per_run` reads a run: the
+    least p99 TTFT and p99 E2E any of them reaches, against least_inflight's; the share of seeds where some
+    placement is at most 0.7x least_inflight's p99 TTFT and 0.85x its p99 E2E (issue 24's aims for one run),
+    and each strategy's share and its p99s over the least reachable. A seed no placement meets the aims on
+    is lost whatever the router does; its tail is set by the arrivals, not by routing."""
+    def p99(v: list[float]) -> float:  # bench/harness.py's percentile (linear interpolation), in seconds
+        v = sorted(v)
+        k = (len(v) - 1) * 0.99
+        lo, hi = math.floor(k), math.ceil(k)
+        return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+    base = results["least_inflight"]
+    if any(len(s) > 14 for s in base):
+        print("oracle: skipped (over 14 arrivals a seed: 2^n placements)")
+        return
+    reach: list[bool] = []
+    lis: list[tuple[float, float]] = []  # least_inflight's p99 TTFT and E2E, each seed
+    least: list[tuple[float, float]] = []  # the least reachable, each seed
+    for rows in base:
+        arrivals = [(x[4] - rows[0][4], x[7]) for x in rows]
+        li = (p99([x[0] for x in rows]), p99([x[1] for x in rows]))
+        best_t = best_e = math.inf
+        met = False
+        for placement in itertools.product(range(2), repeat=len(arrivals)):
+            ttft, e2e = _placed(arrivals, placement, slow, slots, output, context)
+            t, e = p99(ttft), p99(e2e)
+            best_t, best_e = min(best_t, t), min(best_e, e)
+            met = met or (t <= 0.7 * li[0] and e <= 0.85 * li[1])
+        reach.append(met)
+        lis.append(li)
+        least.append((best_t, best_e))
+
+    def tenth(v: list[float]) -> float:  # the p90 of the seeds' ratios (nearest rank)
+        return sorted(v)[int(0.9 * (len(v) - 1))]
+
+    print(f"oracle (every placement of each seed's arrivals): the aims (p99 TTFT <= 0.7x, p99 E2E <= 0.85x least_inflight's)"
+          f" reachable on {sum(reach) / len(reach):.0%} of seeds; least p99 over least_inflight's, median "
+          f"{statistics.median(b[0] / li[0] for b, li in zip(least, lis)):.2f}x TTFT, "
+          f"{statistics.median(b[1] / li[1] for b, li in zip(least, lis)):.2f}x E2E")
+    for label, seeds in results.items():
+        if label == "least_inflight":
+            continue
+        mine = [(p99([x[0] for x in s]), p99([x[1] for x in s])) for s in seeds]
+        meets = [m[0] <= 0.7 * li[0] and m[1] <= 0.85 * li[1] for m, li in zip(mine, lis)]
+        over_t = [m[0] / b[0] for m, b in zip(mine, least)]
+        over_e = [m[1] / b[1] for m, b in zip(mine, least)]
+        print(f"  {label:<28} meets both on {sum(meets) / len(meets):.0%} of seeds ({sum(m and r for m, r in zip(meets, reach))} of "
+              f"the {sum(reach)} reachable); p99 over the least reachable, median {statistics.median(over_t):.2f}x TTFT "
+              f"(p90 {tenth(over_t):.2f}x), {statistics.median(over_e):.2f}x E2E (p90 {tenth(over_e):.2f}x)")
 
 
 def _errors(rows: list[tuple[float, ...]]) -> str:

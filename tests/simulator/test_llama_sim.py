@@ -163,3 +163,53 @@ def test_each_row_names_the_server_its_request_ran_on_while_both_are_busy():
     done = run("round_robin", 1, 40, 2.0, 0, 2, 1.0, False, 2, detail=True)
     servers = [int(x[8]) for x in sorted(done, key=lambda x: x[4])]
     assert servers == [servers[0], 1 - servers[0]] * 20
+
+
+@pytest.mark.parametrize("context", [0.0, 0.6])
+def test_the_oracle_times_a_placement_as_the_simulator_ran_it(context):
+    from bench.llama_sim import _placed
+
+    # The real mixed bench's shape: each strategy's own placement, replayed on the oracle's servers, gives
+    # every request the times the simulator gave it (so the oracle's least p99 is among placements timed alike).
+    for strategy in ("latency_aware", "least_inflight"):
+        rows = sorted(run(strategy, 3, 10, 0.33, 0, 2, 2.5, True, 2, burst_s=6.0, detail=True, spread=True, output=24,
+                          context=context), key=lambda x: x[4])
+        rows = [x for x in rows if not x[5]]
+        arrivals = [(x[4] - rows[0][4], x[7]) for x in rows]
+        ttft, e2e = _placed(arrivals, tuple(int(x[8]) for x in rows), 2.5, 2, 24, context)
+        assert ttft == pytest.approx([x[0] for x in rows], abs=1e-9)
+        assert e2e == pytest.approx([x[1] for x in rows], abs=1e-9)
+
+
+def test_the_oracle_waits_a_prompt_arriving_during_a_prefill_for_it_and_stalls_the_answer_beside_it():
+    from bench.llama_sim import PER_TOKEN_S, TEMPLATE_SHARE, _placed
+
+    prefill = (1200 - round(1200 * TEMPLATE_SHARE)) * PER_TOKEN_S
+    apart = _placed([(0.0, 1200), (0.1, 1200)], (0, 1), 1.0, 2, 24)
+    assert apart[0] == pytest.approx([prefill, prefill])
+    together = _placed([(0.0, 1200), (0.1, 1200)], (0, 0), 1.0, 2, 24)
+    # The second waits for the first's prefill (a step is not cut short); its own prefill's step carries one
+    # token of the first answer, which stands still for it.
+    assert together[0] == pytest.approx([prefill, 2 * prefill + TPOT_S - 0.1])
+    assert together[1][0] > prefill + 23 * TPOT_S + prefill
+
+
+def test_the_oracle_says_whether_any_placement_meets_the_aims_on_a_seed(capsys):
+    from bench.llama_sim import _oracle, _placed
+
+    def rows(arrivals: list[tuple[float, int]], placement: tuple[int, ...], slow: float) -> list[tuple[float, ...]]:
+        ttft, e2e = _placed(arrivals, placement, slow, 2, 24)
+        return [(t, e, t, e, a, 0.0, 0.0, float(n), float(k)) for (a, n), t, e, k in zip(arrivals, ttft, e2e, placement)]
+
+    # Two long prompts far apart, the second sent by least_inflight to a server 3x slower: on the quick one
+    # it would take a third of the time, which meets both aims. One long prompt alone on the quick server:
+    # no placement does better than where it went.
+    spread = [(0.0, 1200), (30.0, 1200)]
+    _oracle({"least_inflight": [rows(spread, (0, 1), 3.0)], "latency_aware": [rows(spread, (0, 0), 3.0)]}, 3.0, 2, 24, 0.0)
+    out = capsys.readouterr().out
+    assert "reachable on 100% of seeds" in out and "meets both on 100% of seeds (1 of the 1 reachable)" in out
+    alone = [(0.0, 1200)]
+    _oracle({"least_inflight": [rows(alone, (0,), 3.0)], "latency_aware": [rows(alone, (1,), 3.0)]}, 3.0, 2, 24, 0.0)
+    out = capsys.readouterr().out
+    assert "reachable on 0% of seeds" in out and "meets both on 0% of seeds (0 of the 0 reachable)" in out
+    assert "median 3.00x TTFT" in out  # latency_aware's p99 over the least reachable: the slow server's 3x

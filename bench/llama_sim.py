@@ -141,7 +141,8 @@ class _Server:
 def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache: int, slow: float, mixed: bool,
         slots: int, burst_s: float = 0.0, clients: int = 8, detail: bool = False, context: float = 0.0,
         per_slot: bool = False, host_cache: bool = False, closed: int = 0, think: float = 0.0,
-        spread: bool = False, output: int = OUTPUT, replay: list[tuple[float, int]] | None = None) -> list[tuple[float, ...]]:
+        spread: bool = False, output: int = OUTPUT, replay: list[tuple[float, int]] | None = None,
+        published: bool = False) -> list[tuple[float, ...]]:
     """One seeded run: each request's (TTFT, E2E); with `detail`, (TTFT, E2E, predicted TTFT, predicted
     E2E, sent, 1 for a burst request else 0, share of the prompt reused, prompt tokens, server: 0 the quick
     one), in the order they ended. With `per_slot`, each slot keeps
@@ -172,7 +173,7 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
         if hasattr(entry.strategy, "_rng"):
             entry.strategy._rng.seed(seed)  # its exploration, the same each run
     learner = router.learner
-    if per_slot:
+    if per_slot or published:
         # As the gateway's discovery reads llama.cpp's /props (total_slots) before the first request.
         for state in router.states.values():
             state.model.set_reported_slots(slots)
@@ -409,6 +410,9 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--per-slot", action="store_true",
                     help="each slot keeps only its last prompt (llama.cpp --cache-ram 0), not each server its last --cache")
+    ap.add_argument("--published-slots", action="store_true",
+                    help="the servers publish their slots (llama.cpp's /props, which the gateway's discovery reads; "
+                         "--per-slot implies it): without it the gateway learns them from the waits it sees")
     ap.add_argument("--host-cache", action="store_true",
                     help="with --per-slot: a prompt a slot gives up is kept in host memory (llama.cpp's default --cache-ram)")
     ap.add_argument("--clients", type=int, default=0,
@@ -439,7 +443,7 @@ def main() -> None:
         replay = sorted(replay[:next((i for i in range(1, len(replay)) if replay[i][0] < replay[i - 1][0]), len(replay))])
     runs = lambda s: [run(s, seed, args.requests, args.rate, args.shared, args.cache, args.slow, args.mixed, args.slots,
                           burst_s=args.burst, detail=True, context=args.context, per_slot=args.per_slot,
-                          host_cache=args.host_cache, closed=args.clients,
+                          host_cache=args.host_cache, closed=args.clients, published=args.published_slots,
                           think=args.think if args.think is not None else args.clients / args.rate,
                           spread=args.spread, output=args.output, replay=replay)
                       for seed in range(args.seeds)]

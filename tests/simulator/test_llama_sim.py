@@ -213,3 +213,22 @@ def test_the_oracle_says_whether_any_placement_meets_the_aims_on_a_seed(capsys):
     out = capsys.readouterr().out
     assert "reachable on 0% of seeds" in out and "meets both on 0% of seeds (0 of the 0 reachable)" in out
     assert "median 3.00x TTFT" in out  # latency_aware's p99 over the least reachable: the slow server's 3x
+
+
+def test_published_slots_are_known_before_the_first_request_as_llama_cpps_props_gives_them():
+    from app.routing.router import Router
+
+    seen = []
+    real = Router.decide
+
+    def decide(self, *a, **kw):
+        seen.append(sorted((s.model.slots, s.model.slots_source) for s in self.states.values()))
+        return real(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Router, "decide", decide)
+        run("least_inflight", 0, 3, 1.0, 0, 2, 1.0, False, 2, published=True)
+        assert seen[0] == [(2, "reported"), (2, "reported")]
+        seen.clear()
+        run("least_inflight", 0, 3, 1.0, 0, 2, 1.0, False, 2)
+        assert all(source != "reported" for _, source in seen[0])

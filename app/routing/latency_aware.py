@@ -187,20 +187,22 @@ class LatencyAware:
         bounds: list[float] | None = None
         complete: Callable[[], list[float]] | None = None
         keys: list[tuple[bool, bool, int, int, int]] | None = None  # before every candidate is timed: their load
-        # Each placement's eviction charge alone (_evicting from zero), worked out once in the decision and
-        # only where read (the load keys, the home, the hash margin): empty until then. A timed pick usually
-        # returns before reading it, so it is not worked out ahead.
-        charges: list[list[float]] = []
+        # Each placement's eviction charge (_evicting's; None: nothing charged), worked out once in the
+        # decision and only where read (the timed scores, the load keys, the home, the hash margin): empty
+        # until then. A timed decision adds it to its scores and the home and the margin read it again.
+        charges: list[list[float] | None] = []
         if timed and measured and not ctx.scored and gap is not None:
             # No one reads the scores (the decision is not traced) and every candidate is measured (so none
             # is ranked as the best measured one: each score is its own): the pick needs every candidate's
             # prediction now, but the look-ahead's only where the delay it passes on could change the pick.
             estimates, raw = ranked(candidates, ctx)
-            raw = self._evicting(candidates, ctx, raw)
+            if (charged := self._charges(candidates, ctx, charges)) is not None:
+                raw = [r + x for r, x in zip(raw, charged)]
             first, bounds, complete = first_passed_on(candidates, ctx, estimates, gap, raw, order)
         elif timed:
             estimates, scores = self._scores(candidates, ctx, gap, lags)
-            scores = self._evicting(candidates, ctx, scores)
+            if (charged := self._charges(candidates, ctx, charges)) is not None:
+                scores = [s + x for s, x in zip(scores, charged)]
             first = min(order, key=scores.__getitem__)
         else:
             # A candidate whose prefill was never timed prices the prompts in flight at its prior (a GPU's
@@ -239,8 +241,7 @@ class LatencyAware:
             if estimates is None:
                 estimates = ranked(candidates, ctx)[0]
             idle = [i for i in range(n) if i != first and estimates[i].queue_s == 0.0]
-            if idle and ctx.cached:
-                pushes = self._charges(candidates, ctx, charges)
+            if idle and ctx.cached and (pushes := self._charges(candidates, ctx, charges)) is not None:
                 idle = [i for i in idle if not pushes[i] > 0.0]
             if idle:
                 return min(idle, key=lambda i: candidates[i].model.tpot_base.updated), scores or _UNSCORED * n
@@ -297,14 +298,14 @@ class LatencyAware:
         held = ctx.cached.get(c.name) if ctx.cached else None
         return held is not None and held.blocks >= MIN_BURST_BLOCKS
 
-    def _evicting(self, candidates, ctx: RouteContext, scores: list[float]) -> list[float]:
-        """`scores` with each placement charged the prompt it pushes out of a slot: on a server whose
-        cache belongs to a slot and whose published slots all hold copies of other prompts (the prefix
-        index's, app/routing/prefix_index.py), a prompt it does not hold takes one of them, and the
-        prompt there is computed again when it next comes. That is priced as this prompt's prefill there
-        (the evicted one is like it), whole where the prompt pushed out has come more than once, else
-        times the share of recent requests that found a prefix cached; and only while this alias's
-        prompts repeat a prefix worth keeping.
+    def _evicting(self, candidates, ctx: RouteContext) -> list[float] | None:
+        """Each placement's charge for the prompt it pushes out of a slot, to add to its score (None where
+        no placement is charged): on a server whose cache belongs to a slot and whose published slots all
+        hold copies of other prompts (the prefix index's, app/routing/prefix_index.py), a prompt it does
+        not hold takes one of them, and the prompt there is computed again when it next comes. That is
+        priced as this prompt's prefill there (the evicted one is like it), whole where the prompt pushed
+        out has come more than once, else times the share of recent requests that found a prefix cached;
+        and only while this alias's prompts repeat a prefix worth keeping.
 
         Unpriced, a busy warm server shed its prompt to the other, whose two slots held two others: on
         two real llama.cpp servers (--cache-ram 0, four shared prompts at 1.0 req/s) the sibling went
@@ -312,8 +313,9 @@ class LatencyAware:
         four prompts on both servers, 13-43 % of prompt tokens cached where a partition held ~83 %
         (issue 24). A new prompt, which every server computes cold, goes where a slot is free of others."""
         if not ctx.cached or not ctx.prefix or not ctx.prefix.keys or not self._prefixes_repeat(ctx.now):
-            return scores
-        share, first, out = self.reuse.expected_share(ctx.now), ctx.prefix.keys[0], scores
+            return None
+        share, first = self.reuse.expected_share(ctx.now), ctx.prefix.keys[0]
+        out: list[float] | None = None
         bound = [_slots_bound(c) for c in candidates]
         held_elsewhere = any(m.blocks >= MIN_BURST_BLOCKS for m in ctx.cached.values())
         for i, c in enumerate(candidates):
@@ -335,9 +337,9 @@ class LatencyAware:
                 if (held_elsewhere and besides + 1 >= m.slots
                         and all(b and (x is c or x.prefixes.copies_besides(None) >= x.model.slots)
                                 for b, x in zip(bound, candidates))):
-                    if out is scores:
-                        out = list(scores)
-                    out[i] += share * m.prefill_s(ctx.prompt_tokens, ctx.now)
+                    if out is None:
+                        out = [0.0] * len(candidates)
+                    out[i] = share * m.prefill_s(ctx.prompt_tokens, ctx.now)
                 continue
             gone = c.prefixes.pushed_out(first)
             # A prompt that came more than once comes again: its next request computes it cold.
@@ -353,19 +355,19 @@ class LatencyAware:
             # (Priced at the alias's reuse share, the charge fell as prompts spread and fewer requests
             # found theirs, and spread them further: four shared prompts on llama_sim --per-slot
             # at 1.0 req/s, 50 of 200 seeds made 12 or more cold prefills where 4 were needed.)
-            if out is scores:
-                out = list(scores)
-            out[i] += again * m.prefill_s(ctx.prompt_tokens, ctx.now)
+            if out is None:
+                out = [0.0] * len(candidates)
+            out[i] = again * m.prefill_s(ctx.prompt_tokens, ctx.now)
         return out
 
-    def _charges(self, candidates, ctx: RouteContext, memo: list[list[float]]) -> list[float]:
-        """Each placement's eviction charge alone (`_evicting` from zero), kept in `memo` for the rest of the
-        decision: nothing it reads changes within one (the index, the reuse share, the instant)."""
+    def _charges(self, candidates, ctx: RouteContext, memo: list[list[float] | None]) -> list[float] | None:
+        """Each placement's eviction charge (`_evicting`'s), kept in `memo` for the rest of the decision:
+        nothing it reads changes within one (the index, the reuse share, the instant)."""
         if not memo:
-            memo.append(self._evicting(candidates, ctx, [0.0] * len(candidates)))
+            memo.append(self._evicting(candidates, ctx))
         return memo[0]
 
-    def _pushes_out_needlessly(self, candidates, ctx: RouteContext, memo: list[list[float]]) -> list[bool]:
+    def _pushes_out_needlessly(self, candidates, ctx: RouteContext, memo: list[list[float] | None]) -> list[bool]:
         """For each candidate, whether placing the prompt there pushes a prompt out of a slot (`_evicting`
         charges it) where another candidate has room for it. Consistent placement (the home, the hash
         margin) is worth the reuse it expects; a prompt pushed out that repeats is a cold prefill certain
@@ -373,6 +375,8 @@ class LatencyAware:
         other, and the prompt it pushed out went cold the other way when it next came (llama_sim
         --per-slot, four shared prompts in four slots)."""
         charges = self._charges(candidates, ctx, memo)
+        if charges is None:
+            return [False] * len(candidates)
         room = min(charges) == 0.0
         return [room and charge > 0.0 for charge in charges]
 
@@ -457,7 +461,7 @@ class LatencyAware:
             keys.append((False, pushes, c.inflight - c.copy_waiters + (not holds), 0 if holds else c.prefilling, -blocks))
         return keys
 
-    def _home(self, candidates, ctx: RouteContext, charges: list[list[float]]) -> int | None:
+    def _home(self, candidates, ctx: RouteContext, charges: list[list[float] | None]) -> int | None:
         """The candidate the prompt's prefix group hashes to, if affinity should hold there: this alias's
         prompts repeat a prefix worth keeping, no candidate is known to hold more of this one, and the
         home is within its bounded share of the requests in flight. None: the lowest prediction decides."""

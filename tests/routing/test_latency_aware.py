@@ -470,6 +470,12 @@ class SlotServer(State):
         timed(self)
 
 
+def charge(policy: LatencyAware, candidates: list, ctx) -> list[float]:
+    """Each placement's eviction charge (`_evicting`'s; nothing charged reads 0.0 for every one)."""
+    charges = policy._evicting(candidates, ctx)
+    return [0.0] * len(candidates) if charges is None else charges
+
+
 def test_a_cold_placement_is_charged_the_prompt_it_pushes_out_of_a_full_servers_slot():
     # Scripted state of a collapsed real repeat (two llama.cpp servers, --cache-ram 0, 2 slots each, four
     # shared prompts): a held p0 and p1, b held p2 and p3. p0's copy was in a running request's slot and
@@ -500,7 +506,7 @@ def test_a_cold_placement_is_charged_the_prompt_it_pushes_out_of_a_full_servers_
     for k, charged in ((2, False), (3, False), (0, True)):
         held = ctx_for(bodies[k], now=3.0)
         held.cached = matches([b], held)  # as choose() sets it (without it nothing is ever charged)
-        assert (policy._evicting([b], held, [1.0])[0] > 1.0) is charged, k
+        assert (charge(policy, [b], held)[0] > 0.0) is charged, k
     fresh = ctx_for(ask("q", "Policy nine. " * 150), now=3.0)
     fresh.prefix_policy = PrefixPolicy(consistent_hashing=False)
     assert policy.choose([b, SlotServer("c")], fresh, 0)[0] == 1
@@ -660,14 +666,14 @@ def test_pushing_out_a_prompt_that_repeats_is_charged_its_whole_prefill_whatever
     ctx = ctx_for(bodies[2], now=3.0)
     ctx.cached = matches([b], ctx)
     prefill = b.model.prefill_s(ctx.prompt_tokens, 3.0)
-    assert math.isclose(policy._evicting([b], ctx, [1.0])[0], 1.0 + prefill)
+    assert math.isclose(charge(policy, [b], ctx)[0], prefill)
     # Prompts that came once each may never come again: the share prices them, as before.
     once = SlotServer("b")
     held_by(once, bodies[0], at=1.0, times=1)
     held_by(once, bodies[1], at=2.0, times=1)
     ctx.cached = matches([once], ctx)
     share = policy.reuse.expected_share(3.0)
-    assert share < 0.5 and math.isclose(policy._evicting([once], ctx, [1.0])[0], 1.0 + share * prefill)
+    assert share < 0.5 and math.isclose(charge(policy, [once], ctx)[0], share * prefill)
 
 
 def test_taking_the_slot_of_a_copy_siblings_are_held_for_is_charged_a_cold_prefill_for_each():
@@ -691,21 +697,22 @@ def test_taking_the_slot_of_a_copy_siblings_are_held_for_is_charged_a_cold_prefi
         prefill = b.model.prefill_s(ctx.prompt_tokens, 3.0)
         # The prompt pushed out comes again (its whole prefill), and each held sibling computes it cold and
         # pushes out another in turn.
-        assert math.isclose(policy._evicting([b], ctx, [1.0])[0], 1.0 + (1 + siblings) * prefill), siblings
+        assert math.isclose(charge(policy, [b], ctx)[0], (1 + siblings) * prefill), siblings
 
 
-def test_a_decision_works_out_its_eviction_charges_once_and_only_where_read(monkeypatch):
-    # The charges alone (_evicting from zero) are read before every backend is timed by the load keys, then
-    # by the home and by the hash margin (_pushes_out_needlessly): nothing they read changes within one
-    # decision, so they are worked out once, before every backend is timed and after.
+def test_a_decision_works_out_its_eviction_charges_once(monkeypatch):
+    # The charges are read by the timed scores, or before every backend is timed by the load keys, then by
+    # the home and by the hash margin (_pushes_out_needlessly): nothing they read changes within one
+    # decision, so they are worked out once, before every backend is timed and after (a timed decision
+    # once charged its scores and then worked the charges out again, from zero, for the home).
     bodies = [ask("q", f"Policy {k}. " * 150) for k in range(4)]
     policy = seen_shared(LatencyAware(exploration=0))
-    zero = []
+    calls = []
     evicting = policy._evicting
 
-    def counted(candidates, ctx, scores):
-        zero.append(all(x == 0.0 for x in scores))
-        return evicting(candidates, ctx, scores)
+    def counted(candidates, ctx):
+        calls.append(charges := evicting(candidates, ctx))
+        return charges
 
     monkeypatch.setattr(policy, "_evicting", counted)
     for is_timed in (False, True):
@@ -718,9 +725,10 @@ def test_a_decision_works_out_its_eviction_charges_once_and_only_where_read(monk
             for k, body in enumerate(held):
                 held_by(s, body, at=1.0 + k)
             fleet.append(s)
-        zero.clear()
+        calls.clear()
         policy.choose(fleet, ctx_for(bodies[3], now=3.0), 0)
-        assert zero.count(True) == 1, (is_timed, zero)
+        # Once, and charged (b has a free slot, a none): the home and the margin read what was charged.
+        assert len(calls) == 1 and calls[0] is not None and max(calls[0]) > 0.0, (is_timed, calls)
 
 
 def test_exploring_never_takes_a_prompt_away_from_the_backend_holding_it():

@@ -56,8 +56,12 @@ class ServerConfig(Strict):
     body_timeout_s: float = Field(30.0, gt=0)
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     # Idle keep-alive connections kept open (the oldest is closed beyond this) and how long each may idle.
+    # Longer than clients and proxies keep an idle connection (httpx, so the OpenAI SDK: 5 s; Node's agent 5 s,
+    # undici 4 s; aiohttp 15 s; an AWS load balancer 60 s), so they drop it first: one closed here as a client
+    # reuses it fails that client's request (at 5 s, as long as httpx's, a real bench run lost one so). Held
+    # idle, a connection costs ~12 kB and a descriptor, and max_idle_connections bounds them.
     max_idle_connections: int = Field(256, ge=0)
-    keep_alive_s: float = Field(5.0, gt=0)
+    keep_alive_s: float = Field(75.0, gt=0)
     # All client connections; unset: half the process's file-descriptor limit.
     max_connections: int | None = Field(None, ge=1)
 

@@ -157,6 +157,9 @@ def test_siblings_behind_a_copy_stuck_on_a_hung_backend_go_elsewhere_once_it_fai
     # coming and are routed again, away from that backend: one attempt each, on the other backend,
     # about one timeout after they came. Before, they waited for that timeout and were then sent to the
     # hung backend as well, to time out a second time before a retry.
+    # The siblings are sent once the leader hangs there, not a fixed time after it: on a loaded box a
+    # sibling sent 0.2 s later was placed first (the client's first connection alone took 0.4 s), and
+    # the roles swapped: it hung and was retried (two attempts), the leader went to the other backend.
     gw, ports = hanging_pair
     sys_prompt = system("hung")
     with httpx.Client(timeout=30) as c:
@@ -172,13 +175,17 @@ def test_siblings_behind_a_copy_stuck_on_a_hung_backend_go_elsewhere_once_it_fai
     try:
         async def main():
             async with httpx.AsyncClient(timeout=30) as c:
-                async def one(i: int, delay: float):
-                    await asyncio.sleep(delay)
+                async def one(i: int):
                     t0 = time.monotonic()
                     r = await c.post(f"{gw.url}/v1/chat/completions", json=body("chat", sys_prompt, f"q{i}", stream=True))
                     r.raise_for_status()
                     return r.headers["x-slipstream-backend"], int(r.headers.get("x-slipstream-attempts", "1")), time.monotonic() - t0
-                return await asyncio.gather(one(0, 0.0), *(one(i, 0.2) for i in (1, 2)))
+
+                leader = asyncio.create_task(one(0))
+                # The hung backend holds it for its first-token timeout (1.5 s); one that never goes there ends.
+                while not leader.done() and not (await c.get(f"http://127.0.0.1:{ports[home]}/sim/stats")).json()["running"]:
+                    await asyncio.sleep(0.01)
+                return await asyncio.gather(leader, one(1), one(2))
 
         (leader, *siblings) = asyncio.run(main())
     finally:

@@ -143,6 +143,15 @@ def test_a_replay_is_open_loop_and_refuses_closed_loop_clients():
         run("least_inflight", 1, 99, 0.33, 0, 2, 2.5, True, 2, detail=True, replay=replay, closed=2)
 
 
+def test_per_run_without_least_inflight_to_read_against_is_refused(monkeypatch, capsys):
+    from bench.llama_sim import main
+
+    monkeypatch.setattr("sys.argv", ["llama_sim.py", "--per-run", "--oracle", "--strategies", "latency_aware"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "add least_inflight to --strategies" in capsys.readouterr().err
+
+
 def test_per_run_ratios_read_a_class_the_first_seed_lacks(capsys):
     from bench.llama_sim import _per_run
 
@@ -213,6 +222,11 @@ def test_the_oracle_says_whether_any_placement_meets_the_aims_on_a_seed(capsys):
     out = capsys.readouterr().out
     assert "reachable on 0% of seeds" in out and "meets both on 0% of seeds (0 of the 0 reachable)" in out
     assert "median 3.00x TTFT" in out  # latency_aware's p99 over the least reachable: the slow server's 3x
+    # Both seeds at once: the median of 1x and 3x is 2x, and their p90 the larger (it read the smaller, 1x).
+    _oracle({"least_inflight": [rows(spread, (0, 1), 3.0), rows(alone, (0,), 3.0)],
+             "latency_aware": [rows(spread, (0, 0), 3.0), rows(alone, (1,), 3.0)]}, 3.0, 2, 24, 0.0)
+    out = capsys.readouterr().out
+    assert "median 2.00x TTFT (p90 3.00x)" in out
 
 
 def test_published_slots_are_known_before_the_first_request_as_llama_cpps_props_gives_them():

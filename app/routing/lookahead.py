@@ -42,10 +42,24 @@ if TYPE_CHECKING:
     from app.routing.context import RouteContext
     from app.routing.state import BackendState
 
+# A gap this many times the mean of the ones before it is a pause, not a slow spell of the same traffic
+# (Poisson arrivals leave one that long about once in 3,000), if it is also over PAUSE_MIN_S: after a
+# burst sent at once the mean is near zero, and a gap of a few seconds is still one the look-ahead can
+# see across (queues then drain in seconds), where one of tens of seconds finds every queue gone.
+PAUSE_GAPS = 8.0
+PAUSE_MIN_S = 10.0
+
 
 class ArrivalRate:
     """The mean gap between an alias's recent placements: its last `window` arrivals over the time since
-    the first of them, so a pause stretches the gap as soon as it starts."""
+    the first of them. A gap over PAUSE_GAPS times that mean (and PAUSE_MIN_S) is a pause, and the window
+    starts again at the arrival that ends it: the rate before a pause says nothing of the rate after it.
+
+    Kept across the pause, the window priced the next 16 arrivals as sparse as the pause made them look,
+    which all but turns the look-ahead off for them (the passed-on delay is read one mean gap later, when
+    every queue has drained). On the real unequal bench (issue 24) each strategy's alias idles ~60-90 s
+    between its repeats while the others run: its later repeats started with a window whose mean gap read
+    ~6 s for arrivals ~0.6 s apart. A gateway whose traffic pauses and resumes does the same."""
 
     __slots__ = ("_times",)
 
@@ -53,13 +67,24 @@ class ArrivalRate:
         self._times: deque[float] = deque(maxlen=window)
 
     def observe(self, now: float) -> None:
+        if self._after_pause(now):
+            self._times.clear()
         self._times.append(now)
 
     def gap(self, now: float) -> float | None:
-        """Seconds to the next arrival expected at `now`; None before two arrivals are seen."""
-        if len(self._times) < 2 or now <= self._times[0]:
+        """Seconds to the next arrival expected at `now`; None before two arrivals are seen since the last
+        pause, and for the arrival that ends one (nothing is known of the rate after it yet)."""
+        times = self._times
+        if len(times) < 2 or now <= times[0] or self._after_pause(now):
             return None
-        return (now - self._times[0]) / len(self._times)
+        return (now - times[0]) / len(times)
+
+    def _after_pause(self, now: float) -> bool:
+        times = self._times
+        if len(times) < 2:
+            return False
+        gap = now - times[-1]
+        return gap > PAUSE_MIN_S and gap > PAUSE_GAPS * (times[-1] - times[0]) / (len(times) - 1)
 
 
 def passed_on(candidates: Sequence[BackendState], ctx: RouteContext, estimates: Sequence[Estimate],

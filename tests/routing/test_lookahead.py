@@ -43,13 +43,44 @@ def arriving_every(gap: float, now: float = 1.0) -> LatencyAware:
     return policy
 
 
-def test_the_next_arrival_is_expected_a_mean_gap_later_and_a_pause_stretches_it():
+def test_the_next_arrival_is_expected_a_mean_gap_later_and_a_slow_spell_stretches_it():
     rate = ArrivalRate()
     assert rate.gap(1.0) is None
     for k in range(10):
         rate.observe(k * 0.5)
     assert abs(rate.gap(5.0) - 0.5) < 1e-9  # the tenth gap ends now
-    assert rate.gap(20.0) > 1.9  # nothing for 15 s: arrivals are no longer half a second apart
+    assert abs(rate.gap(8.5) - 0.85) < 1e-9  # nothing for 4 s: arrivals are no longer half a second apart
+
+
+def test_after_a_pause_the_rate_is_read_from_the_arrivals_since_it_alone():
+    rate = ArrivalRate()
+    for k in range(16):
+        rate.observe(k * 0.5)
+    # 60 s without an arrival (another strategy's run in a bench, a quiet spell in production): the arrival
+    # that ends it is priced as sparse traffic, as on a fresh alias, not as the 16 arrivals' 4.2 s mean gap.
+    assert rate.gap(67.5) is None
+    rate.observe(67.5)
+    assert rate.gap(68.0) is None  # one arrival since the pause: no gap yet
+    rate.observe(68.0)
+    assert abs(rate.gap(68.5) - 0.5) < 1e-9  # arrivals half a second apart again, read at once
+
+
+def test_a_gap_after_a_burst_sent_at_once_is_not_a_pause():
+    rate = ArrivalRate()
+    for k in range(6):
+        rate.observe(1.0 + k * 1e-4)  # six requests sent together: a mean gap of 0.1 ms
+    # 3 s later: far over 8 mean gaps, but short enough that what the burst queued is still there to pass on.
+    assert abs(rate.gap(4.0005) - 3.0005 / 6) < 1e-9
+    rate.observe(4.0005)
+    # 20 s later, the burst's queues long drained: a pause.
+    assert rate.gap(24.0) is None
+
+
+def test_a_gap_of_many_seconds_between_sparse_arrivals_is_not_a_pause():
+    rate = ArrivalRate()
+    for k in range(5):
+        rate.observe(k * 5.0)  # one arrival every 5 s
+    assert abs(rate.gap(32.0) - 32.0 / 5) < 1e-9  # a 12 s gap is under 8 mean gaps: the mean stretches
 
 
 def test_a_request_leaves_the_quick_servers_queue_to_the_next_arrival_when_arrivals_are_close():

@@ -47,8 +47,9 @@ def test_fit_recovers_the_simulator_settings(report):
     assert within_timer_drift(f.c_s_per_output_token, TPOT_MS / 1000)
     assert f.b_s_per_prompt_token == pytest.approx(1 / PREFILL_TPS, rel=0.15)
     assert f.r2 > 0.95  # 0.99+ on an idle machine; timer drift under load (see above) scatters the points a little
-    # E2E = net + prefill + (n - 1) x tpot, so the intercept is about net - tpot plus the client's own time.
-    assert -0.010 < f.a_s < 0.010
+    # E2E = net + prefill + (n - 1) x tpot, so the intercept is about net - tpot plus the client's own time,
+    # which on a loaded 2-core machine only grows (a full suite beside other work read 13 ms).
+    assert -0.010 < f.a_s < 0.025
 
 
 def test_cells_hold_every_statistic(report):

@@ -391,6 +391,16 @@ def _pct(v: list[float], p: float) -> float:
     return sorted(v)[min(len(v) - 1, int(p / 100 * len(v)))]
 
 
+def _interpolated(v: list[float], p: float) -> float:
+    """The p-th percentile as bench/real_backends.py reads one run (bench/harness.py's percentile: linear
+    interpolation), in seconds. harness is not imported: it brings HTTP and Redis clients a simulation
+    does not use."""
+    v = sorted(v)
+    k = (len(v) - 1) * p / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="latency_aware,least_inflight,round_robin",
@@ -533,20 +543,14 @@ def _per_run(results: dict[str, list[list[tuple[float, ...]]]], mixed: bool) -> 
     arrivals, and on mixed lengths each class's E2E p50), each strategy's figure over least_inflight's on the
     same seed: the median of those ratios and the share of seeds where it is over 1 (loses). A real run of ~10
     requests is one such seed: its medians sit between the classes and turn on one or two placements."""
-    def percentile(v: list[float], p: float) -> float:  # bench/harness.py's (linear interpolation), in seconds
-        v = sorted(v)
-        k = (len(v) - 1) * p / 100
-        lo, hi = math.floor(k), math.ceil(k)
-        return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
     cut = statistics.median(x[7] for seeds in results.values() for s in seeds for x in s) if mixed else math.inf
 
     def figures(rows: list[tuple[float, ...]]) -> dict[str, float]:
-        out = {f"{k} p{p}": percentile([x[col] for x in rows], p) for k, col in (("TTFT", 0), ("E2E", 1)) for p in (50, 99)}
+        out = {f"{k} p{p}": _interpolated([x[col] for x in rows], p) for k, col in (("TTFT", 0), ("E2E", 1)) for p in (50, 99)}
         if mixed:
             for cls, members in (("short", [x for x in rows if x[7] < cut]), ("long", [x for x in rows if x[7] >= cut])):
                 if members:
-                    out[f"{cls} E2E p50"] = percentile([x[1] for x in members], 50)
+                    out[f"{cls} E2E p50"] = _interpolated([x[1] for x in members], 50)
         return out
 
     base = [figures(s) for s in results["least_inflight"]]
@@ -610,11 +614,8 @@ def _oracle(results: dict[str, list[list[tuple[float, ...]]]], slow: float, slot
     placement is at most 0.7x least_inflight's p99 TTFT and 0.85x its p99 E2E (issue 24's aims for one run),
     and each strategy's share and its p99s over the least reachable. A seed no placement meets the aims on
     is lost whatever the router does; its tail is set by the arrivals, not by routing."""
-    def p99(v: list[float]) -> float:  # bench/harness.py's percentile (linear interpolation), in seconds
-        v = sorted(v)
-        k = (len(v) - 1) * 0.99
-        lo, hi = math.floor(k), math.ceil(k)
-        return v[lo] + (v[hi] - v[lo]) * (k - lo)
+    def p99(v: list[float]) -> float:
+        return _interpolated(v, 99)
 
     base = results["least_inflight"]
     if any(len(s) > 14 for s in base):

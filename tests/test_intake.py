@@ -206,21 +206,18 @@ def test_a_connection_the_openai_sdk_reuses_is_still_open_when_its_request_comes
     def traced(request) -> None:
         request.extensions["trace"] = trace
 
-    client = gateway.client(http_client=openai.DefaultHttpxClient(event_hooks={"request": [traced]}))
     expiry = openai._constants.DEFAULT_CONNECTION_LIMITS.keepalive_expiry
     assert expiry is not None
     body = dict(model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
-    client.chat.completions.create(**body)
-    answered = time.monotonic()
-    time.sleep(expiry - 1.0)  # a second of slack for a late wake-up on a loaded box
-    assert time.monotonic() - answered < expiry  # the pool still holds the connection
-    pause[0] = 1.5  # written at 5.5 s idle, past a keep-alive as long as the client's
-    events.clear()
-    assert client.chat.completions.create(**body).choices
+    with gateway.client(http_client=openai.DefaultHttpxClient(event_hooks={"request": [traced]})) as client:
+        client.chat.completions.create(**body)
+        answered = time.monotonic()
+        time.sleep(expiry - 1.0)  # a second of slack for a late wake-up on a loaded box
+        assert time.monotonic() - answered < expiry  # the pool still holds the connection
+        pause[0] = 1.5  # written at 5.5 s idle, past a keep-alive as long as the client's
+        events.clear()
+        assert client.chat.completions.create(**body).choices
     assert not [e for e in events if e.startswith("connection.connect_tcp")]  # on the connection reused
-
-
-
 
 
 class _CountingTransport:

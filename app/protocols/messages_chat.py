@@ -22,8 +22,9 @@ What maps (request):
 
 What maps (answer): content text -> a text block; tool_calls -> tool_use blocks (arguments parsed as
 JSON); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
-tool_use / refusal; usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens ->
-input_tokens / cache_read_input_tokens / output_tokens. A backend's reasoning_content is not relayed
+tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice);
+usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
+cache_read_input_tokens / output_tokens. A backend's reasoning_content is not relayed
 (thinking was not asked for: a request that asks is refused, below).
 
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
@@ -195,9 +196,18 @@ def message_body(chat: dict, alias: str) -> dict:
         fn = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
                         "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"))})
+    reason = _stop_reason(choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content))
     return {"id": _message_id(chat.get("id")), "type": "message", "role": "assistant", "model": alias,
-            "content": content, "stop_reason": _STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn"),
-            "stop_sequence": None, "usage": message_usage(chat.get("usage"))}
+            "content": content, "stop_reason": reason, "stop_sequence": None,
+            "usage": message_usage(chat.get("usage"))}
+
+
+def _stop_reason(finish_reason: object, called: bool) -> str:
+    """Anthropic's stop reason for a chat finish reason. An answer that ends in a tool call stops for
+    tool_use even when the backend said "stop": OpenAI and vLLM end a call forced by a named tool_choice
+    that way, and a client's agent loop runs the tool only on tool_use."""
+    reason = _STOP_REASONS.get(str(finish_reason), "end_turn")
+    return "tool_use" if called and reason == "end_turn" else reason
 
 
 def count_body(chat: dict) -> dict:
@@ -283,7 +293,7 @@ class StreamTranslator:
                 out.extend(self._tool_delta(call))
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
-                self.stop_reason = _STOP_REASONS.get(reason, "end_turn")
+                self.stop_reason = _stop_reason(reason, bool(self.tool_blocks))
         return out
 
     def _start(self, block: dict, kind: str) -> list[bytes]:

@@ -202,3 +202,41 @@ def test_a_late_stream_is_hedged_and_the_hedge_answers_in_anthropics_events():
     text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
     assert text == "fast" and events[-1][0] == "message_stop"
     assert len(transport.calls) == 2 and transport.calls[0].backend != transport.calls[1].backend
+
+
+# OpenAI (and vLLM) end a call forced by a named tool choice with finish_reason "stop", not "tool_calls".
+FORCED_CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}
+FORCE_TOOL = {**ASK, "tools": [{"name": "weather", "input_schema": {"type": "object"}}],
+              "tool_choice": {"type": "tool", "name": "weather"}}
+
+
+def test_a_forced_tool_call_that_a_chat_backend_ends_with_stop_is_a_tool_use_stop():
+    # Anthropic's stop_reason is tool_use whenever the answer ends in a tool call: a client's agent loop
+    # runs the tool on that reason, and would take end_turn for the final answer.
+    answer = completion("")
+    answer["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [FORCED_CALL]}
+    transport = ScriptedTransport([Reply(answer)])
+
+    async def scenario(gw):
+        return await call(gw, FORCE_TOOL, endpoint=MESSAGES)
+
+    message = run(config(flavor="tgi"), transport, scenario).json()
+    assert transport.calls[0].body["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
+    assert message["content"] == [{"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Oslo"}}]
+    assert message["stop_reason"] == "tool_use"
+
+
+def test_a_forced_tool_call_streamed_and_ended_with_stop_is_a_tool_use_stop():
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    events = [{**head, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **FORCED_CALL}]},
+                                    "finish_reason": None}]},
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    transport = ScriptedTransport([Stream(events)])
+
+    async def scenario(gw):
+        return await call(gw, {**FORCE_TOOL, "stream": True}, endpoint=MESSAGES)
+
+    events_out = named(run(config(flavor="tgi"), transport, scenario).body)
+    delta = next(d for n, d in events_out if n == "message_delta")
+    assert [n for n, _ in events_out][-1] == "message_stop"
+    assert delta["delta"]["stop_reason"] == "tool_use"

@@ -29,7 +29,8 @@ cache_read_input_tokens / output_tokens. A backend's reasoning_content is not re
 
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
 `thinking` (enabled or adaptive), thinking and redacted_thinking blocks in the history, document and
-search-result blocks, server tools (a tool with a `type` other than "custom"), `mcp_servers`,
+search-result blocks, blocks other than text inside a tool_result (a chat `tool` message
+carries text only), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
 `container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`).
 """
 
@@ -156,8 +157,13 @@ def _turn(m: dict, where: str) -> list[dict]:
             if role != "user":
                 raise InvalidRequest(f"{at}: tool_result blocks belong to user turns", param=at)
             inner = block.get("content")
-            text = inner if isinstance(inner, str) else "\n".join(
-                b.get("text", "") for b in inner or () if isinstance(b, dict) and b.get("type") == "text")
+            if isinstance(inner, list):
+                for k, b in enumerate(inner):
+                    if b["type"] != "text":  # a chat `tool` message carries text only: never dropped in silence
+                        raise InvalidRequest(f"{at}.content.{k}.type: '{b['type']}' blocks in a tool_result are "
+                                             "not supported by this model's chat-completions backends (text only)",
+                                             param=f"{at}.content.{k}.type")
+            text = inner if isinstance(inner, str) else "\n".join(b["text"] for b in inner or ())
             if block.get("is_error") is True:
                 text = f"Error: {text}"
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})

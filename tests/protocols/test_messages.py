@@ -179,6 +179,14 @@ def test_a_conversation_with_tools_translates_to_chat():
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0.type"),
     ({"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]}]},
      "messages.0.content.0.type"),
+    # A chat `tool` message carries text only: an image or document a tool returned would be lost.
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "text", "text": "the chart:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}]},
+     "messages.0.content.0.content.1.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]}]},
+     "messages.0.content.0.content.0.type"),
 ])
 def test_what_a_chat_backend_cannot_honour_is_refused_naming_the_param(extra, param):
     req = parse(**{"messages": [{"role": "user", "content": "x"}], **extra})

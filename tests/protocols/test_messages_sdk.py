@@ -89,6 +89,18 @@ def test_a_body_over_the_limit_is_request_too_large(gateway):
     assert info.value.body["error"]["type"] == "request_too_large"
 
 
+def test_an_image_a_tool_returned_is_refused_by_a_chat_backend_never_dropped(gateway):
+    # A chat `tool` message carries text only: the model would answer without ever seeing the image.
+    with pytest.raises(anthropic.BadRequestError) as info:
+        sdk(gateway).messages.create(model="tgi", max_tokens=4, messages=[
+            {"role": "user", "content": "Plot it."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "plot", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}])
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert info.value.body["error"]["message"].startswith("messages.2.content.0.content.0.type:")
+
+
 def test_bad_params_are_named_in_a_400_never_a_500(gateway):
     r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
                    json={"model": "tgi", "messages": [{"role": "user", "content": "x"}]})

@@ -315,7 +315,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
 
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow: _Flow) -> Response:
     record = flow.record
-    body = hit_body(hit, req.protocol)
+    body = hit_body(hit, req.protocol, req.body)
     headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if plan.category is not None:
         headers[CATEGORY_HEADER] = plan.category  # whose rules this lookup followed

@@ -18,8 +18,8 @@ def served_by(hit: Hit) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def hit_body(hit: Hit, protocol: ClientProtocol) -> dict:
-    """The response body for this hit, with honest usage and a fresh id.
+def hit_body(hit: Hit, protocol: ClientProtocol, asked: dict | None = None) -> dict:
+    """The response body for this hit (asked for with body `asked`), with honest usage and a fresh id.
 
     An exact hit keeps the stored token counts (same prompt, same answer) and reports the prompt as
     cached. A semantic hit counts only the answer's tokens: no model read this prompt, and its count
@@ -30,5 +30,5 @@ def hit_body(hit: Hit, protocol: ClientProtocol) -> dict:
     # answer; the model that served it is said in a header (SERVED_BY).
     body.pop("timings", None)
     body.pop(SERVED_BY, None)
-    protocol.served_again(body, uuid.uuid4().hex[:24], hit.kind == "semantic-hit")
+    protocol.served_again(body, uuid.uuid4().hex[:24], hit.kind == "semantic-hit", asked)
     return body

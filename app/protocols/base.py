@@ -291,10 +291,11 @@ class ClientProtocol:
         """The stream events a stored JSON answer would have been sent as, terminal event included."""
         raise NotImplementedError(self.name)
 
-    def served_again(self, body: dict, suffix: str, semantic: bool) -> None:
+    def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         """A stored answer made honest for this request, in place: a fresh id (ending in `suffix`), and its
         usage: an exact hit's prompt is all cached; a semantic hit counts only its answer (no model read
-        this prompt, and its count is not guessed)."""
+        this prompt, and its count is not guessed). `asked` is this request's body, for an API whose answer
+        echoes request fields that the cache key leaves out."""
 
     def answer_text(self, body: dict) -> str | None:
         """The first answer's text, for content capture."""

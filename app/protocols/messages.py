@@ -340,7 +340,7 @@ class MessagesProtocol(ClientProtocol):
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:
         return message_events(body)
 
-    def served_again(self, body: dict, suffix: str, semantic: bool) -> None:
+    def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         body["id"] = f"msg_cache_{suffix}"
         usage = body.get("usage")
         if not isinstance(usage, dict):

@@ -157,7 +157,7 @@ class OpenAIProtocol(ClientProtocol):
 
     id_prefix = "cmpl"
 
-    def served_again(self, body: dict, suffix: str, semantic: bool) -> None:
+    def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         body["id"] = f"{self.id_prefix}-cache-{suffix}"
         body["created"] = int(time.time())
         usage = body.get("usage")

@@ -32,6 +32,8 @@ _CONTENT_EVENTS = (b"response.output_text.delta", b"response.function_call_argum
                    b"response.reasoning_text.delta", b"response.refusal.delta")
 _FINAL_EVENTS = (b"response.completed", b"response.incomplete")
 _FAILED_EVENTS = (b"response.failed", b"error")
+# Request fields a response echoes that the cache key leaves out (app.cache.keys), with the echo of their absence.
+_ECHOED_NOT_KEYED: dict[str, object] = {"metadata": {}, "user": None, "store": True, "previous_response_id": None}
 
 
 def event_type(data: bytes) -> bytes | None:
@@ -209,9 +211,14 @@ class ResponsesProtocol(OpenAIProtocol):
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:
         return replay_events(body)
 
-    def served_again(self, body: dict, suffix: str, semantic: bool) -> None:
+    def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         body["id"] = new_id("resp")
         body["created_at"] = int(time.time())
+        if asked is not None:
+            # The response echoes these request fields, and the cache key leaves them out (they do not change
+            # the answer): the entry's would be the first caller's (another end user's metadata and id).
+            for key, default in _ECHOED_NOT_KEYED.items():
+                body[key] = asked.get(key, default)
         usage = body.get("usage")
         if not isinstance(usage, dict):
             return

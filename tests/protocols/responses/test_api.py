@@ -165,6 +165,26 @@ def test_the_exact_cache_replays_a_stream_as_responses_events(client, responses_
     client.responses.create(model="cached", input="more", previous_response_id=events[-1].response.id)
 
 
+def test_a_cache_hit_echoes_the_askers_own_metadata_and_user_never_the_first_callers(client, responses_gateway):
+    # metadata, user and store are not in the cache key (they do not change the answer), so two end users of one
+    # tenant share the entry; each must see its own in the response object (and its stored copy), never the other's.
+    alice = client.responses.create(model="cached", input="echo probe", temperature=0, metadata={"who": "alice"},
+                                    user="alice-1", store=False)
+    r = httpx.post(f"{responses_gateway.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"},
+                   timeout=10)
+    assert r.status_code == 200, r.text
+    bob = client.responses.with_raw_response.create(model="cached", input="echo probe", temperature=0,
+                                                    metadata={"who": "bob"}, user="bob-2")
+    assert bob.headers["x-slipstream-cache"] == "hit"
+    answer = bob.parse()
+    assert answer.output_text == alice.output_text
+    assert answer.metadata == {"who": "bob"} and answer.user == "bob-2" and answer.store is True
+    stored = client.responses.retrieve(answer.id)
+    assert stored.metadata == {"who": "bob"} and stored.user == "bob-2"
+    final = list(client.responses.create(model="cached", input="echo probe", temperature=0, stream=True))[-1].response
+    assert final.output_text == alice.output_text and final.metadata == {} and final.user is None
+
+
 def test_a_stream_cut_midway_ends_with_an_error_and_is_not_stored(responses_gateway, responses_fleet):
     port = responses_fleet.ports["flaky"]
     set_faults(port, disconnect_rate=1.0)

@@ -78,6 +78,18 @@ def test_served_again_gets_a_fresh_id_and_honest_usage():
     assert body["usage"]["input_tokens"] == 0 and body["usage"]["output_tokens"] == 3
 
 
+def test_served_again_echoes_the_askers_fields_that_the_cache_key_leaves_out():
+    body = {"id": "resp_old", "metadata": {"who": "alice"}, "user": "alice-1", "store": False,
+            "previous_response_id": "resp_alices", "temperature": 0}
+    RESPONSES.served_again(body, "abc", semantic=False, asked={"model": "m", "input": "x", "temperature": 0})
+    assert body["metadata"] == {} and body["user"] is None and body["store"] is True
+    assert body["previous_response_id"] is None and body["temperature"] == 0
+    RESPONSES.served_again(body, "abc", semantic=True, asked={"metadata": {"who": "bob"}, "user": "bob-2",
+                                                              "previous_response_id": "resp_bobs"})
+    assert body["metadata"] == {"who": "bob"} and body["user"] == "bob-2"
+    assert body["previous_response_id"] == "resp_bobs"
+
+
 def test_the_size_estimate_counts_instructions_and_every_turns_text():
     req = RESPONSES.parse(orjson.dumps({"model": "m", "instructions": "x" * 40, "max_output_tokens": 7, "input": [
         {"role": "user", "content": "y" * 40}, {"type": "function_call_output", "call_id": "c", "output": "z" * 40}]}))

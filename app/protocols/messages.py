@@ -47,6 +47,7 @@ _ROLES = ("user", "assistant")
 # Stop reasons in OpenAI's words, as the cache policy names them.
 _OPENAI_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                   "refusal": "content_filter"}
+_TOO_LONG = "prompt is too long"
 _EVENT_TYPE = re.compile(rb'"type"\s*:\s*"([a-z_]+)"')
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 # The stream's event types. An event's data names its type at the top level, but servers order keys
@@ -313,7 +314,12 @@ class MessagesProtocol(ClientProtocol):
         return _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
 
     def error_body(self, err: GatewayError) -> bytes:
-        return orjson.dumps({"type": "error", "error": {"type": self.error_type(err), "message": err.message}})
+        message = err.message
+        if err.code == "context_length_exceeded" and not message.lower().startswith(_TOO_LONG):
+            # Anthropic's errors carry no code: its clients tell a context overflow by these words (Anthropic
+            # says "prompt is too long: N tokens > M maximum"); the backend's own wording follows them.
+            message = f"{_TOO_LONG}: {message}"
+        return orjson.dumps({"type": "error", "error": {"type": self.error_type(err), "message": message}})
 
     def error_event(self, err: GatewayError) -> bytes:
         return b"event: error\ndata: " + self.error_body(err) + b"\n\n"

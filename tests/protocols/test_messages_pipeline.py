@@ -240,3 +240,22 @@ def test_a_forced_tool_call_streamed_and_ended_with_stop_is_a_tool_use_stop():
     delta = next(d for n, d in events_out if n == "message_delta")
     assert [n for n, _ in events_out][-1] == "message_stop"
     assert delta["delta"]["stop_reason"] == "tool_use"
+
+
+def test_a_prompt_too_long_for_the_model_says_so_in_anthropics_words_on_both_paths():
+    # Anthropic's shape has no error code: "prompt is too long" is how its clients (Claude Code's auto-compact
+    # among them) tell a context overflow from any other 400. The backend's own wording follows it.
+    llamacpp = {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+                          "type": "exceed_context_size_error"}}
+    for flavor in ("llamacpp", "tgi"):  # native Messages, then translated to chat
+        transport = ScriptedTransport(lambda backend, n: Reply(llamacpp, status=400))
+
+        async def scenario(gw):
+            return await call(gw, ASK, endpoint=MESSAGES), await call(gw, {**ASK, "stream": True}, endpoint=MESSAGES)
+
+        for answer in run(config(flavor=flavor), transport, scenario):
+            assert answer.status == 400
+            error = answer.json()
+            assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+            assert error["error"]["message"] == ("prompt is too long: the request exceeds the available context size, "
+                                                 "try increasing it")

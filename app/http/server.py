@@ -21,6 +21,7 @@ from app.http import admin, intake, responses
 from app.http.admin import require_ops_key
 from app.http.console import routes as console
 from app.http.fastpath import FastPath, error_response
+from app.protocols import CHAT, MESSAGES
 from app.reload import Reloader
 from app.telemetry.metrics import Metrics
 
@@ -124,11 +125,14 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        path = request.url.path
+        # An Anthropic client (batches, a wrong method) reads errors only in its own API's shape.
+        api = MESSAGES if path == "/v1/messages" or path.startswith("/v1/messages/") else CHAT
         if exc.status_code == 404:
-            return error_response(NotFound(f"no route for {request.method} {request.url.path}"))
+            return error_response(NotFound(f"no route for {request.method} {path}"), api)
         if exc.status_code == 405:
-            return error_response(InvalidRequest(f"method {request.method} not allowed on {request.url.path}", code="method_not_allowed", status=405))
-        return error_response(GatewayError(str(exc.detail), status=exc.status_code))
+            return error_response(InvalidRequest(f"method {request.method} not allowed on {path}", code="method_not_allowed", status=405), api)
+        return error_response(GatewayError(str(exc.detail), status=exc.status_code), api)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:

@@ -101,6 +101,16 @@ def test_an_image_a_tool_returned_is_refused_by_a_chat_backend_never_dropped(gat
     assert info.value.body["error"]["message"].startswith("messages.2.content.0.content.0.type:")
 
 
+def test_a_route_under_messages_the_gateway_does_not_serve_answers_in_anthropics_shape(gateway):
+    with pytest.raises(anthropic.NotFoundError) as info:
+        sdk(gateway).messages.batches.create(requests=[{"custom_id": "a", "params": {
+            "model": "tgi", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]}}])
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "not_found_error"
+    assert "/v1/messages/batches" in info.value.body["error"]["message"]
+    wrong_method = httpx.get(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY})
+    assert wrong_method.status_code in (404, 405) and wrong_method.json()["type"] == "error"
+
+
 def test_bad_params_are_named_in_a_400_never_a_500(gateway):
     r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
                    json={"model": "tgi", "messages": [{"role": "user", "content": "x"}]})

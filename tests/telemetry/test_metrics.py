@@ -92,7 +92,8 @@ def test_server_timing_on_a_json_answer(gateway):
                    json={"model": "tgi", "messages": [{"role": "user", "content": "t"}], "max_tokens": 4, "ignore_eos": True})
     t = timings(r.headers["server-timing"])
     assert [k for k in t] == ["network", "queue", "prefill", "decode", "gateway"]
-    assert t["queue"][1] == t["prefill"][1] == t["decode"][1] == "reported"
+    # TGI reports its queue and its whole inference time, not how that splits (x-time-per-token is their ratio).
+    assert t["queue"][1] == "reported" and t["prefill"][1] == t["decode"][1] == "estimated"
     assert t["gateway"][1] == "measured"
 
 

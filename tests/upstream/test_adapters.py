@@ -70,10 +70,18 @@ def test_llamacpp_timings():
 
 def test_tgi_headers():
     r = from_tgi_headers(TGI_HEADERS)
-    assert r.queue_s == pytest.approx(0.012)
-    assert r.decode_s == pytest.approx(0.024 * 19)
-    assert r.prefill_s + r.decode_s == pytest.approx(0.491)
+    assert r.queue_s == pytest.approx(0.012) and r.server_s == pytest.approx(0.503)
     assert (r.prompt_tokens, r.output_tokens) == (31, 20)
+
+
+def test_tgi_reports_no_prefill_or_decode_of_its_own():
+    # TGI's x-time-per-token is x-inference-time / x-generated-tokens (491 / 20 -> 24 above): the inference
+    # time, prefill included, spread evenly. Nothing in its headers splits prefill from decode, so neither
+    # is reported; a split made up from them was 1,000x off for a long prompt and a short answer.
+    long_prompt = {**TGI_HEADERS, "x-inference-time": "2000", "x-time-per-token": "1000", "x-generated-tokens": "2"}
+    for headers in (TGI_HEADERS, long_prompt):
+        r = from_tgi_headers(headers)
+        assert r.prefill_s is None and r.decode_s is None and r.queue_s == pytest.approx(0.012)
 
 
 def test_ollama_durations():

@@ -33,17 +33,14 @@ class TgiAdapter(Adapter):
 
 
 def from_tgi_headers(headers: Mapping[str, str]) -> BackendReport:
-    """TGI's timing headers; prefill is inference time less the per-token decode time."""
+    """TGI's timing headers: its queue and its own total. Prefill and decode are not reported: TGI's
+    x-time-per-token is x-inference-time divided by the tokens generated (prefill included, spread over
+    them), so nothing in its headers splits the two (stages estimate them within the measured total)."""
     queue = ms(headers.get("x-queue-time"))
     inference = ms(headers.get("x-inference-time"))
-    per_token = ms(headers.get("x-time-per-token"))
-    generated = integer(headers.get("x-generated-tokens"))
     if queue is None and inference is None:
         return NO_REPORT
-    decode = prefill = None
-    if inference is not None and per_token is not None and generated:
-        decode = min(inference, per_token * max(0, generated - 1))
-        prefill = inference - decode
     prompt = integer(headers.get("x-prompt-tokens"))
-    return BackendReport(queue, prefill, decode, prompt, generated, server_s=ms(headers.get("x-total-time")),
+    generated = integer(headers.get("x-generated-tokens"))
+    return BackendReport(queue, None, None, prompt, generated, server_s=ms(headers.get("x-total-time")),
                          source="tgi")

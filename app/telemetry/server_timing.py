@@ -6,10 +6,10 @@ from app.telemetry.stages import Stage
 
 
 def server_timing(stages: list[Stage], cache_s: float | None, gateway_s: float | None, extra: dict[str, float] | None = None) -> str:
-    """`cache;dur=0.1, network;dur=1.2;desc="measured", ..., gateway;dur=0.3`."""
+    """`cache;dur=0.1;desc="measured", network;dur=1.2;desc="measured", ..., gateway;dur=0.3;desc="measured"`."""
     parts = []
     if cache_s is not None:
-        parts.append(f'cache;dur={cache_s * 1000:.2f}')
+        parts.append(f'cache;dur={cache_s * 1000:.2f};desc="measured"')
     for s in stages:
         parts.append(f'{s.name};dur={s.duration * 1000:.2f};desc="{s.source}"')
     for name, seconds in (extra or {}).items():

@@ -97,6 +97,15 @@ def test_server_timing_on_a_json_answer(gateway):
     assert t["gateway"][1] == "measured"
 
 
+def test_every_server_timing_entry_says_its_source_the_cache_lookup_too(gateway):
+    r = httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH,
+                   json={"model": "chat", "messages": [{"role": "user", "content": "timing sources"}], "max_tokens": 4,
+                         "temperature": 0})
+    t = timings(r.headers["server-timing"])
+    assert "cache" in t  # a deterministic request is looked up
+    assert all(source in ("measured", "reported", "estimated") for _, source in t.values()), t
+
+
 def test_server_timing_on_a_stream_says_what_is_known_at_the_first_byte(gateway):
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", headers=AUTH,
                       json={"model": "chat", "messages": [{"role": "user", "content": "s"}], "max_tokens": 3, "stream": True}) as r:

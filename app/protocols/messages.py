@@ -48,6 +48,10 @@ _ROLES = ("user", "assistant")
 _OPENAI_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                   "refusal": "content_filter"}
 _TOO_LONG = "prompt is too long"
+_WITH_OUTPUT = "input length and `max_tokens` exceed context limit"
+# Backends' words for an overflow that counts the output asked for (vLLM: "... in the completion", TGI:
+# "`inputs` tokens + `max_new_tokens`"); llama.cpp's counts the prompt alone.
+_OUTPUT_PART = re.compile(r"completion|max_new_tokens|max_tokens", re.IGNORECASE)
 _EVENT_TYPE = re.compile(rb'"type"\s*:\s*"([a-z_]+)"')
 _MODEL = re.compile(rb'"model"\s*:\s*"((?:[^"\\]|\\.)*)"')
 # The stream's event types. An event's data names its type at the top level, but servers order keys
@@ -315,10 +319,11 @@ class MessagesProtocol(ClientProtocol):
 
     def error_body(self, err: GatewayError) -> bytes:
         message = err.message
-        if err.code == "context_length_exceeded" and not message.lower().startswith(_TOO_LONG):
+        if err.code == "context_length_exceeded" and not message.lower().startswith((_TOO_LONG, _WITH_OUTPUT)):
             # Anthropic's errors carry no code: its clients tell a context overflow by these words (Anthropic
-            # says "prompt is too long: N tokens > M maximum"); the backend's own wording follows them.
-            message = f"{_TOO_LONG}: {message}"
+            # says "prompt is too long: N tokens > M maximum", or, where the prompt fits without the output
+            # asked for, "input length and `max_tokens` exceed context limit: ..."); the backend's words follow.
+            message = f"{_WITH_OUTPUT if _OUTPUT_PART.search(message) else _TOO_LONG}: {message}"
         return orjson.dumps({"type": "error", "error": {"type": self.error_type(err), "message": message}})
 
     def error_event(self, err: GatewayError) -> bytes:

@@ -259,3 +259,18 @@ def test_a_prompt_too_long_for_the_model_says_so_in_anthropics_words_on_both_pat
             assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
             assert error["error"]["message"] == ("prompt is too long: the request exceeds the available context size, "
                                                  "try increasing it")
+
+
+def test_a_prompt_that_fits_only_without_its_max_tokens_says_so_in_anthropics_words():
+    # Anthropic words this case apart ("input length and `max_tokens` exceed context limit: ..."): the fix is a
+    # smaller max_tokens, not a shorter conversation, and clients act on the difference.
+    vllm = {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+        "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (1000 in the "
+        "messages, 4000 in the completion). Please reduce the length of the messages or completion.")}
+    transport = ScriptedTransport(lambda backend, n: Reply(vllm, status=400))
+
+    async def scenario(gw):
+        return await call(gw, ASK, endpoint=MESSAGES)
+
+    message = run(config(flavor="tgi"), transport, scenario).json()["error"]["message"]
+    assert message == "input length and `max_tokens` exceed context limit: " + vllm["message"]

@@ -125,16 +125,20 @@ class Cache:
         plan = CachePlan(policy, protocol=req.protocol)
         if not req.protocol.streams:  # embeddings: not cached
             return plan
+        # The client's cache headers are checked whether or not this request is cached: a bad value is a 400
+        # on every request that sends it, not only on those the cache would keep.
+        ttl_s = _ttl(headers.get(TTL_HEADER))
+        asked = headers.get(THRESHOLD_HEADER)
+        threshold = _threshold(asked, policy.semantic.threshold)
         exact_ok = policy.exact.enabled and (not policy.exact.deterministic_only or is_deterministic(req.body))
         if exact_ok:
             plan.exact_key = exact_key(tenant, req)
         if policy.semantic.enabled and self.embedder is not None:
             plan.semantic = semantic_query(tenant, req)
-            asked = headers.get(THRESHOLD_HEADER)
-            plan.threshold, plan.threshold_asked = _threshold(asked, policy.semantic.threshold), asked is not None
+            plan.threshold, plan.threshold_asked = threshold, asked is not None
         if plan.exact_key is None and plan.semantic is None:
             return plan
-        plan.ttl_s = _ttl(headers.get(TTL_HEADER))
+        plan.ttl_s = ttl_s
         if plan.ttl_s is not None:
             plan.ttl_s = min(plan.ttl_s, policy.max_client_ttl_s)  # a client may shorten, not pin, an entry
         plan.category = _category(req, plan.semantic)

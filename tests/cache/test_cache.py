@@ -142,6 +142,16 @@ def test_bad_cache_headers_are_400(cached_gateway):
         ask(cached_gateway, "x", headers={"x-slipstream-cache-threshold": "2"})
 
 
+@pytest.mark.parametrize("model", ["cached", "chat"])  # semantic cache on, and off
+def test_bad_cache_headers_are_400_on_a_request_the_cache_would_not_keep_too(cached_gateway, model):
+    # The same header is right or wrong whatever the request: a sampled one (not cached) gets the same 400 as a
+    # deterministic one, not a 200 that hides the mistake until the client's next deterministic request.
+    for header in ({"x-slipstream-cache-ttl": "forever"}, {"x-slipstream-cache-threshold": "2"}):
+        with pytest.raises(openai.BadRequestError) as err:
+            ask(cached_gateway, "x", model=model, headers=header, temperature=0.7)
+        assert err.value.body["param"] == next(iter(header))
+
+
 def test_semantic_hit_for_a_paraphrase(cached_gateway):
     topic = uuid.uuid4().hex[:6]
     _, r1 = ask(cached_gateway, f"How do I reset the password of my router model {topic}?")

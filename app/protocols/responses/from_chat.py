@@ -69,7 +69,7 @@ def from_chat(chat: dict, response: dict) -> dict:
         output.append(_reasoning_item(new_id("rs"), reasoning, "completed"))
     content = message.get("content")
     if isinstance(content, str) and content:
-        output.append(_message_item(new_id("msg"), content, "completed"))
+        output.append(_message_item(new_id("msg"), content, "completed", _logprobs(choice)))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
         output.append(_call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "",
@@ -79,9 +79,18 @@ def from_chat(chat: dict, response: dict) -> dict:
     return out
 
 
-def _message_item(item_id: str, text: str, status: str) -> dict:
+def _logprobs(choice: dict) -> list:
+    """A chat choice's (or chunk's) token log-probabilities: the same objects as Responses' output_text carries
+    (token, logprob, bytes, top_logprobs)."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return content if isinstance(content, list) else []
+
+
+def _message_item(item_id: str, text: str, status: str, logprobs: list | None = None) -> dict:
     return {"id": item_id, "type": "message", "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status != "in_progress" else []}
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]
+            if status != "in_progress" else []}
 
 
 def _reasoning_item(item_id: str, text: str, status: str) -> dict:
@@ -102,11 +111,12 @@ def event(payload: dict) -> bytes:
 class _Open:
     """An output item being streamed: its index, id, kind and the text (or arguments) so far."""
 
-    __slots__ = ("call_id", "id", "index", "kind", "name", "parts")
+    __slots__ = ("call_id", "id", "index", "kind", "logprobs", "name", "parts")
 
     def __init__(self, index: int, item_id: str, kind: str, call_id: str = "", name: str = "") -> None:
         self.index, self.id, self.kind = index, item_id, kind
         self.parts: list[str] = []
+        self.logprobs: list = []  # an output text's token log-probabilities so far (when asked for)
         self.call_id, self.name = call_id, name
 
 
@@ -150,14 +160,14 @@ class ChatStreamTranslator:
                 out.append(self._text("reasoning", reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                out.append(self._text("message", content))
+                out.append(self._text("message", content, _logprobs(choice)))
             for call in delta.get("tool_calls") or ():
                 out.append(self._call_delta(call))
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
         return b"".join(out)
 
-    def _text(self, kind: str, text: str) -> bytes:
+    def _text(self, kind: str, text: str, logprobs: list | None = None) -> bytes:
         out = b""
         cur = self._open
         if cur is None or cur.kind != kind:
@@ -173,6 +183,10 @@ class ChatStreamTranslator:
         cur.parts.append(text)
         if kind == "message":
             self.first_text = True
+            if logprobs:  # asked for: this delta's own (rare; the template below is the hot path)
+                cur.logprobs.extend(logprobs)
+                return out + self._ev({"type": "response.output_text.delta", "item_id": cur.id, "output_index": cur.index,
+                                       "content_index": 0, "delta": text, "logprobs": logprobs})
             # The one event per token: written from a template (same bytes as _ev would give), not a dict dumped.
             seq, self._seq = self._seq, self._seq + 1
             return out + (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
@@ -207,10 +221,10 @@ class ChatStreamTranslator:
             return b""
         text = "".join(cur.parts)
         if cur.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            item = _message_item(cur.id, text, "completed")
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": cur.logprobs}
+            item = _message_item(cur.id, text, "completed", cur.logprobs)
             out = self._ev({"type": "response.output_text.done", "item_id": cur.id, "output_index": cur.index,
-                            "content_index": 0, "text": text, "logprobs": []})
+                            "content_index": 0, "text": text, "logprobs": cur.logprobs})
         else:
             part = {"type": "reasoning_text", "text": text}
             item = _reasoning_item(cur.id, text, "completed")

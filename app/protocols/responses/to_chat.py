@@ -75,6 +75,9 @@ def to_chat(body: dict, items: list) -> dict:
         else:
             raise InvalidRequest(f"'{key}' is not a Responses parameter this gateway can pass to a chat completions "
                                  "backend", param=key)
+    include = body.get("include")
+    if isinstance(include, list) and "message.output_text.logprobs" in include:
+        out["logprobs"] = True  # the sampled tokens' own, with or without top_logprobs
     if body.get("stream") is True:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}

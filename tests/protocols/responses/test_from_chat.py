@@ -98,3 +98,31 @@ def test_a_text_delta_from_the_template_is_the_event_a_dict_would_give():
     assert ev == {"type": "response.output_text.delta", "item_id": ev["item_id"], "output_index": 0,
                   "content_index": 0, "delta": 'say "hi"\n', "logprobs": [], "sequence_number": 4}
     STREAM_EVENT.validate_python(ev)
+
+
+def logprob(token: str, value: float, alternatives: int = 1) -> dict:
+    return {"token": token, "logprob": value, "bytes": list(token.encode()),
+            "top_logprobs": [{"token": token, "logprob": value, "bytes": list(token.encode())}][:alternatives]}
+
+
+def test_the_chat_answers_logprobs_ride_on_its_output_text():
+    # Asked for (top_logprobs, or include message.output_text.logprobs), they are the answer's: never dropped.
+    lps = [logprob("Hel", -0.1), logprob("lo", -0.2)]
+    chat = {"choices": [{"index": 0, "finish_reason": "stop", "logprobs": {"content": lps},
+                         "message": {"role": "assistant", "content": "Hello"}}]}
+    r = Response.model_validate(from_chat(chat, shell("resp_1", "alias", BODY)))
+    assert [lp.model_dump() for lp in r.output[0].content[0].logprobs] == lps
+
+
+def test_streamed_logprobs_ride_on_each_delta_and_the_finished_text():
+    lps = [logprob("Hel", -0.1), logprob("lo", -0.2)]
+    evs, _ = stream([{"choices": [{"index": 0, "delta": {"content": "Hel"}, "logprobs": {"content": lps[:1]},
+                                   "finish_reason": None}]},
+                     {"choices": [{"index": 0, "delta": {"content": "lo"}, "logprobs": {"content": lps[1:]},
+                                   "finish_reason": None}]},
+                     {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}])
+    for e in evs:
+        STREAM_EVENT.validate_python(e)
+    assert [e["logprobs"] for e in evs if e["type"] == "response.output_text.delta"] == [lps[:1], lps[1:]]
+    assert next(e for e in evs if e["type"] == "response.output_text.done")["logprobs"] == lps
+    assert evs[-1]["response"]["output"][0]["content"][0]["logprobs"] == lps

@@ -70,6 +70,14 @@ def test_parameters_map_to_their_chat_names():
     assert "metadata" not in out and "store" not in out and "input" not in out
 
 
+def test_logprobs_asked_by_include_or_top_logprobs_are_asked_of_the_chat_backend():
+    asked = to_chat({"model": "m", "include": ["message.output_text.logprobs"]}, [])
+    assert asked["logprobs"] is True and "top_logprobs" not in asked
+    top = to_chat({"model": "m", "include": ["message.output_text.logprobs"], "top_logprobs": 3}, [])
+    assert top["logprobs"] is True and top["top_logprobs"] == 3
+    assert "logprobs" not in to_chat({"model": "m", "include": ["reasoning.encrypted_content"]}, [])
+
+
 @pytest.mark.parametrize("body, items, param", [
     ({"tools": [{"type": "web_search"}]}, [], "tools[0].type"),
     ({"tool_choice": {"type": "file_search"}}, [], "tool_choice"),

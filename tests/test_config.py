@@ -96,6 +96,23 @@ def test_invalid_yaml_names_the_line(tmp_path):
     assert "gw.yaml: invalid YAML at line" in msg
 
 
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    # YAML keeps the last of two equal keys without a word: a second alias or backend of the same name
+    # would replace the first in silence.
+    msg = error_for(tmp_path, GOOD + "  chat: {backends: [a], strategy: round_robin}\n")
+    assert "gw.yaml: invalid YAML at line 7, column 3: key 'chat' appears twice in one mapping (first at line 6)" in msg
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, model: n}"))
+    assert "key 'model' appears twice" in msg
+
+
+def test_a_merge_key_then_an_override_is_not_a_repeat(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace(
+        "backends:\n  a: {base_url: \"http://127.0.0.1:9/v1\", model: m}",
+        "backends:\n  base: &base {base_url: \"http://127.0.0.1:9/v1\", model: m}\n  a:\n    <<: *base\n    model: n")),
+        environ={})
+    assert config.backends["a"].model == "n" and config.backends["base"].model == "m"
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "absent.yaml")

@@ -59,6 +59,22 @@ def test_unknown_backend_reference_is_named(tmp_path):
     assert "models.chat.backends[1]: unknown backend 'b'" in msg
 
 
+@pytest.mark.parametrize("url, problem", [
+    ("http://127.0.0.1:80800/v1", "the port after the host must be a number 0-65535"),
+    ("http://127.0.0.1:8000:1/v1", "the port after the host must be a number 0-65535"),
+    ("http://:8000/v1", "the URL names no host"),
+])
+def test_a_backend_url_the_http_client_would_refuse_is_named_at_check(tmp_path, url, problem):
+    # These passed `slipstream check` and then failed the start (or a reload) with a traceback.
+    msg = error_for(tmp_path, GOOD.replace("http://127.0.0.1:9/v1", url))
+    assert f"gw.yaml: backends.a.base_url: {problem}" in msg
+
+
+def test_a_backend_url_error_does_not_repeat_credentials_in_it(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("http://127.0.0.1:9/v1", "http://user:sk-live-123@127.0.0.1:99999/v1"))
+    assert "backends.a.base_url" in msg and "sk-live-123" not in msg
+
+
 def test_bad_flavor_is_named(tmp_path):
     msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, flavor: sglang}"))
     assert "backends.a.flavor" in msg

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -14,6 +15,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -175,6 +177,21 @@ class BackendConfig(Strict):
     apis: tuple[ApiName, ...] | None = None
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_parses(cls, url: str) -> str:
+        # The pattern lets through what the HTTP client refuses when the gateway starts (or a reload
+        # builds it): a port out of range or not a number (`host:80800`, `host:8000:1`), no host.
+        parts = urlsplit(url)
+        try:
+            parts.port  # noqa: B018 - the property parses and range-checks the port
+        except ValueError:
+            # The URL is not echoed: it may carry credentials (http://user:key@host).
+            raise ValueError("the port after the host must be a number 0-65535") from None
+        if not parts.hostname:
+            raise ValueError("the URL names no host")
+        return url
 
     @model_validator(mode="after")
     def _apis(self) -> BackendConfig:

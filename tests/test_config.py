@@ -219,3 +219,28 @@ def test_latency_aware_ranks_streams_by_their_end_unless_the_alias_says_otherwis
     assert ModelAlias(backends=("a",), stream_objective="ttft").ranks_streams_by() == "ttft"
     assert ModelAlias(backends=("a",), strategy="predicted_latency").ranks_streams_by() == "ttft"
     assert ModelAlias(backends=("a",), strategy="prefix_aware").ranks_streams_by() == "ttft"
+
+
+@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+@pytest.mark.parametrize("url, problem", [
+    ("http://:pw-xyz@127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis+cluster://, redis+sentinel://"),
+    ("redis://:pw-xyz@127.0.0.1:637900", "the port after the host must be a number 0-65535"),
+    ("redis+sentinel://127.0.0.1:x/mymaster", "redis+sentinel:// needs host:port[,host:port]/service[/db]"),
+])
+def test_a_redis_url_the_client_would_refuse_is_named_at_check(tmp_path, section, url, problem):
+    # These passed `slipstream check` and then failed the start (or a reload) with redis-py's traceback.
+    msg = error_for(tmp_path, GOOD + f"{section}: {{store: redis, redis_url: '{url}'}}\n")
+    assert f"gw.yaml: {section}.redis_url: {problem}" in msg
+    assert "pw-xyz" not in msg  # a Redis URL may carry a password: never repeated
+
+
+def test_the_redis_urls_the_stores_take_load(tmp_path):
+    for url in ("redis://:pw@127.0.0.1:6379/0", "rediss://cache.internal", "unix:///run/redis.sock",
+                "redis+cluster://10.0.0.1:7000", "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster/1"):
+        assert load_config(write(tmp_path, GOOD + f"cache: {{store: redis, redis_url: '{url}'}}\n"), environ={})
+
+
+def test_a_redis_store_for_responses_without_a_url_is_named_at_check(tmp_path):
+    # It passed check, and the start failed with a ValueError traceback from app/conversations.
+    msg = error_for(tmp_path, GOOD + "responses: {store: redis}\n")
+    assert "gw.yaml: responses.store 'redis' needs responses.redis_url (or cache.redis_url)" in msg

@@ -35,6 +35,7 @@ DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
 from app.config.limits import LimitsConfig, ScopeLimits
+from app.config.urls import checked_redis_url
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -443,6 +444,8 @@ class CacheConfig(Strict):
             raise ValueError("store 'redis' needs redis_url")
         return self
 
+    _redis_url = field_validator("redis_url")(checked_redis_url)
+
 
 class ResponsesConfig(Strict):
     """The Responses API's stored turns (`store`, `previous_response_id`): app/conversations."""
@@ -450,6 +453,7 @@ class ResponsesConfig(Strict):
     # memory: in-process (one replica); redis: shared by every replica. Unset: where the cache is (cache.store).
     store: Literal["memory", "redis"] | None = None
     redis_url: str | None = None  # unset: cache.redis_url
+    _redis_url = field_validator("redis_url")(checked_redis_url)
     # How long a stored turn can be read or chained from (OpenAI keeps responses 30 days).
     ttl_s: float = Field(30 * 86400, gt=0)
     # One stored turn holds its whole chain: a chain past this is refused (context_length_exceeded), never cut.
@@ -587,6 +591,8 @@ class GatewayConfig(Strict):
             for name in client.limits.models:
                 if name not in self.models:
                     raise ValueError(f"auth.clients[{i}].limits.models: unknown model alias {name!r}")
+        if self.responses.store == "redis" and not (self.responses.redis_url or self.cache.redis_url):
+            raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url)")
         known = {c.tenant for c in self.auth.clients} | {self.auth.open_tenant}
         for tenant, policy in self.limits.tenants.items():
             if tenant not in known:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.config.urls import checked_redis_url
 
 _Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 # `interactive`, `batch`, or a level 0 (served first) .. 9 (served last), as in vLLM's `priority`.
@@ -70,6 +72,7 @@ class LimitsConfig(_Strict):
     # memory: in-process counters (one replica, the embedded default); redis: shared by every replica.
     store: Literal["memory", "redis"] = "memory"
     redis_url: str | None = None
+    _redis_url = field_validator("redis_url")(checked_redis_url)
     # A Redis call slower than this counts as Redis down (connecting may take up to 1 s, once).
     timeout_ms: float = Field(100.0, gt=0)
     # Redis down: `open` admits (with a rate-limited log line and a metric), `closed` answers 503.

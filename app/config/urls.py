@@ -1,0 +1,42 @@
+"""Redis URLs as the stores connect to them (app/cache/redis_store.py: connect), checked at load time.
+
+A URL the Redis client cannot parse used to pass `slipstream check` and then fail the start (or a reload)
+with the client's traceback, naming no key. Messages never repeat the URL: it may carry a password.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a redis_url, in words; None when the stores can connect with it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in REDIS_SCHEMES:
+        return "must start with " + ", ".join(f"{s}://" for s in REDIS_SCHEMES)
+    if scheme == "unix":
+        return None if urlsplit(url).path else "unix:// needs the socket's path"
+    if scheme == "redis+sentinel":
+        # host:port[,host:port]/service[/db]
+        hosts, _, path = rest.partition("/")
+        for host in hosts.split(","):
+            name, colon, port = host.rpartition(":")
+            if not (name if colon else host) or (colon and not port.isdigit()):
+                return "redis+sentinel:// needs host:port[,host:port]/service[/db] with numeric ports"
+        db = path.partition("/")[2]
+        return None if not db or db.isdigit() else "the database after the service must be a number"
+    try:
+        urlsplit(url).port  # noqa: B018 - the property parses and range-checks the port
+    except ValueError:
+        return "the port after the host must be a number 0-65535"
+    return None
+
+
+def checked_redis_url(url: str | None) -> str | None:
+    """A pydantic field validator for `redis_url` fields: the URL, or ValueError naming the problem."""
+    problem = redis_url_problem(url) if url else None
+    if problem:
+        raise ValueError(problem)
+    return url

@@ -244,3 +244,23 @@ def test_a_redis_store_for_responses_without_a_url_is_named_at_check(tmp_path):
     # It passed check, and the start failed with a ValueError traceback from app/conversations.
     msg = error_for(tmp_path, GOOD + "responses: {store: redis}\n")
     assert "gw.yaml: responses.store 'redis' needs responses.redis_url (or cache.redis_url)" in msg
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("<!doctype html><title>bench</title>", "is not a readable JSON `slipstream bench` report"),
+    ('{"cells": []}', "is not a `slipstream bench` report: it has no `prior` object"),
+    ('{"prior": {"net_s": 0.01, "tpot_s": null}}', "has no number for prior.tpot_s (found None)"),
+])
+def test_a_latency_prior_that_is_not_a_bench_report_is_named_at_check(tmp_path, content, problem):
+    # `slipstream bench --out base` writes base.json and base.html: naming the page passed check and then
+    # failed the start with a JSON decoder's traceback; a report without figures seeded nothing, silently.
+    (tmp_path / "base.html").write_text(content)
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, latency_prior: base.html}"))
+    assert f"gw.yaml: backends.a.latency_prior: {tmp_path / 'base.html'} {problem}" in msg
+
+
+def test_a_bench_reports_prior_loads(tmp_path):
+    (tmp_path / "base.json").write_text('{"prior": {"net_s": 0.002, "prefill_tokens_per_s": 4000.0, "tpot_s": 0.02,'
+                                        ' "tpot_growth": 0.01, "slots": null}}')
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, latency_prior: base.json}")), environ={})
+    assert config.backends["a"].latency_prior == str(tmp_path / "base.json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -686,6 +687,26 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _prior_problem(path: Path) -> str | None:
+    """Why a latency_prior file is not a `slipstream bench` report the router can read (None if it is).
+
+    The router reads it when the gateway starts (app/routing/latency_model.py: load_prior): a file that is
+    not JSON (the report's .html beside its .json) failed the start with a decoder traceback, and one
+    without figures seeded nothing, in silence."""
+    try:
+        report = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        return f"is not a readable JSON `slipstream bench` report ({exc})"
+    fitted = report.get("prior") if isinstance(report, dict) else None
+    if not isinstance(fitted, dict):
+        return "is not a `slipstream bench` report: it has no `prior` object"
+    for key in ("net_s", "prefill_tokens_per_s", "tpot_s", "tpot_growth"):
+        value = fitted.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"has no number for prior.{key} (found {value!r}): run `slipstream bench` again"
+    return None
+
+
 def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | dict[str, str]) -> GatewayConfig:
     backends = {}
     for name, backend in config.backends.items():
@@ -695,6 +716,9 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
                 prior = Path(where).parent / prior
             if not prior.is_file():
                 raise ConfigError(f"{where}: backends.{name}.latency_prior: no such file {prior}")
+            problem = _prior_problem(prior)
+            if problem:
+                raise ConfigError(f"{where}: backends.{name}.latency_prior: {prior} {problem}")
             backend = backend.model_copy(update={"latency_prior": str(prior)})
         if backend.api_key_env:
             value = env.get(backend.api_key_env)

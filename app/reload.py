@@ -74,8 +74,18 @@ class Reloader:
                 log.warning("server.host and server.port take effect only on restart")
             # The process's metrics carry over: counters and histograms go on from where they were.
             # (A reload that switches telemetry.metrics on or off takes effect on restart.)
-            new = Gateway.start(config, self.span_exporter, metrics=self.metrics)
-            await new.cache.start()
+            # A file that validates can still fail to build (the semantic cache's model cannot load, a
+            # file it names changed since): that is a refused reload too, never an exception that ends
+            # the file watcher (every later change would then go unseen) or answers /admin/reload with a 500.
+            try:
+                new = Gateway.start(config, self.span_exporter, metrics=self.metrics)
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the running config
+                return self._refused(f"{self.path}: the gateway it describes cannot start: {exc!r}")
+            try:
+                await new.cache.start()
+            except Exception as exc:  # noqa: BLE001
+                await new.aclose()
+                return self._refused(f"{self.path}: the gateway it describes cannot start its cache: {exc!r}")
             for name, model in old.models.items():
                 same = name in new.backends and new.backends[name].config.base_url == old.backends[name].config.base_url
                 if same:
@@ -102,6 +112,11 @@ class Reloader:
             self._spawn(_close_when_drained(old, self.metrics))
             log.info("config reloaded from %s: %d backends, %d models", self.path, len(config.backends), len(config.models))
             return True, "reloaded"
+
+    @staticmethod
+    def _refused(message: str) -> tuple[bool, str]:
+        log.error("config reload refused, keeping the running config: %s", message)
+        return False, message
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import ACME_KEY, ADMIN_KEY, gateway_config, start_gateway
-from tests.support import sim_stats, wait_until
+from tests.support import Process, free_port, sim_stats, wait_until, write_yaml
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 MSG = [{"role": "user", "content": "hello"}]
@@ -143,3 +143,31 @@ def test_hot_reload_swaps_config_and_drops_nothing(fleet, tmp_path):
         assert client.chat.completions.create(model="renamed", messages=MSG, max_tokens=2).choices
     finally:
         gw.process.stop()
+
+
+def test_a_config_that_validates_but_cannot_start_is_refused_and_the_file_is_still_watched(fleet, tmp_path):
+    # The semantic cache's model cannot load here (its folder lies under a file). Such a reload used to
+    # raise out of the reloader: /admin/reload answered 500, and a change seen by the file watcher ended
+    # the watcher, so no later change to the file was ever picked up.
+    (tmp_path / "occupied").write_text("")
+    port = free_port()
+    config = gateway_config(fleet, port)
+    path = write_yaml(tmp_path / "gateway.yaml", config)
+    proc = Process(["serve", "--config", str(path)], tmp_path / "gateway.log",
+                   env={"SLIPSTREAM_MODEL_DIR": str(tmp_path / "occupied" / "models")})
+    try:
+        proc.wait_listening(port)
+        url = f"http://127.0.0.1:{port}"
+        config["models"]["chat"]["cache"] = {"semantic": {"enabled": True}}
+        write_yaml(path, config)
+        assert wait_until(lambda: "config reload refused" in proc.log(), timeout=10)
+        r = httpx.post(f"{url}/admin/reload", headers=ADMIN)
+        assert r.status_code == 422 and "cannot start its cache" in r.json()["message"]
+        # The running config still serves, and the next good change to the file is picked up.
+        del config["models"]["chat"]["cache"]
+        config["models"]["renamed"] = {"backends": ["fast"]}
+        write_yaml(path, config)
+        models = lambda: {m["id"] for m in httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer {ACME_KEY}"}).json()["data"]}
+        assert wait_until(lambda: "renamed" in models(), timeout=10)
+    finally:
+        proc.stop()

@@ -14,7 +14,7 @@ import os
 import signal
 from pathlib import Path
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError, GatewayConfig, load_config
 from app.gateway import Gateway
 from app.telemetry.metrics import Metrics
 
@@ -30,6 +30,9 @@ class Reloader:
         self.span_exporter = span_exporter
         self.metrics = metrics
         self._mtime = self._stat()
+        # What the process was started with: the settings below take effect only on a restart, so a
+        # reload is compared with these, not with the last reloaded file.
+        self._started: GatewayConfig = app_state.gateway.config
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
@@ -70,8 +73,9 @@ class Reloader:
                 log.error("config reload refused, keeping the running config: %s", exc)
                 return False, str(exc)
             old: Gateway = self.state.gateway
-            if (config.server.host, config.server.port) != (old.config.server.host, old.config.server.port):
-                log.warning("server.host and server.port take effect only on restart")
+            pending = restart_only_changes(self._started, config)
+            if pending:
+                log.warning("%s take effect only on restart", ", ".join(pending))
             # The process's metrics carry over: counters and histograms go on from where they were.
             # (A reload that switches telemetry.metrics on or off takes effect on restart.)
             # A file that validates can still fail to build (the semantic cache's model cannot load, a
@@ -111,7 +115,7 @@ class Reloader:
                 self.metrics.draining(old)
             self._spawn(_close_when_drained(old, self.metrics))
             log.info("config reloaded from %s: %d backends, %d models", self.path, len(config.backends), len(config.models))
-            return True, "reloaded"
+            return True, "reloaded" + (f"; restart to apply {', '.join(pending)}" if pending else "")
 
     @staticmethod
     def _refused(message: str) -> tuple[bool, str]:
@@ -122,6 +126,17 @@ class Reloader:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def restart_only_changes(running: GatewayConfig, new: GatewayConfig) -> list[str]:
+    """The settings `new` changes that a reload cannot apply: the listener and its limits, the log level,
+    the grace period (uvicorn's, set at start) and whether /metrics exists. queue_timeout_s is read by
+    each gateway, so it reloads."""
+    changed = [f"server.{key}" for key in type(new.server).model_fields
+               if key != "queue_timeout_s" and getattr(running.server, key) != getattr(new.server, key)]
+    if running.telemetry.metrics != new.telemetry.metrics:
+        changed.append("telemetry.metrics")
+    return changed
 
 
 async def _close_when_drained(old: Gateway, metrics: Metrics | None) -> None:

@@ -171,3 +171,28 @@ def test_a_config_that_validates_but_cannot_start_is_refused_and_the_file_is_sti
         assert wait_until(lambda: "renamed" in models(), timeout=10)
     finally:
         proc.stop()
+
+
+def test_a_reload_names_the_settings_that_wait_for_a_restart(fleet, tmp_path):
+    # The listener's limits and the log level are set when the process starts; a reload used to answer
+    # "reloaded" for them and change nothing, warning only for host and port.
+    config = gateway_config(fleet, 0)
+    gw = start_gateway(tmp_path, fleet, config)
+    path = tmp_path / "gateway.yaml"
+    try:
+        config["server"].update(max_body_bytes=4096, log_level="debug", queue_timeout_s=5)
+        write_yaml(path, config)
+        r = httpx.post(f"{gw.url}/admin/reload", headers=ADMIN)
+        assert r.json() == {"reloaded": True, "message": "reloaded; restart to apply server.max_body_bytes, server.log_level"}
+        # Still the size the process started with: the reload could not apply the new one.
+        big = {"model": "chat", "messages": [{"role": "user", "content": "x" * 8000}], "max_tokens": 1}
+        assert httpx.post(f"{gw.url}/v1/chat/completions", json=big,
+                          headers={"authorization": f"Bearer {ACME_KEY}"}).status_code == 200
+        # Compared with what the process runs, not with the last file: a later reload still says so.
+        config["models"]["renamed"] = {"backends": ["fast"]}
+        write_yaml(path, config)
+        r = httpx.post(f"{gw.url}/admin/reload", headers=ADMIN)
+        assert r.json()["message"] == "reloaded; restart to apply server.max_body_bytes, server.log_level"
+        assert "server.max_body_bytes, server.log_level take effect only on restart" in gw.process.log()
+    finally:
+        gw.process.stop()

@@ -610,8 +610,15 @@ class ConfigError(Exception):
 
 def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> GatewayConfig:
     """Read, validate and resolve secrets of a gateway config file."""
+    return parse_config(_read_text(path), path, environ)
+
+
+def parse_config(text: str, path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> GatewayConfig:
+    """Validate and resolve secrets of a config's text as if it were the file at `path` (which names it in
+    errors and anchors relative paths), writing nothing: the console checks a change so before applying it,
+    also where the config's folder is read-only (a Kubernetes ConfigMap)."""
     env = os.environ if environ is None else environ
-    where, raw = str(path), _read_yaml(path)
+    where, raw = str(path), _parse_yaml(str(path), text)
     try:
         config = GatewayConfig.model_validate(raw)
     except ValidationError as exc:
@@ -632,11 +639,17 @@ def load_simulator_config(path: str | os.PathLike[str]) -> SimulatorConfig:
 
 
 def _read_yaml(path: str | os.PathLike[str]) -> dict:
-    where = str(path)
+    return _parse_yaml(str(path), _read_text(path))
+
+
+def _read_text(path: str | os.PathLike[str]) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{where}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _parse_yaml(where: str, text: str) -> dict:
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:

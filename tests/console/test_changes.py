@@ -45,6 +45,18 @@ def test_a_change_that_does_not_validate_changes_nothing(config):
     assert not list(config.parent.glob(".gateway.yaml.check.*")), "the validation copy is removed"
 
 
+def test_checking_a_change_writes_nothing_beside_the_config(config):
+    # In Kubernetes the config is a read-only ConfigMap: the what-if checks every change it replays, and
+    # its check wrote a copy beside the file, so every what-if there failed with a 500 (EROFS).
+    changes = ConfigChanges(config)
+    folder, entries = config.parent.stat().st_mtime_ns, sorted(config.parent.iterdir())
+    merged, _ = changes.candidate({"models": {"llama-70b": {"strategy": "round_robin"}}})
+    assert merged["models"]["llama-70b"]["strategy"] == "round_robin"
+    with pytest.raises(ChangeRefused, match=f"{config}: models.llama-70b.strategy"):
+        changes.candidate({"models": {"llama-70b": {"strategy": "fastest_please"}}})
+    assert config.parent.stat().st_mtime_ns == folder and sorted(config.parent.iterdir()) == entries
+
+
 def test_rollback_returns_to_the_version_before_and_says_so(config):
     changes = ConfigChanges(config)
     original = config.read_text()

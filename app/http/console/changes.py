@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from app.config import ConfigError, GatewayConfig, load_config
+from app.config import ConfigError, GatewayConfig, parse_config
 
 # How much history is kept (oldest versions go first); the audit log is kept whole, it is small.
 KEEP_VERSIONS = 50
@@ -96,17 +96,12 @@ class ConfigChanges:
         return merged, text
 
     def _validate(self, text: str) -> GatewayConfig:
-        # Validated from a file beside the real one, as the reloader will read it (secrets from the
-        # environment resolved the same way), then thrown away.
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.check.", suffix=".yaml", dir=self.path.parent)
+        # Validated as the reloader will read it at this path (secrets from the environment resolved the
+        # same way), in memory: a what-if only checks, and must work where the folder is read-only.
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            return load_config(tmp)
+            return parse_config(text, self.path)
         except ConfigError as exc:
-            raise ChangeRefused(str(exc).replace(tmp, str(self.path))) from None
-        finally:
-            os.unlink(tmp)
+            raise ChangeRefused(str(exc)) from None
 
     # --- changing -----------------------------------------------------------------------------
     def apply(self, patch: dict, who: str, note: str = "") -> Applied:

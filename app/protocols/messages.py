@@ -156,6 +156,9 @@ class MessagesProtocol(ClientProtocol):
             value = body.get(name)
             if value is not None and not isinstance(value, dict):
                 raise InvalidRequest(f"{name}: Input should be an object", param=name)
+        metadata = body.get("metadata")
+        if metadata is not None and not isinstance(metadata.get("user_id"), str | None):
+            raise InvalidRequest("metadata.user_id: Input should be a valid string", param="metadata.user_id")
         choice = body.get("tool_choice")
         if choice is not None and choice.get("type") not in ("auto", "any", "tool", "none"):
             raise InvalidRequest("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'",

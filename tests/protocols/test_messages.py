@@ -57,6 +57,9 @@ def test_size_counts_system_turns_and_tool_results_and_caps_at_max_tokens():
      "tools.0.name"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "some"}},
      "tool_choice.type"),
+    # Anthropic refuses it too; over a chat backend it would have been dropped (only a string maps to `user`).
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "metadata": {"user_id": 42}},
+     "metadata.user_id"),
 ])
 def test_a_bad_param_is_named(body, param):
     with pytest.raises(InvalidRequest) as exc:

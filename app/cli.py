@@ -260,9 +260,18 @@ def _connect_host(host: str) -> str:
 
 
 def _listening(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
+    # Every address the host resolves to, in its own family: an IPv6 host (::1) in an IPv4 socket, or a
+    # name that does not resolve, ended the start with socket.gaierror's traceback.
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise StartupError(f"server.host (or --host) {host!r} does not resolve to an address: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as s:
+            s.settimeout(0.2)
+            if s.connect_ex(address) == 0:
+                return True
+    return False
 
 
 def _has(module: str) -> bool:

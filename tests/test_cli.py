@@ -8,6 +8,8 @@ import socket
 import subprocess
 
 import httpx
+import pytest
+import yaml
 
 from tests.support import ROOT, Process, free_port, wait_until, write_yaml
 
@@ -87,3 +89,46 @@ def test_no_simulator_uses_what_listens_there(tmp_path):
     finally:
         gw.stop()
         fleet.stop()
+
+
+def _can_listen_on_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_an_ipv6_host_serves(tmp_path):
+    # The port-taken check probed the host with an IPv4 socket: server.host "::1" ended the start with
+    # socket.gaierror's traceback ("Address family for hostname not supported").
+    if not _can_listen_on_ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    port, sims = free_port(), [free_port()]
+    config = _config(tmp_path, port, sims)
+    write_yaml(config, {**yaml.safe_load(config.read_text()), "server": {"host": "::1", "port": port}})
+    proc = Process(["serve", "--config", str(config)], tmp_path / "serve.log")
+    try:
+        assert wait_until(lambda: _answers(f"http://[::1]:{port}/healthz") or proc.proc.poll() is not None, timeout=30)
+        assert _answers(f"http://[::1]:{port}/healthz"), proc.log()
+    finally:
+        proc.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_host_that_does_not_resolve_fails_the_start_naming_it(tmp_path):
+    port, sims = free_port(), [free_port()]
+    config = _config(tmp_path, port, sims)
+    run = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "app", "serve", "--config", str(config),
+                          "--host", "gateway.invalid"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "cannot start: server.host (or --host) 'gateway.invalid' does not resolve to an address" in run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
+    assert not _listening(sims[0])

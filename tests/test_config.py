@@ -172,6 +172,14 @@ def test_limit_override_for_an_unknown_alias_is_named(tmp_path):
     assert "auth.clients[0].limits.models: unknown model alias 'chatt'" in msg
 
 
+def test_expected_output_for_an_unknown_alias_is_named(tmp_path):
+    # A misspelt alias here reserved the default (256 tokens) for the alias meant, in silence.
+    msg = error_for(tmp_path, GOOD + "limits: {expected_output_tokens: {default: 100, chta: 2000}}\n")
+    assert "gw.yaml: limits.expected_output_tokens.chta: unknown model alias 'chta' (or 'default')" in msg
+    config = load_config(write(tmp_path, GOOD + "limits: {expected_output_tokens: {default: 100, chat: 2000}}\n"), environ={})
+    assert config.limits.expected_output("chat") == 2000
+
+
 def test_bad_priority_is_named(tmp_path):
     msg = error_for(tmp_path, LIMITS + "limits: {default_priority: urgent}\n")
     assert "limits.default_priority" in msg

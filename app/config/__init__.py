@@ -594,6 +594,10 @@ class GatewayConfig(Strict):
                     raise ValueError(f"auth.clients[{i}].limits.models: unknown model alias {name!r}")
         if self.responses.store == "redis" and not (self.responses.redis_url or self.cache.redis_url):
             raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url)")
+        for name in self.limits.expected_output_tokens:
+            if name != "default" and name not in self.models:
+                # A typo here would reserve the default for that alias's requests, without a word.
+                raise ValueError(f"limits.expected_output_tokens.{name}: unknown model alias {name!r} (or 'default')")
         known = {c.tenant for c in self.auth.clients} | {self.auth.open_tenant}
         for tenant, policy in self.limits.tenants.items():
             if tenant not in known:

@@ -291,6 +291,10 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         if result.finished:
             record.first_token, record.finished = result.first_token, result.finished
             record.response_model, record.usage, record.finish_reasons = result.response_model, result.usage, result.finish_reasons
+            if response.interrupted:
+                # The gateway cut it (shutdown past its grace period) and the client got the error event:
+                # a broken stream in the record, as the client saw it, not a client that left.
+                result.outcome, result.error_type, result.status = Outcome.STREAM_BROKEN, "stream_interrupted", 503
             if result.outcome is not Outcome.OK:
                 record.outcome, record.error_type = result.outcome, result.error_type
                 if result.outcome is Outcome.STREAM_BROKEN:
@@ -299,7 +303,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
             record.outcome, record.finished = Outcome.CLIENT_GONE, time.perf_counter()
         if capture is not None:
             record.output_text = protocol.answer_text(capture.answer) if capture.answer is not None else None
-        broken = record.outcome is Outcome.STREAM_BROKEN
+        broken = record.outcome is Outcome.STREAM_BROKEN and not response.interrupted  # never the backend's fault
         owner.end(UpstreamProtocolError("stream broke") if broken else None, complete=result.complete,
                   output_tokens=record.usage.completion_tokens if record.usage else 0, at=record.finished)
         _finish(gw, flow)
@@ -310,7 +314,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         known = first_byte_stages(attempt.start, attempt.headers, attempt.first_event,
                                   stream.backend.adapter.headers_at_slot, model)
         headers["server-timing"] = _server_timing(record, known, time.perf_counter())
-    return SSEResponse(relay.events(), headers, close, protocol)
+    response = SSEResponse(relay.events(), headers, close, protocol)
+    return response
 
 
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow: _Flow) -> Response:

@@ -137,6 +137,7 @@ def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slo
 
     from app import pipeline
     from app.protocols import CHAT
+    from app.telemetry.recent import revive
     from tests.scripted import KEY
 
     t = ScriptedTransport(lambda name, n: Stream(events=chunks("x" * 100), gap_s=0.01))
@@ -157,11 +158,15 @@ def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slo
         task.cancel()  # what the server does to a request still running when it stops
         await asyncio.gather(task, return_exceptions=True)
         last = sent[-1]
-        return last.get("more_body"), last.get("body", b""), in_flight(gw), t.open_streams
+        [recorded] = gw.telemetry.recent.newest(1)
+        return last.get("more_body"), last.get("body", b""), in_flight(gw), t.open_streams, revive(recorded)
 
-    more, body, held, open_streams = run(config(), t, scenario)
+    more, body, held, open_streams, recorded = run(config(), t, scenario)
     assert more is False and body.startswith(b'data: {"error"')
     assert held == {"a": 0, "b": 0} and open_streams == 0
+    # Recorded (log line, metrics, span, console) as the client saw it: the gateway broke the stream. It
+    # was recorded as client_disconnected, so every deploy that cut streams read as clients leaving.
+    assert (recorded.outcome.value, recorded.error_type, recorded.status) == ("stream_broken", "stream_interrupted", 503)
 
 
 def _hedged_first_wins(hedge: bool):

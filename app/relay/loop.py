@@ -172,6 +172,9 @@ class SSEResponse(Response):
     def __init__(self, chunks: AsyncIterator[bytes], headers: dict[str, str],
                  on_close: Callable[[], None] | None = None, protocol: ClientProtocol = CHAT) -> None:
         self.protocol = protocol  # how a stream the gateway must stop ends: its error event
+        # Set when the gateway itself stopped the stream (shutdown past its grace period) with the client
+        # still there: `on_close` records that, not a client that left.
+        self.interrupted = False
         self.status_code = 200
         self.background = None
         self.body_iterator = chunks
@@ -198,6 +201,7 @@ class SSEResponse(Response):
                 await asyncio.gather(relay, watch, return_exceptions=True)
                 if state.started and not state.ended and not (watch.done() and not watch.cancelled()):
                     # Stopped with the client still there (shutdown past its grace period): say so.
+                    self.interrupted = True
                     await _end_with_error(send, state, self.protocol)
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
@@ -232,6 +236,7 @@ class SSEResponse(Response):
                     return
                 if state.started and not state.ended:
                     # Stopped with the client still there (shutdown past its grace period): say so.
+                    self.interrupted = True
                     await _end_with_error(send, state, self.protocol)
                 raise
         finally:

@@ -92,6 +92,19 @@ def test_api_key_is_resolved_and_hidden(tmp_path):
     assert "sk-secret" not in config.model_dump_json()
 
 
+def test_an_api_key_read_from_a_file_with_its_newline_is_used_without_it(tmp_path):
+    # `kubectl create secret --from-file` keeps the file's last newline: the key went into the
+    # Authorization header as it was, and the start failed with a traceback naming no backend.
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, api_key_env: K}")), environ={"K": "sk-secret\n"})
+    assert config.backends["a"].api_key.get_secret_value() == "sk-secret"
+
+
+def test_an_api_key_with_a_line_break_inside_is_named_without_its_value(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, api_key_env: K}"), env={"K": "sk-one\nsk-two"})
+    assert "gw.yaml: backends.a.api_key_env: environment variable K holds a line break inside the key" in msg
+    assert "sk-one" not in msg and "sk-two" not in msg
+
+
 def test_keys_mode_needs_clients(tmp_path):
     msg = error_for(tmp_path, GOOD.replace("auth: {mode: open}", "auth: {mode: keys}"))
     assert "auth" in msg and "clients" in msg

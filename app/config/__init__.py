@@ -738,12 +738,19 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
                 raise ConfigError(f"{where}: backends.{name}.latency_prior: {prior} {problem}")
             backend = backend.model_copy(update={"latency_prior": str(prior)})
         if backend.api_key_env:
-            value = env.get(backend.api_key_env)
+            # A key read from a file (a Kubernetes Secret made with --from-file, `$(cat key)` kept with its
+            # newline) ends in a line break, which no header may carry: every request failed at the start
+            # with a traceback that named neither backend nor variable. Surrounding whitespace is never
+            # part of a key; a line break inside one is named here (never the value).
+            value = (env.get(backend.api_key_env) or "").strip()
             if not value:
                 raise ConfigError(
                     f"{where}: backends.{name}.api_key_env: environment variable "
                     f"{backend.api_key_env} is not set"
                 )
+            if "\n" in value or "\r" in value:
+                raise ConfigError(f"{where}: backends.{name}.api_key_env: environment variable "
+                                  f"{backend.api_key_env} holds a line break inside the key")
             backend = backend.model_copy(update={"api_key": SecretStr(value)})
         backends[name] = backend
     return config.model_copy(update={"backends": backends})

@@ -269,5 +269,8 @@ def test_probe_and_scrape_send_the_ops_key_when_one_is_required(chart, fleet, tm
 
         assert run(key) == 0
         assert run("sk-wrong") != 0
+        # A Secret made with --from-file keeps the file's newline: the probe failed on every try with
+        # "Invalid header value", so the pods never became ready.
+        assert run(key + "\n") == 0
     finally:
         gw.process.stop()

@@ -381,8 +381,10 @@ def _name_alias(payload: bytes, body: dict, alias: str) -> bytes:
     body["model"] = alias
     m = MODEL_FIELD.search(payload)
     # Quotes inside JSON strings are escaped, so the first unescaped "model": "..." before the content (whose
-    # tool inputs are JSON objects in some APIs) is the field itself.
+    # tool inputs are JSON objects in some APIs) is the field itself, unless an object sorted before it holds
+    # a "model" key of its own (llama.cpp sorts keys: a Responses answer's metadata comes first): then its
+    # value is not the answer's model.
     content = payload.find(b'"content"')
-    if m is None or (content != -1 and m.start() > content):
+    if m is None or (content != -1 and m.start() > content) or m.group(1) != orjson.dumps(model)[1:-1]:
         return orjson.dumps(body)
     return payload.replace(m.group(0), b'"model":' + orjson.dumps(alias), 1)

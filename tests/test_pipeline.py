@@ -87,3 +87,25 @@ def test_healthz_and_readyz(gateway):
     body = r.json()
     assert body["status"] == "ready"
     assert body["backends"]["fast"] is True and body["backends"]["dead"] is False
+
+
+def test_the_answer_names_the_alias_even_where_a_sorted_body_has_a_model_key_before_its_own():
+    # llama.cpp writes JSON with sorted keys: a Responses answer's metadata comes before its model, and a
+    # caller's metadata may well have a key "model". The answer's own model is renamed, the metadata kept.
+    import orjson
+
+    from app.protocols import RESPONSES
+    from app.upstream.scripted import Reply, ScriptedTransport
+    from tests.scripted import call, config, run
+
+    answer = {"created_at": 1, "id": "resp_1", "metadata": {"model": "my-tag"}, "model": "/models/x.gguf",
+              "object": "response", "output": [{"content": [{"annotations": [], "text": "Hi", "type": "output_text"}],
+                                                "id": "msg_1", "role": "assistant", "status": "completed",
+                                                "type": "message"}], "status": "completed"}
+    transport = ScriptedTransport([Reply(orjson.dumps(answer, option=orjson.OPT_SORT_KEYS))])
+
+    async def scenario(gw):
+        return await call(gw, {"model": "chat", "input": "hi", "metadata": {"model": "my-tag"}}, endpoint=RESPONSES)
+
+    body = run(config(), transport, scenario).json()
+    assert body["model"] == "chat" and body["metadata"] == {"model": "my-tag"}

@@ -120,7 +120,8 @@ class Gateway:
         await asyncio.gather(*(b.aclose() for b in self.backends.values()), return_exceptions=True)
 
     @functools.cached_property
-    def _model_objects(self) -> list[dict]:
+    def model_objects(self) -> list[dict]:
+        """The aliases as OpenAI's Models API describes them, `created` when this gateway was built."""
         created = int(time.time())
         return [{"id": a, "object": "model", "created": created, "owned_by": "slipstream"} for a in self.config.models]
 
@@ -133,14 +134,14 @@ class Gateway:
         """The /v1/models answer for a key: only the aliases it may use (one body per model list in config)."""
         body = self._models_bodies.get(allowed)
         if body is None:
-            data = [m for m in self._model_objects if allowed is None or m["id"] in allowed]
+            data = [m for m in self.model_objects if allowed is None or m["id"] in allowed]
             body = self._models_bodies[allowed] = orjson.dumps({"object": "list", "data": data})
         return body
 
     @functools.cached_property
     def model_bodies(self) -> dict[str, bytes]:
         """The /v1/models/{id} answers, one per alias."""
-        return {m["id"]: orjson.dumps(m) for m in self._model_objects}
+        return {m["id"]: orjson.dumps(m) for m in self.model_objects}
 
     def _on_load(self, name: str, load: ServerLoad | None) -> None:
         if load is None:

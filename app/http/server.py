@@ -17,7 +17,7 @@ from app.admission.auth import authorization_of
 from app.config import GatewayConfig, load_config
 from app.errors import GatewayError, InvalidRequest, ModelNotFound, NotFound
 from app.gateway import Gateway
-from app.http import admin, intake, responses
+from app.http import admin, anthropic_models, intake, responses
 from app.http.admin import require_ops_key
 from app.http.console import routes as console
 from app.http.fastpath import FastPath, error_response
@@ -74,6 +74,14 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         gateway = request.app.state.gateway
+        if anthropic_models.asks(request):
+            try:
+                allowed = gateway.auth.authenticate(anthropic_models.credentials(request)).models
+                listed = [anthropic_models.model_object(m) for m in gateway.model_objects
+                          if allowed is None or m["id"] in allowed]
+                return Response(anthropic_models.page(listed, request.query_params), media_type=_JSON)
+            except GatewayError as err:
+                return error_response(err, MESSAGES)
         tenant = gateway.auth.authenticate(authorization_of(request))
         return Response(gateway.models_body_for(tenant.models), media_type=_JSON)
 
@@ -81,11 +89,21 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     async def retrieve_model(model_id: str, request: Request) -> Response:
         # `client.models.retrieve`: one alias, shaped as in the list; ids may contain slashes.
         gateway = request.app.state.gateway
-        tenant = gateway.auth.authenticate(authorization_of(request))
-        body = gateway.model_bodies.get(model_id)
-        # An alias this key may not use is not in its list either: the same 404 as an unknown one.
-        if body is None or (tenant.models is not None and model_id not in tenant.models):
-            raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+        anthropic = anthropic_models.asks(request)
+        try:
+            tenant = gateway.auth.authenticate(anthropic_models.credentials(request) if anthropic
+                                               else authorization_of(request))
+            body = gateway.model_bodies.get(model_id)
+            # An alias this key may not use is not in its list either: the same 404 as an unknown one.
+            if body is None or (tenant.models is not None and model_id not in tenant.models):
+                raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+        except GatewayError as err:
+            if anthropic:
+                return error_response(err, MESSAGES)
+            raise
+        if anthropic:
+            body = orjson.dumps(anthropic_models.model_object(next(m for m in gateway.model_objects
+                                                                   if m["id"] == model_id)))
         return Response(body, media_type=_JSON)
 
     app.include_router(admin.router)

@@ -120,3 +120,42 @@ def test_bad_params_are_named_in_a_400_never_a_500(gateway):
     r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
                    json={"model": "tgi", "max_tokens": 4, "messages": [{"role": "bot", "content": "x"}]})
     assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["message"]
+
+
+def test_the_anthropic_sdk_lists_and_retrieves_the_aliases_in_anthropics_shape(gateway):
+    # Its key arrives as x-api-key and its request names an anthropic-version: Anthropic's Models API.
+    client = sdk(gateway)
+    listed = list(client.models.list())
+    assert {m.id for m in listed} >= {"chat", "tgi"}
+    assert all(m.type == "model" and m.display_name == m.id and m.lifecycle == "active" for m in listed)
+    one = client.models.retrieve("tgi")
+    assert (one.id, one.type, one.created_at) == ("tgi", "model", next(m for m in listed if m.id == "tgi").created_at)
+    # The same instant as OpenAI's `created` for the alias.
+    openai_created = httpx.get(f"{gateway.url}/v1/models/tgi", headers={"authorization": f"Bearer {ACME_KEY}"}).json()
+    assert int(one.created_at.timestamp()) == openai_created["created"]
+
+
+def test_the_anthropic_model_list_pages_by_limit_and_cursor(gateway):
+    client = sdk(gateway)
+    everything = [m.id for m in client.models.list()]
+    first = client.models.list(limit=1)
+    assert [m.id for m in first.data] == everything[:1] and first.has_more is (len(everything) > 1)
+    assert [m.id for m in client.models.list(limit=1)] == everything  # the SDK follows after_id page by page
+    back = client.models.list(before_id=everything[-1], limit=1000)
+    assert [m.id for m in back.data] == everything[:-1] and back.has_more is False
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        client.models.list(limit=0)
+    assert exc.value.body["type"] == "error" and exc.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError):
+        client.models.list(after_id="no-such-model")
+
+
+def test_the_anthropic_model_list_shows_a_key_only_its_aliases_and_refuses_no_key(gateway):
+    globex = sdk(gateway, GLOBEX_KEY)
+    assert [m.id for m in globex.models.list()] == ["chat"]
+    with pytest.raises(anthropic.NotFoundError) as exc:  # not in its list: the same answer as an unknown alias
+        globex.models.retrieve("tgi")
+    assert exc.value.body["error"]["type"] == "not_found_error"
+    answer = httpx.get(f"{gateway.url}/v1/models", headers={"anthropic-version": "2023-06-01"})
+    assert answer.status_code == 401 and answer.json()["type"] == "error"
+    assert answer.json()["error"]["type"] == "authentication_error"

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", required=True, help="gateway config file (YAML)")
     serve.add_argument("--host", help="override server.host")
-    serve.add_argument("--port", type=int, help="override server.port")
+    serve.add_argument("--port", type=_port, help="override server.port")
     serve.add_argument(
         "--no-simulator", action="store_true", help="do not start the config's simulator fleet (it runs elsewhere)"
     )
@@ -81,6 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     except StartupError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
+
+
+def _port(text: str) -> int:
+    # server.port is range-checked by the config; --port, which overrides it, was not, and the server took
+    # 99999 modulo 65536: it listened on 34463 while its log said "running on ...:99999".
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
 
 
 class StartupError(Exception):

@@ -132,3 +132,14 @@ def test_a_host_that_does_not_resolve_fails_the_start_naming_it(tmp_path):
     assert "cannot start: server.host (or --host) 'gateway.invalid' does not resolve to an address" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
     assert not _listening(sims[0])
+
+
+def test_a_port_out_of_range_on_the_command_line_is_refused_before_anything_starts(tmp_path):
+    # server.port is range-checked; --port was not, and the server listened on 99999 modulo 65536 (34463)
+    # while its log said "Uvicorn running on http://127.0.0.1:99999".
+    port, sims = free_port(), [free_port()]
+    run = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "app", "serve", "--config", str(_config(tmp_path, port, sims)),
+                          "--port", "99999"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "argument --port: '99999' is not a port (0-65535)" in run.stderr
+    assert not _listening(sims[0]) and not _listening(99999 % 65536)

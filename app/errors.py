@@ -151,6 +151,17 @@ class UpstreamTimeout(GatewayError):
     code = "upstream_timeout"
 
 
+class FirstTokenTimeout(UpstreamTimeout):
+    """A stream's first event did not come within the backend's first-token limit (`limit_s`, seconds from
+    the request's send): routing weighs that wait against the one it predicted (app.routing.health.verdict)."""
+
+    code = "first_token_timeout"
+
+    def __init__(self, backend: str, limit_s: float) -> None:
+        super().__init__(f"backend {backend} sent no first token within {limit_s:g}s")
+        self.limit_s = limit_s
+
+
 class UpstreamProtocolError(GatewayError):
     """The backend answered something that is not a valid OpenAI-style response."""
 

@@ -313,7 +313,8 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                                                      prompt_tokens=r.ctx.prompt_tokens, output_tokens=output,
                                                      prompt_cached=r.reused, source="llamacpp")
                         r.lease.release()
-                        router.report(r.lease.state, None)
+                        # A tree from before Router.report judged a lease's outcome (an A/B) is told its backend.
+                        router.report(r.lease if hasattr(r.lease, "predicted_wait_s") else r.lease.state, None)
                         # The batch its decode had beside it, from its lease (a tree from before leases
                         # measured it, in an A/B, is fed as it was).
                         beside = (r.lease.beside_s,) if hasattr(r.lease, "beside_s") else ()

@@ -175,7 +175,7 @@ def _warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: 
             else:  # the end: Attempt.end, a whole answer
                 rec.end = at
                 held.release()
-                router.report(held.state, None)
+                router.report(held, None)
                 learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape, held.beside_s)
             learn += clock() - t0
         box[0] = now
@@ -250,7 +250,7 @@ def _peer(strategy: str, n: int, stream: bool, conc: int, seed: int, box: list[f
                 else:
                     rec.end = at
                     held.release()
-                    router.report(held.state, None)
+                    router.report(held, None)
                     learner.learn(rec, hctx.prompt_tokens, tokens, hctx.prefix, held.shape, held.beside_s)
                 after += clock() - t0
                 if kind == 2:

@@ -92,7 +92,7 @@ class Attempt:
             elif err is not None:
                 a.error_type = "cancelled"
             if report and (err is None or isinstance(err, UPSTREAM_FAILURES)):
-                changed = self._router.report(self.lease.state, err)
+                changed = self._router.report(self.lease, err)
                 if changed is not None:
                     self._events.append(Event(time.perf_counter(), f"breaker.{changed.value}",
                                               {"slipstream.backend": a.backend}))

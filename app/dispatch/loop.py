@@ -165,7 +165,7 @@ def _settle(gw: Gateway, held: list[tuple[Attempt, GatewayError]], log: Dispatch
     for owner, err in held:
         if gw.poison.known(err):
             continue
-        changed = gw.router.report(owner.lease.state, err)
+        changed = gw.router.report(owner.lease, err)
         if changed is not None:
             log.events.append(Event(time.perf_counter(), f"breaker.{changed.value}", {"slipstream.backend": owner.record.backend}))
 

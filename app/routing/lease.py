@@ -80,6 +80,7 @@ class Lease:
         "_held",
         "_keys",
         "_margin_s",
+        "_placed",
         "_prefilled",
         "_prefilling",
         "_released",
@@ -90,6 +91,7 @@ class Lease:
         "beside_s",
         "burst_wait_s",
         "estimate",
+        "held_s",
         "prefix",
         "scores",
         "shape",
@@ -116,6 +118,10 @@ class Lease:
         self._prefilling = False
         self._waiting = False  # counted in the backend's copy_waiters
         self._held = False  # counted in the backend's held_back: held at the gateway, not sent yet
+        # When it was placed (the decision's instant), and how long it was then held at the gateway before
+        # its request was sent (set when the hold ends): of the wait `estimate` predicts, the part before the send.
+        self._placed = ctx.now
+        self.held_s = 0.0
         # What the ranking predicted for this backend, with every request in flight there ahead of this
         # one: nothing has changed since (the decision and the lease are one synchronous step).
         ranked = ctx.estimates.get(state.name) if ctx.estimates is not None and ahead == state.inflight else None
@@ -201,10 +207,18 @@ class Lease:
         finally:
             self.sent_on()
 
+    @property
+    def predicted_wait_s(self) -> float:
+        """The wait for the first token predicted from the request's send: the estimate's, from the
+        placement, less the time it was held at the gateway since (a request held for a sibling's copy of
+        its prefix was predicted to wait for it)."""
+        return max(0.0, self.estimate.ttft_s - self.held_s)
+
     def sent_on(self) -> None:
         """The hold at the gateway is over (once): the request goes to its backend, or is routed again."""
         if self._held:
             self._held = False
+            self.held_s = max(0.0, time.monotonic() - self._placed)
             self.state.held_back = max(0, self.state.held_back - 1)
 
     async def _wait_for_prefix(self, limit_s: float, cap_s: float) -> PrefixWait:

@@ -16,15 +16,13 @@ from app.errors import (
     GatewayError,
     NoBackendAvailable,
     Overloaded,
-    UpstreamStatus,
     UpstreamTimeout,
-    counts_against_backend,
     retry_after_s,
 )
 from app.record import RouteDecision
 from app.routing.choice import SCORE_MEANING, RouteChoice
 from app.routing.context import RouteContext
-from app.routing.health import Breaker, BreakerState
+from app.routing.health import Breaker, BreakerState, Verdict, verdict
 from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
@@ -57,10 +55,6 @@ _STRATEGIES: dict[str, Callable[..., Strategy]] = {
     "round_robin": RoundRobin, "weighted": Weighted, "least_inflight": LeastInflight,
     "lowest_latency": LowestLatency, "predicted_latency": PredictedLatency}
 _EXPLORING = frozenset({"latency_aware", "predicted_latency"})
-
-
-def _is_429(err: GatewayError) -> bool:
-    return isinstance(err, UpstreamStatus) and err.status == 429
 
 
 class Router:
@@ -219,17 +213,22 @@ class Router:
             d.expected_output = None if d.exact_output else self.outputs.predict(alias, d.shape, d.now)
         return d
 
-    def report(self, state: BackendState, err: GatewayError | None) -> BreakerState | None:
-        """Feed an attempt's outcome to the backend's health; returns the breaker's new state if it changed."""
+    def report(self, lease: Lease, err: GatewayError | None) -> BreakerState | None:
+        """Feed an attempt's outcome to its backend's health (what `verdict` makes of it, against the wait
+        the lease predicted); returns the breaker's new state if it changed."""
+        state = lease.state
         before = state.breaker.state
-        state.model.observe_outcome(err is None or not (counts_against_backend(err) or _is_429(err)))
-        if isinstance(err, UpstreamStatus) and err.status == 429:
+        seen = verdict(err, lease.predicted_wait_s)
+        if seen is Verdict.PRICED_WAIT:
+            state.breaker.inconclusive()
+            return None
+        state.model.observe_outcome(seen is Verdict.SOUND)
+        if seen is Verdict.BUSY:
             # A backend that answers fast 429s must not look healthy, nor be ejected for being busy.
+            assert err is not None
             state.limited_until = time.monotonic() + (retry_after_s(err) or 1.0)
-        elif err is None or not counts_against_backend(err):
-            state.breaker.record(True)
         else:
-            state.breaker.record(False)
+            state.breaker.record(seen is Verdict.SOUND)
         return state.breaker.state if state.breaker.state is not before else None
 
     def decision(self, alias: str, lease: Lease, at: float, end: float, avoided: set[str]) -> RouteDecision:

@@ -19,6 +19,7 @@ import orjson
 from app.config import Timeouts
 from app.deadline import Deadline
 from app.errors import (
+    FirstTokenTimeout,
     GatewayError,
     UpstreamMisconfigured,
     UpstreamProtocolError,
@@ -165,9 +166,7 @@ async def open_stream(backend: Backend, path: str, body: bytes, timeouts: Timeou
             response.close()
         if first_limit < timeouts.first_token_s:
             raise _total_timeout(backend.name, total < timeouts.total_s) from None
-        raise UpstreamTimeout(
-            f"backend {backend.name} sent no first token within {timeouts.first_token_s:g}s", code="first_token_timeout"
-        ) from None
+        raise FirstTokenTimeout(backend.name, timeouts.first_token_s) from None
     except BaseException:
         if response is not None:
             response.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from app.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
+from app.errors import FirstTokenTimeout, GatewayError, UpstreamProtocolError, UpstreamTimeout
 from app.upstream.attempt import (
     AttemptTiming,
     JsonReply,
@@ -132,8 +132,7 @@ class ScriptedTransport:
         if delay > limit:
             await asyncio.sleep(limit)
             if call.stream and limit < total:
-                raise UpstreamTimeout(f"backend {backend.name} sent no first token within {t.first_token_s:g}s",
-                                      code="first_token_timeout")
+                raise FirstTokenTimeout(backend.name, t.first_token_s)
             raise _total_timeout(backend.name, total < t.total_s)
         if delay:
             await asyncio.sleep(delay)

@@ -195,7 +195,7 @@ def replay(strategy: str, clock: Clock, seed: int = 24) -> list:
                         err.headers = {"retry-after": "2"}
                     a.end, a.error_type = clock.t, "upstream_error"
                     h.lease.release()
-                    router.report(state, err)
+                    router.report(h.lease, err)
                     held.remove(h)
                     out.append([step, "failed", name, err.status])
                     continue
@@ -224,7 +224,7 @@ def replay(strategy: str, clock: Clock, seed: int = 24) -> list:
                 elif cached is not None:
                     a.report = BackendReport(prompt_tokens=prompt, prompt_cached=cached)
                 h.lease.release()
-                router.report(state, None)
+                router.report(h.lease, None)
                 got = router.learner.learn(a, h.ctx.prompt_tokens, output, h.ctx.prefix, h.lease.shape, h.lease.beside_s)
                 held.remove(h)
                 out.append([step, "done", name, output, got])

@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from app.config import BackendConfig, ModelAlias
-from app.errors import Overloaded
+from app.config import BackendConfig, BreakerConfig, ModelAlias
+from app.errors import FirstTokenTimeout, Overloaded, UpstreamStatus
 from app.routing.context import RouteContext
+from app.routing.health import BreakerState
 from app.routing.prefix_index import prompt_blocks
 from app.routing.router import Router
 from app.upstream.adapters.llamacpp import LlamaCppAdapter
+from app.upstream.adapters.report import ServerLoad
 
 
 @dataclass
@@ -550,5 +552,107 @@ def test_a_json_call_llama_cpp_serves_from_an_upstream_stream_is_booked_as_one_t
         assert 0.04 < (await sibling.wait_for_prefix(0.05)).waited_s < 0.1
         for lease in (unseen, sibling):
             lease.release()
+
+    asyncio.run(main())
+
+
+def _one_slow_llama_backend() -> Router:
+    """A router over one llama.cpp backend of one slot, timed at 50 prompt tokens a second (a 1000-token
+    prompt prefills in ~20 s), ejected after two failures in a row."""
+    backends = {"slow": LlamaBackend("slow", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp",
+                                                           max_concurrency=4))}
+    r = Router(backends, {"m": ModelAlias(backends=("slow",), strategy="latency_aware")}, 1.0,
+               BreakerConfig(consecutive_failures=2))
+    r.learner.server_load("slow", ServerLoad(slots=1))
+    for _ in range(6):
+        r.states["slow"].model.observe_prefill(500, 10.0)
+        r.states["slow"].model.observe_prefill(1000, 20.0)
+    return r
+
+
+def _long() -> RouteContext:
+    return RouteContext(stream=True, prompt_tokens=1000, max_tokens=20)
+
+
+def test_a_first_token_timeout_behind_a_queue_routing_booked_is_not_the_backend_failing():
+    # Two long prompts on one slot: the second is predicted to wait ~40 s for its first token (the first's
+    # prefill, then its own). It reaches a 60 s first-token timeout: slower than predicted, but the wait
+    # it was priced at. Its backend's failure share and breaker stay as they were; counted as a failure,
+    # the share would have scaled every score there again for the same queue.
+    r = _one_slow_llama_backend()
+    state = r.states["slow"]
+
+    async def main():
+        for _ in range(3):
+            first, second = await r.acquire("m", ctx=_long()), await r.acquire("m", ctx=_long())
+            assert second.estimate.queue_s > 15.0 and second.predicted_wait_s > 0.5 * 60.0
+            first.release()
+            r.report(first, None)
+            second.release()
+            assert r.report(second, FirstTokenTimeout("slow", 60.0)) is None
+
+    asyncio.run(main())
+    assert state.breaker.state is BreakerState.CLOSED
+    share = state.model.failure_rate
+    assert (share.samples, share.get(time.monotonic())) == (3, 0.0)  # the three answers; no failure
+
+
+def test_a_first_token_timeout_far_beyond_its_prediction_still_ejects_a_hung_backend():
+    # A short prompt on an idle backend is predicted ~0.4 s; nothing in 60 s is the backend hanging.
+    r = _one_slow_llama_backend()
+    state = r.states["slow"]
+
+    async def main():
+        changes = []
+        for _ in range(2):
+            lease = await r.acquire("m", ctx=RouteContext(stream=True, prompt_tokens=20, max_tokens=20))
+            assert lease.predicted_wait_s < 1.0
+            lease.release()
+            changes.append(r.report(lease, FirstTokenTimeout("slow", 60.0)))
+        return changes
+
+    assert asyncio.run(main()) == [None, BreakerState.OPEN]
+    assert state.model.failure_rate.get(time.monotonic()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_priced_waits_between_failures_do_not_shield_a_backend_from_ejection():
+    # A backend failing with 5xx between timeouts behind its queue: the priced waits count for nothing,
+    # neither as failures nor as answers that would reset the run of failures.
+    r = _one_slow_llama_backend()
+    state = r.states["slow"]
+
+    async def main():
+        changes = []
+        for _ in range(2):
+            first, second = await r.acquire("m", ctx=_long()), await r.acquire("m", ctx=_long())
+            first.release()
+            second.release()
+            changes.append(r.report(second, FirstTokenTimeout("slow", 60.0)))
+            changes.append(r.report(first, UpstreamStatus("broken", status=500)))
+        return changes
+
+    assert asyncio.run(main()) == [None, None, None, BreakerState.OPEN]
+    share = state.model.failure_rate
+    assert (share.samples, share.get(time.monotonic())) == (2, pytest.approx(1.0, abs=1e-3))  # the two 5xx alone
+
+
+def test_a_request_held_for_a_siblings_copy_is_predicted_to_wait_that_much_less_from_its_send():
+    # The estimate runs from the placement; a first-token timeout runs from the send. A request held at
+    # the gateway for a sibling's copy of its prefix spent part of its predicted wait there.
+    _, ctx, r = _one_llama_backend_and_a_long_prompt()
+
+    async def main():
+        (await r.acquire("m", ctx=ctx())).release()
+        first = await r.acquire("m", ctx=ctx())
+        second = await r.acquire("m", ctx=ctx())
+        assert second.burst_wait_s > 0 and second.held_s == 0.0
+        second.estimate.ttft_s = 5.0  # as if the copy were predicted a few seconds away
+        await asyncio.sleep(0.2)
+        first.release()  # the copy is free: the second is sent
+        await second.wait_for_prefix(10.0)
+        assert 0.2 <= second.held_s < 1.0
+        assert second.predicted_wait_s == pytest.approx(5.0 - second.held_s)
+        second.release()
+        assert first.held_s == 0.0 and first.predicted_wait_s == first.estimate.ttft_s  # never held
 
     asyncio.run(main())

@@ -201,6 +201,21 @@ async def admin_models(url: str) -> dict:
             for b in data.get("backends", [])}
 
 
+async def health_line(url: str) -> str:
+    """Each backend's failure share as the gateway at `url` holds it now, and the first-token timeouts its
+    attempts there have met so far (its /metrics): what a burst left of the backends' health."""
+    models = await admin_models(url)
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as r:
+        text = await r.text()
+    timeouts: dict[str, float] = {}
+    for m in re.finditer(r'^slipstream_upstream_attempts_total\{([^}]*)\} (\S+)$', text, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels.get("result") == "first_token_timeout":
+            timeouts[labels.get("slipstream_backend", "")] = float(m.group(2))
+    return ", ".join(f"{name} failure rate {(b['latency_model'] or {}).get('failure_rate', 0.0):.2f} "
+                     f"({timeouts.get(name, 0):.0f} first-token timeouts so far)" for name, b in sorted(models.items()))
+
+
 LONG_WORDS = 200  # the mixed workload's long prompts: 200-800 words; the short ones 20-80
 
 
@@ -309,6 +324,9 @@ async def main() -> None:
                          "gateway started from there, over the same servers and schedule (an A/B in one run)")
     ap.add_argument("--burst", type=float, default=0.0,
                     help="seconds of closed loop through each strategy's gateway right before each of its runs")
+    ap.add_argument("--first-token-s", type=float, default=None,
+                    help="both gateways' first-token timeout (default: the gateway's, 60 s); lower, a burst's queue "
+                         "on the throttled server reaches it")
     ap.add_argument("--after", type=int, default=8, help="a run's first requests, whose prediction error is printed apart")
     ap.add_argument("--summarise", metavar="DUMP", default=None,
                     help="print the tables of a --dump (a run cut short included) and start nothing; --workload, "
@@ -340,12 +358,14 @@ async def main() -> None:
         throttler = asyncio.create_task(throttle(slow.proc.pid, args.duty, stop))
         port = free_port()
 
+        timeouts = {"timeouts": {"first_token_s": args.first_token_s}} if args.first_token_s else {}
+
         def config(port: int, names: set[str]) -> dict:
             return {
                 "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
                 "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
-                "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp"},
-                             "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp"}},
+                "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp", **timeouts},
+                             "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp", **timeouts}},
                 "models": {s.partition("@")[0]: alias(s) for s in names},
                 "telemetry": {"scrape_interval_s": 1.0},
             }
@@ -399,6 +419,7 @@ async def main() -> None:
                                     mixed=args.workload == "mixed")
                 if args.dump:
                     models.append({"before": s, "run": rep + 1, "backends": await admin_models(url_of[s])})
+                print(f"  before run {rep + 1} {s}: {await health_line(url_of[s])}", flush=True)
                 texts = [prompt(rng, w) for w in lengths]  # distinct prompts: no cache hits
                 results = await open_loop(url_of[s], s.partition("@")[0], arrivals, texts, args.max_tokens, streams)
                 runs[s].append(results)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission.auth import Authenticator, hash_key
+from app.admission.auth import DEMO_ADMIN_KEY_SHA256, Authenticator, admin_keys_for, hash_key
 from app.config import AuthConfig
 from app.errors import PermissionDenied, Unauthorized
 
@@ -43,3 +43,14 @@ def test_open_mode_needs_no_key():
 def test_clear_keys_are_not_kept():
     auth = Authenticator(CONFIG)
     assert "k-acme" not in repr(vars(auth))
+
+
+def test_the_published_demo_admin_key_is_honoured_from_this_machine_only():
+    own = hash_key("an operator's own key")
+    auth = AuthConfig(mode="open", admin_keys=[DEMO_ADMIN_KEY_SHA256, own])
+    assert DEMO_ADMIN_KEY_SHA256 == hash_key("demo-admin")  # config/demo.yaml's, as README prints it
+    for peer in ("127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"):
+        assert admin_keys_for(auth, peer) == (DEMO_ADMIN_KEY_SHA256, own)
+    for peer in ("192.0.2.2", "10.0.0.7", "fd00::2", "::ffff:192.0.2.2", None):
+        assert admin_keys_for(auth, peer) == (own,)
+    assert admin_keys_for(AuthConfig(mode="open", admin_keys=[own]), "192.0.2.2") == (own,)

@@ -23,6 +23,26 @@ class Tenant:
             raise PermissionDenied(f"this key may not use model {alias!r}", param="model")
 
 
+# config/demo.yaml's admin key, "demo-admin": published in README, so anyone who reads it holds it.
+DEMO_ADMIN_KEY_SHA256 = "cce7a2cf1ae045989cfc914fb95a41526f167a838b3c7d33745143614abace7c"
+_LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+def admin_keys_for(auth: AuthConfig, peer: str | None) -> tuple[str, ...]:
+    """The admin key digests a caller at `peer` (the connection's own address) may use. The published demo
+    key opens /admin and the console from this machine only: the demo config in a container listens on
+    0.0.0.0, and `docker run -p 8080:8080` would otherwise hand config changes to anyone who can reach it."""
+    keys = auth.admin_keys
+    if DEMO_ADMIN_KEY_SHA256 in keys and not (peer is not None and peer.startswith(_LOOPBACK)):
+        return tuple(k for k in keys if k != DEMO_ADMIN_KEY_SHA256)
+    return keys
+
+
+def peer_of(request) -> str | None:
+    """The address of a Starlette request's connection (never a forwarded header: proxy_headers is off)."""
+    return request.client.host if request.client is not None else None
+
+
 def duplicate_authorization() -> Unauthorized:
     """One rule everywhere: a request with more than one Authorization header is refused, never
     resolved by picking the first or the last (which proxies in front may disagree on)."""

@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.admission.auth import authorization_of, hash_key
+from app.admission.auth import DEMO_ADMIN_KEY_SHA256, admin_keys_for, authorization_of, hash_key, peer_of
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.loop import route_context, time_budget, with_policy
 from app.errors import InvalidRequest, ModelNotFound, PermissionDenied, Unauthorized
@@ -27,13 +27,20 @@ router = APIRouter(prefix="/admin")
 
 
 def _require_admin(request: Request) -> None:
-    keys = request.app.state.gateway.config.auth.admin_keys
-    if not keys:
+    auth = request.app.state.gateway.config.auth
+    if not auth.admin_keys:
         raise PermissionDenied("the admin API is off: set auth.admin_keys", code="admin_disabled")
+    keys = admin_keys_for(auth, peer_of(request))
     scheme, _, key = (authorization_of(request) or "").partition(" ")
     digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
     if not any(hmac.compare_digest(digest, k) for k in keys):
+        if digest == DEMO_ADMIN_KEY_SHA256 and DEMO_ADMIN_KEY_SHA256 in auth.admin_keys:
+            raise Unauthorized(DEMO_KEY_LOCAL_ONLY)
         raise Unauthorized("an admin key is required")
+
+
+DEMO_KEY_LOCAL_ONLY = ("the demo admin key is accepted only from this machine: set your own key's sha256 in "
+                       "auth.admin_keys")
 
 
 def require_ops_key(request: Request) -> None:
@@ -43,7 +50,7 @@ def require_ops_key(request: Request) -> None:
         return
     scheme, _, key = (authorization_of(request) or "").partition(" ")
     digest = hash_key(key.strip()) if scheme.lower() == "bearer" and key.strip() else ""
-    if not any(hmac.compare_digest(digest, k) for k in (*auth.ops_keys, *auth.admin_keys)):
+    if not any(hmac.compare_digest(digest, k) for k in (*auth.ops_keys, *admin_keys_for(auth, peer_of(request)))):
         raise Unauthorized("an ops key is required for this endpoint")
 
 

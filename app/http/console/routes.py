@@ -17,6 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
+from app.admission.auth import admin_keys_for, peer_of
 from app.config import ModelAlias
 from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 from app.http.admin import explain_body, tenants_view
@@ -115,8 +116,10 @@ async def login(request: Request) -> Response:
     # The sign-in form's urlencoded body, read here (python-multipart is not a dependency for one field).
     raw = await request.body()
     key = parse_qs(raw.decode("latin-1")[:4096]).get("key", [""])[0] if len(raw) <= 4096 else ""
-    digest = check_key(request.app.state.gateway.config.auth.admin_keys, key) if key else None
+    digest = check_key(admin_keys_for(request.app.state.gateway.config.auth, peer_of(request)), key) if key else None
     if digest is None:
+        if key and check_key(request.app.state.gateway.config.auth.admin_keys, key) is not None:
+            return _login_page("The demo admin key works only from this machine: set your own in auth.admin_keys.")
         return _login_page("That is not an admin key of this gateway.")
     response = RedirectResponse("/console", 303, headers=_SAFE)
     response.set_cookie(COOKIE, session_cookie(digest), max_age=SESSION_S, path="/console", httponly=True,

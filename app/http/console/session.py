@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from app.admission.auth import authorization_of, hash_key
+from app.admission.auth import admin_keys_for, authorization_of, hash_key, peer_of
 from app.errors import PermissionDenied, Unauthorized
 
 COOKIE = "slipstream_console"
@@ -73,7 +73,7 @@ def _from_cookie(admin_keys: tuple[str, ...], value: str) -> str | None:
 
 def operator(request: Request) -> Operator:
     """The admin behind this request, or 401."""
-    keys = request.app.state.gateway.config.auth.admin_keys
+    keys = admin_keys_for(request.app.state.gateway.config.auth, peer_of(request))
     header = authorization_of(request)
     if header:
         scheme, _, key = header.partition(" ")

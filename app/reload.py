@@ -70,8 +70,7 @@ class Reloader:
             try:
                 config = load_config(self.path)
             except ConfigError as exc:
-                log.error("config reload refused, keeping the running config: %s", exc)
-                return False, str(exc)
+                return self._refused(str(exc))
             old: Gateway = self.state.gateway
             pending = restart_only_changes(self._started, config)
             if pending:

@@ -36,7 +36,7 @@ DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
 from app.config.limits import LimitsConfig, ScopeLimits
-from app.config.urls import checked_redis_url
+from app.config.urls import checked_redis_url, port_problem
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -185,14 +185,10 @@ class BackendConfig(Strict):
     def _url_parses(cls, url: str) -> str:
         # The pattern lets through what the HTTP client refuses when the gateway starts (or a reload
         # builds it): a port out of range or not a number (`host:80800`, `host:8000:1`), no host.
-        parts = urlsplit(url)
-        try:
-            parts.port  # noqa: B018 - the property parses and range-checks the port
-        except ValueError:
-            # The URL is not echoed: it may carry credentials (http://user:key@host).
-            raise ValueError("the port after the host must be a number 0-65535") from None
-        if not parts.hostname:
-            raise ValueError("the URL names no host")
+        # The URL is not echoed: it may carry credentials (http://user:key@host).
+        problem = port_problem(url) or (None if urlsplit(url).hostname else "the URL names no host")
+        if problem:
+            raise ValueError(problem)
         return url
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""Redis URLs as the stores connect to them (app/cache/redis_store.py: connect), checked at load time.
+"""Redis URLs as the stores connect to them (app/cache/redis_store.py: connect), checked at load time, and
+the port check backend URLs share.
 
 A URL the Redis client cannot parse used to pass `slipstream check` and then fail the start (or a reload)
 with the client's traceback, naming no key. Messages never repeat the URL: it may carry a password.
@@ -27,6 +28,11 @@ def redis_url_problem(url: str) -> str | None:
                 return "redis+sentinel:// needs host:port[,host:port]/service[/db] with numeric ports"
         db = path.partition("/")[2]
         return None if not db or db.isdigit() else "the database after the service must be a number"
+    return port_problem(url)
+
+
+def port_problem(url: str) -> str | None:
+    """What is wrong with a URL's port, in words (never the URL itself); None if it has none or a good one."""
     try:
         urlsplit(url).port  # noqa: B018 - the property parses and range-checks the port
     except ValueError:

@@ -16,6 +16,7 @@ import orjson
 
 from app.admission.auth import authorization_of, duplicate_authorization
 from app.errors import InvalidRequest
+from app.protocols.messages import MESSAGES
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 1000
 
@@ -26,14 +27,12 @@ def asks(request) -> bool:
 
 
 def credentials(request) -> str | None:
-    """The key as Anthropic's clients send it (x-api-key), or an Authorization header: one of them, once."""
-    keys = request.headers.getlist("x-api-key")
-    if len(keys) > 1:
+    """The key as the Messages routes read it (MESSAGES.credentials: x-api-key, or Authorization), each
+    header at most once, as the fast path refuses a repeated one there."""
+    if len(request.headers.getlist("x-api-key")) > 1:
         raise duplicate_authorization()
-    auth = authorization_of(request)
-    if auth is None and keys:
-        return f"Bearer {keys[0]}"
-    return auth
+    authorization_of(request)  # refuses a repeated Authorization
+    return MESSAGES.credentials(request.headers)
 
 
 def model_object(openai_model: dict) -> dict:

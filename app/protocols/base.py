@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -199,7 +199,7 @@ class ClientProtocol:
         skipped."""
         return user_turn_texts(body.get("messages"))
 
-    def credentials(self, headers: dict[str, str]) -> str | None:
+    def credentials(self, headers: Mapping[str, str]) -> str | None:
         """The Authorization value the gateway checks (Bearer <key>), from this API's auth headers."""
         return headers.get("authorization")
 

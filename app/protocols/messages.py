@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -233,7 +234,7 @@ class MessagesProtocol(ClientProtocol):
         return Upstream("chat/completions", body, {},
                         lambda result: messages_chat.translated(result, alias, count_only))
 
-    def credentials(self, headers: dict[str, str]) -> str | None:
+    def credentials(self, headers: Mapping[str, str]) -> str | None:
         """Anthropic clients send their key as x-api-key; Authorization: Bearer works as well."""
         auth = headers.get("authorization")
         if auth is None and (key := headers.get("x-api-key")) is not None:

@@ -267,6 +267,46 @@ def test_a_redis_store_for_responses_without_a_url_is_named_at_check(tmp_path):
     assert "gw.yaml: responses.store 'redis' needs responses.redis_url (or cache.redis_url)" in msg
 
 
+@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+def test_a_redis_url_may_come_from_an_environment_variable(tmp_path, section):
+    # A Redis password in the file lands in a ConfigMap (or Helm values) in the clear; a Secret fills the variable.
+    path = write(tmp_path, GOOD + f"{section}: {{store: redis, redis_url_env: REDIS_URL}}\n")
+    config = load_config(path, environ={"REDIS_URL": "redis://:pw-xyz@127.0.0.1:6379/0\n"})
+    assert getattr(config, section).redis_url == "redis://:pw-xyz@127.0.0.1:6379/0"  # --from-file's newline dropped
+    assert "pw-xyz" not in repr(config)
+
+
+def test_responses_follow_the_caches_redis_url_from_the_environment(tmp_path):
+    path = write(tmp_path, GOOD + "cache: {store: redis, redis_url_env: REDIS_URL}\nresponses: {store: redis}\n")
+    config = load_config(path, environ={"REDIS_URL": "redis://:pw@10.0.0.5:6379/0"})
+    assert config.responses.redis_url is None and config.cache.redis_url == "redis://:pw@10.0.0.5:6379/0"
+
+
+UNUSABLE = "environment variable REDIS_URL holds no Redis URL the stores can use"
+
+
+@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+@pytest.mark.parametrize("value, problem", [
+    (None, "environment variable REDIS_URL is not set"),
+    ("  ", "environment variable REDIS_URL is not set"),
+    ("http://:pw-xyz@127.0.0.1:6379", f"{UNUSABLE} (must start with redis://"),
+    ("redis://:pw-xyz@127.0.0.1:637900", f"{UNUSABLE} (the port after the host must be a number 0-65535)"),
+])
+def test_a_redis_url_env_that_cannot_be_used_is_named_without_its_value(tmp_path, section, value, problem):
+    env = {} if value is None else {"REDIS_URL": value}
+    msg = error_for(tmp_path, GOOD + f"{section}: {{store: redis, redis_url_env: REDIS_URL}}\n", env=env)
+    assert f"gw.yaml: {section}.redis_url_env: {problem}" in msg
+    assert "pw-xyz" not in msg
+
+
+@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+def test_a_redis_url_given_both_ways_is_refused(tmp_path, section):
+    msg = error_for(tmp_path, GOOD + f"{section}: {{redis_url: 'redis://:pw-xyz@h:6379', redis_url_env: REDIS_URL}}\n",
+                    env={"REDIS_URL": "redis://h:6379"})
+    assert f"gw.yaml: {section}: give redis_url or redis_url_env, not both" in msg
+    assert "pw-xyz" not in msg
+
+
 @pytest.mark.parametrize("content, problem", [
     ("<!doctype html><title>bench</title>", "is not a readable JSON `slipstream bench` report"),
     ('{"cells": []}', "is not a `slipstream bench` report: it has no `prior` object"),

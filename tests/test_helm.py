@@ -161,7 +161,12 @@ def shipped_config(objects: list[dict], tmp_path, values: dict):
     path = tmp_path / "gateway.yaml"
     path.write_text(data)
     env = {e["name"]: "x" for e in values["secretEnv"]}
+    if values["cache"]["redisUrlSecret"]["name"]:
+        env["SLIPSTREAM_REDIS_URL"] = SECRET_REDIS_URL
     return load_config(path, environ=env)
+
+
+SECRET_REDIS_URL = "rediss://:pw-in-secret@redis-master.cache.svc:6380/0"
 
 
 def test_shipped_gateway_config_validates_with_the_secrets_it_names(rendered, tmp_path):
@@ -179,7 +184,16 @@ def test_redis_is_used_only_where_one_is(rendered, tmp_path):
     case, objects = rendered
     values = merged(case)
     config = shipped_config(objects, tmp_path, values)
-    if values["cache"]["redisUrl"]:
+    if values["cache"]["redisUrlSecret"]["name"]:
+        # The URL (its password) stays in the Secret: the ConfigMap names the variable the pods read it from.
+        assert (config.cache.store, config.cache.redis_url_env) == ("redis", "SLIPSTREAM_REDIS_URL")
+        assert config.cache.redis_url == SECRET_REDIS_URL
+        container = gateway_deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+        [entry] = [e for e in container["env"] if e["name"] == "SLIPSTREAM_REDIS_URL"]
+        assert entry["valueFrom"]["secretKeyRef"] == values["cache"]["redisUrlSecret"]
+        assert "redis_url:" not in one(objects, "ConfigMap", f"{RELEASE}-slipstream")["data"]["gateway.yaml"]
+        assert not by_kind(objects, "StatefulSet")
+    elif values["cache"]["redisUrl"]:
         assert (config.cache.store, config.cache.redis_url) == ("redis", values["cache"]["redisUrl"])
         assert not by_kind(objects, "StatefulSet")
     elif values["redis"]["enabled"]:
@@ -199,6 +213,24 @@ def test_a_redis_store_without_a_redis_fails_the_render(chart):
 
     with pytest.raises(HelmError, match="no Redis is given"):
         chart.render({"config": {"cache": {"store": "redis"}}}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def test_a_redis_url_both_in_a_secret_and_in_values_fails_the_render(chart):
+    from helm_python.errors import HelmError
+
+    for other in ({"cache": {"redisUrl": "redis://r:6379/0"}}, {"redis": {"enabled": True}}):
+        values = {"cache": {"redisUrlSecret": {"name": "slipstream-redis"}}, **other}
+        if "cache" in other:
+            values["cache"] = {**other["cache"], "redisUrlSecret": {"name": "slipstream-redis"}}
+        with pytest.raises(HelmError, match="cache.redisUrlSecret names the Redis URL"):
+            chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def test_a_config_that_names_its_own_redis_url_env_renders(chart):
+    values = {"config": {"cache": {"store": "redis", "redis_url_env": "MY_REDIS_URL"}},
+              "secretEnv": [{"name": "MY_REDIS_URL", "secretName": "r", "secretKey": "url"}]}
+    manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    assert "redis_url_env: MY_REDIS_URL" in manifests["slipstream/templates/configmap.yaml"]
 
 
 # --- values.yaml as documentation ----------------------------------------------------------------------

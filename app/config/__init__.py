@@ -36,7 +36,7 @@ DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
 from app.config.limits import LimitsConfig, ScopeLimits
-from app.config.urls import checked_redis_url, port_problem
+from app.config.urls import checked_redis_url, one_redis_source, port_problem, redis_url_problem
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -418,7 +418,10 @@ class CacheConfig(Strict):
     # memory: in-process (the embedded default, one replica); redis: shared by every replica.
     store: Literal["memory", "redis"] = "memory"
     # redis://, rediss://, redis+cluster://host:port, redis+sentinel://host:port[,host:port]/service[/db]
-    redis_url: str | None = None
+    redis_url: str | None = Field(None, repr=False)
+    # Or the environment variable that holds that URL (with its password: a Secret's, never the file's);
+    # resolved into redis_url when the file is loaded.
+    redis_url_env: str | None = Field(None, min_length=1)
     # A cache lookup slower than this is skipped (fail open): the request goes on as a miss.
     timeout_ms: float = Field(50.0, gt=0)
     # Writes run in the background, batched and pipelined; a batch slower than this is retried (3
@@ -437,8 +440,9 @@ class CacheConfig(Strict):
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> CacheConfig:
-        if self.store == "redis" and not self.redis_url:
-            raise ValueError("store 'redis' needs redis_url")
+        one_redis_source(self.redis_url, self.redis_url_env)
+        if self.store == "redis" and not (self.redis_url or self.redis_url_env):
+            raise ValueError("store 'redis' needs redis_url (or redis_url_env)")
         return self
 
     _redis_url = field_validator("redis_url")(checked_redis_url)
@@ -449,8 +453,14 @@ class ResponsesConfig(Strict):
 
     # memory: in-process (one replica); redis: shared by every replica. Unset: where the cache is (cache.store).
     store: Literal["memory", "redis"] | None = None
-    redis_url: str | None = None  # unset: cache.redis_url
+    redis_url: str | None = Field(None, repr=False)  # unset: cache.redis_url
+    redis_url_env: str | None = Field(None, min_length=1)  # or the environment variable that holds it
     _redis_url = field_validator("redis_url")(checked_redis_url)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ResponsesConfig:
+        one_redis_source(self.redis_url, self.redis_url_env)
+        return self
     # How long a stored turn can be read or chained from (OpenAI keeps responses 30 days).
     ttl_s: float = Field(30 * 86400, gt=0)
     # One stored turn holds its whole chain: a chain past this is refused (context_length_exceeded), never cut.
@@ -588,8 +598,9 @@ class GatewayConfig(Strict):
             for name in client.limits.models:
                 if name not in self.models:
                     raise ValueError(f"auth.clients[{i}].limits.models: unknown model alias {name!r}")
-        if self.responses.store == "redis" and not (self.responses.redis_url or self.cache.redis_url):
-            raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url)")
+        if self.responses.store == "redis" and not (self.responses.redis_url or self.responses.redis_url_env
+                                                    or self.cache.redis_url or self.cache.redis_url_env):
+            raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url), or the _env form of either")
         for name in self.limits.expected_output_tokens:
             if name != "default" and name not in self.models:
                 # A typo here would reserve the default for that alias's requests, without a word.
@@ -749,4 +760,22 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
                                   f"{backend.api_key_env} holds a line break inside the key")
             backend = backend.model_copy(update={"api_key": SecretStr(value)})
         backends[name] = backend
-    return config.model_copy(update={"backends": backends})
+    update: dict[str, object] = {"backends": backends}
+    for section in ("cache", "responses", "limits"):
+        part = getattr(config, section)
+        if part.redis_url_env:
+            update[section] = part.model_copy(update={"redis_url": _redis_url_from(where, section, part.redis_url_env, env)})
+    return config.model_copy(update=update)
+
+
+def _redis_url_from(where: str, section: str, variable: str, env: os._Environ[str] | dict[str, str]) -> str:
+    """The Redis URL a `redis_url_env` names, checked as a written redis_url is. Errors name the section, the key
+    and the variable, never the value: the URL holds the password the variable is there to keep out of sight."""
+    key = f"{where}: {section}.redis_url_env: environment variable {variable}"
+    url = (env.get(variable) or "").strip()  # a Secret made with --from-file ends in a newline
+    if not url:
+        raise ConfigError(f"{key} is not set")
+    problem = redis_url_problem(url)
+    if problem:
+        raise ConfigError(f"{key} holds no Redis URL the stores can use ({problem})")
+    return url

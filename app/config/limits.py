@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.config.urls import checked_redis_url
+from app.config.urls import checked_redis_url, one_redis_source
 
 _Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 # `interactive`, `batch`, or a level 0 (served first) .. 9 (served last), as in vLLM's `priority`.
@@ -71,7 +71,9 @@ class QueuePolicy(_Strict):
 class LimitsConfig(_Strict):
     # memory: in-process counters (one replica, the embedded default); redis: shared by every replica.
     store: Literal["memory", "redis"] = "memory"
-    redis_url: str | None = None
+    # The URL as written, or the environment variable that holds it (resolved into redis_url at load time).
+    redis_url: str | None = Field(None, repr=False)
+    redis_url_env: str | None = Field(None, min_length=1)
     _redis_url = field_validator("redis_url")(checked_redis_url)
     # A Redis call slower than this counts as Redis down (connecting may take up to 1 s, once).
     timeout_ms: float = Field(100.0, gt=0)
@@ -94,8 +96,9 @@ class LimitsConfig(_Strict):
 
     @model_validator(mode="after")
     def _redis_needs_url(self) -> LimitsConfig:
-        if self.store == "redis" and not self.redis_url:
-            raise ValueError("store 'redis' needs redis_url")
+        one_redis_source(self.redis_url, self.redis_url_env)
+        if self.store == "redis" and not (self.redis_url or self.redis_url_env):
+            raise ValueError("store 'redis' needs redis_url (or redis_url_env)")
         for alias, n in self.expected_output_tokens.items():
             if n < 0:
                 raise ValueError(f"expected_output_tokens.{alias} must not be negative")

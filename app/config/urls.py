@@ -2,7 +2,9 @@
 the port check backend URLs share.
 
 A URL the Redis client cannot parse used to pass `slipstream check` and then fail the start (or a reload)
-with the client's traceback, naming no key. Messages never repeat the URL: it may carry a password.
+with the client's traceback, naming no key. Messages never repeat the URL: it may carry a password. A section
+may name its URL by an environment variable instead (`redis_url_env`), resolved and checked the same way at
+load time (app.config: _resolve_secrets).
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ def port_problem(url: str) -> str | None:
     except ValueError:
         return "the port after the host must be a number 0-65535"
     return None
+
+
+def one_redis_source(url: str | None, url_env: str | None) -> None:
+    """ValueError unless a section names its Redis at most one way: `redis_url` in the file, or `redis_url_env`,
+    the environment variable that holds it (a Kubernetes Secret's, so a password never sits in a ConfigMap)."""
+    if url is not None and url_env is not None:
+        raise ValueError("give redis_url or redis_url_env, not both")
 
 
 def checked_redis_url(url: str | None) -> str | None:

@@ -90,8 +90,9 @@ def policy(raw: dict, fleet: dict) -> dict:
     out = deep_merge(raw, {
         "server": {"host": "127.0.0.1", "port": 0},
         "auth": {"mode": "open", "clients": [], "admin_keys": [], "ops_keys": []},
-        "cache": {"store": "memory", "redis_url": None},
-        "limits": {"store": "memory", "redis_url": None},
+        "cache": {"store": "memory", "redis_url": None, "redis_url_env": None},
+        "limits": {"store": "memory", "redis_url": None, "redis_url_env": None},
+        "responses": {"store": "memory", "redis_url": None, "redis_url_env": None},
         "telemetry": {"metrics": False, "scrape_interval_s": 0, "tracing": {"enabled": False}},
         "simulator": {"host": "127.0.0.1", "seed": fleet.get("seed", 1), "backends": sims},
     })

@@ -38,12 +38,21 @@ app.kubernetes.io/component: cache
 {{- $_ := set $config "server" $server -}}
 {{- $cache := default dict $config.cache -}}
 {{- $url := include "slipstream.redisUrl" . -}}
-{{- if $url -}}
+{{- if and .Values.cache.redisUrlSecret.name (or .Values.cache.redisUrl .Values.redis.enabled) -}}
+{{- fail "cache.redisUrlSecret names the Redis URL: leave cache.redisUrl empty and redis.enabled false" -}}
+{{- end -}}
+{{- if .Values.cache.redisUrlSecret.name -}}
+{{/* The URL (with its password) stays in the Secret: the config names the variable the Deployment fills from it. */}}
+{{- $_ := set $cache "store" "redis" -}}
+{{- $_ := unset $cache "redis_url" -}}
+{{- $_ := set $cache "redis_url_env" "SLIPSTREAM_REDIS_URL" -}}
+{{- $_ := set $config "cache" $cache -}}
+{{- else if $url -}}
 {{- $_ := set $cache "store" "redis" -}}
 {{- $_ := set $cache "redis_url" $url -}}
 {{- $_ := set $config "cache" $cache -}}
-{{- else if and (eq (toString $cache.store) "redis") (not $cache.redis_url) -}}
-{{- fail "config.cache.store is redis but no Redis is given: set cache.redisUrl, or redis.enabled=true" -}}
+{{- else if and (eq (toString $cache.store) "redis") (not $cache.redis_url) (not $cache.redis_url_env) -}}
+{{- fail "config.cache.store is redis but no Redis is given: set cache.redisUrlSecret, cache.redisUrl, or redis.enabled=true" -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}

@@ -1,0 +1,17 @@
+"""The live what-if replays a config on a simulated fleet, reaching nothing outside the replay."""
+
+from __future__ import annotations
+
+from app.http.console.whatif_live import policy
+
+
+def test_a_whatif_replay_reaches_no_redis_of_the_live_config():
+    # The replay runs in process-local stores: no live Redis is written, and no Redis URL variable is read.
+    live = {"cache": {"store": "redis", "redis_url_env": "REDIS_URL"},
+            "limits": {"store": "redis", "redis_url": "redis://:pw@r:6379/1"},
+            "responses": {"store": "redis", "redis_url_env": "REDIS_URL"},
+            "backends": {}, "models": {}}
+    replay = policy(live, {"backends": {}})
+    for section in ("cache", "limits", "responses"):
+        assert replay[section]["store"] == "memory"
+        assert "redis_url" not in replay[section] and "redis_url_env" not in replay[section]

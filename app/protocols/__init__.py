@@ -25,7 +25,7 @@ The interface, by the stage that asks:
 - Relay: `relay` ("openai": data-only chunks and [DONE]; "events": named events relayed whole),
   `classify(data) -> EventKind` (content, usage, finish, error, end: the first CONTENT is the TTFT),
   `usage(obj)` and `stream_usage(data, so_far)` (token counts in the gateway's terms), `stop_reason(data)`,
-  `error_event(err)` (how a stream that fails midway ends), `stream_over(tail)`.
+  `error_event(err, after)` (how a stream that fails midway ends, after the last events sent), `stream_over(tail)`.
 - Telemetry: `operation` (gen_ai.operation.name), `answer_text(body)` (content capture).
 
 Adding an API: subclass ClientProtocol (or OpenAIProtocol), override what it decides, register it

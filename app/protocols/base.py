@@ -265,8 +265,9 @@ class ClientProtocol:
         """The HTTP status this API gives the error."""
         return err.status
 
-    def error_event(self, err: GatewayError) -> bytes:
-        """The error as this API's stream event: what a stream that fails midway ends with."""
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
+        """The error as this API's stream event: what a stream that fails midway ends with. `after`: the last
+        bytes with events the client got (for an API that numbers its events, to continue the count)."""
         return b"data: " + err.json() + b"\n\n"
 
     def stream_over(self, tail: bytes) -> bool:

@@ -85,7 +85,7 @@ class MessagesSse:
     def frame(self, data: bytes) -> bytes:
         return b"event: " + (event_type(data) or b"message") + b"\ndata: " + data + b"\n\n"
 
-    def error_event(self, err: GatewayError) -> bytes:
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
         return MESSAGES.error_event(err)
 
     def is_error(self, data: bytes) -> bool:
@@ -330,7 +330,7 @@ class MessagesProtocol(ClientProtocol):
             message = f"{_WITH_OUTPUT if _OUTPUT_PART.search(message) else _TOO_LONG}: {message}"
         return orjson.dumps({"type": "error", "error": {"type": self.error_type(err), "message": message}})
 
-    def error_event(self, err: GatewayError) -> bytes:
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
         return b"event: error\ndata: " + self.error_body(err) + b"\n\n"
 
     def stream_over(self, tail: bytes) -> bool:

@@ -32,7 +32,7 @@ class OpenAISse:
     def frame(self, data: bytes) -> bytes:
         return b"data: " + data + b"\n\n"
 
-    def error_event(self, err: GatewayError) -> bytes:
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
         return sse_error_event(err)
 
     def is_error(self, data: bytes) -> bool:

@@ -26,8 +26,9 @@ class StreamFormat(Protocol):
     def frame(self, data: bytes) -> bytes:
         """One data event as the client's stream carries it."""
 
-    def error_event(self, err: GatewayError) -> bytes:
-        """The event that ends a broken stream, in the client API's error shape."""
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
+        """The event that ends a broken stream, in the client API's error shape; `after` is the last bytes with
+        events the client got (Responses numbers its events: the error continues their count)."""
 
     def is_error(self, data: bytes) -> bool:
         """An upstream data event that reports an error mid-stream."""

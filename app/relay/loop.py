@@ -92,10 +92,12 @@ class Relay:
         result, fmt, filters, steps = self.result, self.format, self.filters, self._steps
         frame, is_error = fmt.frame, fmt.is_error
         complete = False
+        sent = b""  # the last bytes with events yielded: an error event continues what they began
         try:
             async for batch in self.stream.batches():
                 # Events that arrived in one read leave in one write: as soon as they exist, no later.
                 out = []
+                framed = False
                 for event in batch:
                     data = event_data(event)
                     if data is None:
@@ -117,11 +119,15 @@ class Relay:
                             break
                     else:
                         out.append(frame(data))
+                        framed = True
                 if complete:
                     self._flush(out)
                     out.append(fmt.done)
                 if out:
-                    yield b"".join(out)
+                    chunk = b"".join(out)
+                    yield chunk
+                    if framed:
+                        sent = chunk
                 if complete:
                     break
             if not complete:
@@ -138,7 +144,7 @@ class Relay:
         except GatewayError as err:
             complete = False
             result.outcome, result.error_type, result.status = Outcome.STREAM_BROKEN, err.code or err.type, err.status
-            yield fmt.error_event(err)
+            yield fmt.error_event(err, sent)
         except asyncio.CancelledError:
             complete = False
             result.outcome = Outcome.CLIENT_GONE
@@ -253,7 +259,8 @@ class SSEResponse(Response):
             async for chunk in self.body_iterator:
                 if state.ended:
                     continue  # nothing follows the stream's last event; the iterator finishes its bookkeeping
-                state.tail = chunk
+                if chunk.find(b"data:") != -1:  # a chunk of comments alone (keep-alives) is not what ended the stream
+                    state.tail = chunk
                 if self.protocol.stream_over(chunk):
                     # The last event ends the response in the same write (one send and one syscall less
                     # per stream than an empty closing chunk after it).
@@ -281,7 +288,7 @@ async def _end_with_error(send: Send, state: _SendState, protocol: ClientProtoco
         body = b""
     else:
         body = protocol.error_event(GatewayError("the gateway stopped this stream before it was complete",
-                                                 code="stream_interrupted", status=503))
+                                                 code="stream_interrupted", status=503), state.tail)
     try:
         async with asyncio.timeout(1.0):
             await send({"type": "http.response.body", "body": body, "more_body": False})

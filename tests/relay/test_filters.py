@@ -115,7 +115,7 @@ def test_a_protocol_supplies_its_own_framing_end_and_error_events():
         def frame(self, data: bytes) -> bytes:
             return b"event: delta\ndata: " + data + b"\n\n"
 
-        def error_event(self, err: GatewayError) -> bytes:
+        def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
             return b"event: error\n" + sse_error_event(err)
 
     ok = b"".join(play(Relay(Events([chunk("x")], [b"[DONE]"]), (), fmt=Named())))

@@ -36,6 +36,17 @@ _FAILED_EVENTS = (b"response.failed", b"error")
 _ECHOED_NOT_KEYED: dict[str, object] = {"metadata": {}, "user": None, "store": True, "previous_response_id": None}
 
 
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+
+
+def next_sequence_number(sent: bytes) -> int:
+    """The sequence number an event after `sent` (the last events a client got) takes: one past the last
+    number in them, 0 when none (nothing sent yet, or a backend that numbers no events)."""
+    at = sent.rfind(b'"sequence_number"')
+    m = _SEQUENCE.match(sent, at) if at != -1 else None
+    return int(m.group(1)) + 1 if m else 0
+
+
 def event_type(data: bytes) -> bytes | None:
     """An event's `type` (first in the object as OpenAI, llama.cpp, vLLM and this gateway write it: read without a
     regex, since the relay asks several times per event; searched otherwise)."""
@@ -57,8 +68,8 @@ class ResponsesSse:
     def frame(self, data: bytes) -> bytes:
         return b"event: " + (event_type(data) or b"message") + b"\ndata: " + data + b"\n\n"
 
-    def error_event(self, err: GatewayError) -> bytes:
-        return RESPONSES.error_event(err)
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
+        return RESPONSES.error_event(err, after)
 
     def is_error(self, data: bytes) -> bool:
         return event_type(data) in _FAILED_EVENTS
@@ -196,12 +207,14 @@ class ResponsesProtocol(OpenAIProtocol):
         return ResponsesAssembler()
 
     # --- answers the gateway makes ----------------------------------------------------------------
-    def error_event(self, err: GatewayError) -> bytes:
+    def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
         # OpenAI's error event, with the error object too: the openai SDK raises APIError on an event whose
-        # data carries `error`, so a stream that fails midway is never taken for a complete one.
+        # data carries `error`, so a stream that fails midway is never taken for a complete one. Its
+        # sequence_number follows the last event's (the backend's numbers, or the translation's), as OpenAI's
+        # does: a client that orders events by it puts the error last.
         inner = err.body()["error"]
         payload = {"type": "error", "code": err.code or err.type, "message": err.message, "param": err.param,
-                   "sequence_number": 0, "error": inner}
+                   "sequence_number": next_sequence_number(after), "error": inner}
         return event(payload)
 
     def stream_over(self, tail: bytes) -> bool:

@@ -49,6 +49,8 @@ def responses_config(fleet: Fleet, store: dict | None = None) -> dict:
             "chat": backend("chat", "m-chat", ["chat"]),
             "chat2": backend("chat2", "m-chat2", ["chat"]),
             "flaky": backend("flaky", "m-flaky", ["chat", "responses"]),
+            # The same server taken as chat-only: its Responses streams are translated from chat.
+            "flaky-chat": backend("flaky", "m-flaky", ["chat"]),
             "tiny": backend("tiny", "m-tiny", ["chat", "responses"]),
             "tinychat": backend("tinychat", "m-tinychat", ["chat"]),
         },
@@ -58,6 +60,7 @@ def responses_config(fleet: Fleet, store: dict | None = None) -> dict:
             "translated": {"backends": ["chat"]},
             "cached": {"backends": ["chat2"], "cache": {"exact": {"enabled": True, "ttl_s": 300}}},
             "flaky": {"backends": ["flaky"], "retry": {"max_attempts": 1}},
+            "flaky-translated": {"backends": ["flaky-chat"], "retry": {"max_attempts": 1}},
             "tiny": {"backends": ["tiny"]},
             "tinychat": {"backends": ["tinychat"]},
             "tiny-fallback": {"backends": ["tiny"], "context_fallback": "native"},

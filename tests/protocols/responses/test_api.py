@@ -3,9 +3,12 @@ translation for a chat-only one; chaining, the stored responses' routes, and bad
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
+from openai.types.responses import ResponseErrorEvent
 
 from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY
 from tests.protocols.responses.conftest import LIMITED_KEY
@@ -195,6 +198,24 @@ def test_a_stream_cut_midway_ends_with_an_error_and_is_not_stored(responses_gate
                 pass
     finally:
         set_faults(port)
+
+
+@pytest.mark.parametrize("model", ["flaky", "flaky-translated"])
+def test_the_error_event_of_a_cut_stream_continues_the_sequence_numbers(responses_gateway, responses_fleet, model):
+    # Read with the SDK's raw stream (its iterator raises at the error event, before a client could see it),
+    # each event checked against the SDK's own event types: the error's number is the one after the last.
+    port = responses_fleet.ports["flaky"]
+    set_faults(port, disconnect_rate=1.0)
+    try:
+        client = responses_gateway.client()
+        with client.responses.with_streaming_response.create(model=model, input="x" * 40, stream=True) as raw:
+            events = [json.loads(line.removeprefix("data: ")) for line in raw.iter_lines() if line.startswith("data: ")]
+    finally:
+        set_faults(port)
+    assert len(events) > 2 and events[-1]["type"] == "error"
+    error = ResponseErrorEvent.model_validate(events[-1])
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert error.sequence_number == events[-2]["sequence_number"] + 1
 
 
 def test_a_429_storm_reaches_the_client_as_a_rate_limit_error(responses_gateway, responses_fleet):

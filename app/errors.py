@@ -115,6 +115,14 @@ class TargetUnmeetable(GatewayError):
     code = "latency_target_unmeetable"
 
 
+class Interrupted(GatewayError):
+    """The gateway stopped before the answer was complete (shutdown past its grace period) while the client
+    still waited: nothing of it was wrong, so it may be sent again, to a replica that is not stopping."""
+
+    status = 503
+    code = "request_interrupted"
+
+
 class NoBackendAvailable(GatewayError):
     """Every backend of the alias is ejected by its circuit breaker."""
 

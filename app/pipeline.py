@@ -18,7 +18,7 @@ from app.conversations.service import Turn
 from app.deadline import DEADLINE_HEADER, Deadline
 from app.dispatch.log import DispatchLog
 from app.dispatch.loop import Dispatched, dispatch
-from app.errors import GatewayError, ModelNotFound, UpstreamProtocolError
+from app.errors import GatewayError, Interrupted, ModelNotFound, UpstreamProtocolError
 from app.gateway import Gateway
 from app.protocols import ClientProtocol, ParsedRequest
 from app.protocols.openai import MODEL_FIELD
@@ -36,7 +36,7 @@ from app.relay.filters import (
     StreamUsage,
     UsageFilter,
 )
-from app.relay.loop import Relay, SSEResponse, replay
+from app.relay.loop import ClientGone, Relay, SSEResponse, replay
 from app.relay.result import RelayResult
 from app.routing.slo import from_headers as latency_target
 from app.telemetry.server_timing import server_timing, timing_summary
@@ -61,8 +61,9 @@ class _Flow:
 
 
 async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers: dict[str, str],
-                 path: str) -> Response:
-    """Serve one proxied call; raises GatewayError for anything the client must see as an error."""
+                 path: str, gone: ClientGone | None = None) -> Response:
+    """Serve one proxied call; raises GatewayError for anything the client must see as an error. `gone` is the
+    front's word that the client left: a cancelled call whose client is still there was stopped by the server."""
     record = RequestRecord(_REQUEST_IDS.next(), protocol.value, time.perf_counter())
     record.span = gw.telemetry.start_request(record, path, headers.get("traceparent"))
     flow = _Flow(record)
@@ -79,8 +80,13 @@ async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         err.headers.setdefault("x-request-id", record.request_id)
         raise
     except asyncio.CancelledError:
-        # The client left before its answer began (app.http.fastpath cancels the call): nothing to send.
-        record.status, record.outcome, record.error_type = 499, Outcome.CLIENT_GONE, "client_disconnected"
+        if gone is None or gone.lost:
+            # The client left before its answer began (app.http.fastpath cancels the call): nothing to send.
+            record.status, record.outcome, record.error_type = 499, Outcome.CLIENT_GONE, "client_disconnected"
+        else:
+            # The server stopped it (shutdown past its grace period) with the client still waiting: the front
+            # answers a retryable 503 (app.http.fastpath), as a stream stopped so ends with stream_interrupted.
+            record.status, record.outcome, record.error_type = 503, Outcome.UPSTREAM_ERROR, Interrupted.code
         record.finished = time.perf_counter()
         _finish(gw, flow)
         raise

@@ -20,6 +20,7 @@ from app.gateway import Gateway
 from app.http.fastpath import _unless_client_leaves, error_response
 from app.protocols import CHAT as CHAT_API
 from app.protocols import ClientProtocol
+from app.relay.loop import ClientGone
 from app.upstream.scripted import ScriptedTransport
 
 KEY = "sk-scripted-0123456789"
@@ -88,8 +89,10 @@ async def call(gw: Gateway, body: dict | bytes = CHAT, key: str = KEY, endpoint:
         await gone.wait()
         return {"type": "http.disconnect"}
 
+    front = ClientGone()  # as the server's protocol gives one: it tells a client that left from a server that stops
     try:
-        response = await _unless_client_leaves(pipeline.handle(gw, endpoint, raw, hdrs, "/v1/" + endpoint.value), receive)
+        response = await _unless_client_leaves(pipeline.handle(gw, endpoint, raw, hdrs, "/v1/" + endpoint.value, front),
+                                               receive, front)
     except GatewayError as err:
         response = error_response(err, endpoint)
     if response is None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.errors import UpstreamUnreachable
 from app.upstream.scripted import Fail, Hang, Reply, ScriptedTransport, Stream, chunks
 from tests.scripted import CHAT, call, config, in_flight, run
@@ -167,6 +169,36 @@ def test_stream_stopped_by_the_server_ends_with_an_error_event_and_frees_its_slo
     # Recorded (log line, metrics, span, console) as the client saw it: the gateway broke the stream. It
     # was recorded as client_disconnected, so every deploy that cut streams read as clients leaving.
     assert (recorded.outcome.value, recorded.error_type, recorded.status) == ("stream_broken", "stream_interrupted", 503)
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_a_json_call_stopped_by_the_server_gets_a_retryable_503_in_its_api_shape(api):
+    """Shutdown past its grace period cancels what still runs: a JSON client used to get uvicorn's plain-text 500."""
+    from app.protocols import CHAT as CHAT_API
+    from app.protocols import MESSAGES, RESPONSES
+    from app.telemetry.recent import revive
+
+    protocol = {"chat": CHAT_API, "messages": MESSAGES, "responses": RESPONSES}[api]
+    body = {"chat": CHAT, "messages": {**CHAT, "max_tokens": 8}, "responses": {"model": "chat", "input": "hi"}}[api]
+    t = ScriptedTransport(lambda name, n: Hang())
+
+    async def scenario(gw):
+        task = asyncio.ensure_future(call(gw, body, endpoint=protocol))
+        await asyncio.sleep(0.1)
+        task.cancel()  # what the server does to a request still running when it stops
+        answer = await task
+        [recorded] = gw.telemetry.recent.newest(1)
+        return answer, in_flight(gw), t.in_flight, revive(recorded)
+
+    answer, held, upstream, recorded = run(config(), t, scenario)
+    assert answer.status == 503 and answer.headers["x-should-retry"] == "true"
+    if api == "messages":
+        assert answer.json() == {"type": "error", "error": {"type": "api_error", "message": answer.json()["error"]["message"]}}
+    else:
+        assert (answer.error["type"], answer.error["code"]) == ("api_error", "request_interrupted")
+    assert held == {"a": 0, "b": 0} and upstream == 0
+    # Recorded as the client saw it, not as a client that left (499).
+    assert (recorded.outcome.value, recorded.error_type, recorded.status) == ("upstream_error", "request_interrupted", 503)
 
 
 def _hedged_first_wins(hedge: bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -60,6 +61,45 @@ def test_sigterm_mid_stream_lets_the_stream_finish(fleet, tmp_path):
     assert gw.process.proc.wait(timeout=10) in (0, -signal.SIGTERM)
     log = gw.process.log()
     assert "Finished server process" in log and "Traceback" not in log
+
+
+def test_json_calls_still_running_past_the_grace_get_a_retryable_503_in_their_api_shape(fleet, tmp_path):
+    # Every backend hangs; the grace period is short: uvicorn cancels the three calls. Each SDK sees a 503 in its
+    # own error class and shape; they used to get uvicorn's plain-text "Internal Server Error" 500, recorded as a
+    # client that left (499).
+    import anthropic
+    import openai
+
+    from tests.conftest import ACME_KEY, gateway_config
+    from tests.support import free_port, sim_stats
+
+    config = gateway_config(fleet, free_port(), shutdown_grace_s=0.5)
+    # Chat only (Responses and Messages translated to it), and no time limit of its own before the grace ends.
+    config["backends"]["hang"].update(apis=["chat"], timeouts={"connect_s": 1, "first_token_s": 30, "total_s": 30})
+    gw = start_gateway(tmp_path, fleet, config)
+    oa = gw.client(timeout=20)
+    an = anthropic.Anthropic(base_url=gw.url, api_key=ACME_KEY, max_retries=0, timeout=20)
+    calls = {
+        "chat": lambda: oa.chat.completions.create(model="hang", messages=[{"role": "user", "content": "hi"}]),
+        "responses": lambda: oa.responses.create(model="hang", input="hi"),
+        "messages": lambda: an.messages.create(model="hang", max_tokens=8, messages=[{"role": "user", "content": "hi"}]),
+    }
+    before = sim_stats(fleet.ports["hang"])["requests"]
+    with ThreadPoolExecutor(3) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+        assert wait_until(lambda: sim_stats(fleet.ports["hang"])["requests"] - before >= 3, timeout=10)
+        gw.process.proc.send_signal(signal.SIGTERM)
+        errors = {}
+        for name, future in futures.items():
+            with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as caught:
+                future.result(timeout=15)
+            errors[name] = caught.value
+    assert gw.process.proc.wait(timeout=10) in (0, -signal.SIGTERM)
+    assert all(e.status_code == 503 and e.response.headers["x-should-retry"] == "true" for e in errors.values())
+    assert isinstance(errors["chat"], openai.InternalServerError) and isinstance(errors["messages"], anthropic.InternalServerError)
+    assert errors["chat"].code == errors["responses"].code == "request_interrupted"
+    assert errors["messages"].body["error"]["type"] == "api_error"
+    assert "Exception in ASGI application" not in gw.process.log()
 
 
 def _accepts(url: str) -> bool:

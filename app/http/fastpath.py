@@ -19,7 +19,7 @@ from app.admission.auth import duplicate_authorization
 from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
-from app.errors import GatewayError, PayloadTooLarge
+from app.errors import GatewayError, Interrupted, PayloadTooLarge
 from app.protocols import CHAT, PROTOCOLS, ClientProtocol
 from app.relay.loop import ClientGone, client_gone_of, wait_for_disconnect
 from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
@@ -52,9 +52,12 @@ class FastPath:
         try:
             headers = _headers(scope)
             body = await _read_body(receive, self._limit, headers.get("content-length"))
-            call = pipeline.handle(self.app.state.gateway, protocol, body, headers, scope["path"])
             gone = client_gone_of(scope)
-            response = await (_unless_client_leaves(call, receive) if gone is None else _unless_gone(call, gone))
+            watch = gone is None  # another ASGI server, a test client: a watcher task tells it
+            if gone is None:
+                gone = ClientGone()
+            call = pipeline.handle(self.app.state.gateway, protocol, body, headers, scope["path"], gone)
+            response = await (_unless_client_leaves(call, receive, gone) if watch else _unless_gone(call, gone))
             if response is None:
                 return  # the client left before its answer began: the call was cancelled, nothing to send
         except GatewayError as err:
@@ -66,10 +69,10 @@ class FastPath:
         await response(scope, receive, send)
 
 
-async def _unless_client_leaves(call, receive: Receive) -> Response | None:
+async def _unless_client_leaves(call, receive: Receive, gone: ClientGone | None = None) -> Response | None:
     """`_unless_gone` where the server gives no ClientGone (another ASGI server, a test client): a watcher
-    task waits for `http.disconnect` and tells it."""
-    gone = ClientGone()
+    task waits for `http.disconnect` and tells `gone` (the one the call was given, if any)."""
+    gone = gone or ClientGone()
 
     def on_disconnect(watch: asyncio.Future) -> None:
         if not watch.cancelled() and watch.exception() is None:
@@ -86,7 +89,9 @@ async def _unless_client_leaves(call, receive: Receive) -> Response | None:
 async def _unless_gone(call, gone: ClientGone) -> Response | None:
     """Run the pipeline in this task; if the client leaves first, cancel the call (which closes the upstream
     connection and frees the backend slot) and return None. The server's protocol (app.http.intake) says
-    when the client left."""
+    when the client left. Cancelled by the server instead (uvicorn cancels what still runs past the shutdown
+    grace period), the client still waits: it gets Interrupted, a retryable 503 in its API's shape, not a
+    connection closed without a word."""
     if gone.lost:
         call.close()
         return None
@@ -103,10 +108,10 @@ async def _unless_gone(call, gone: ClientGone) -> Response | None:
     try:
         return await call
     except asyncio.CancelledError:
+        task.uncancel()
         if state[1]:
-            task.uncancel()
             return None
-        raise
+        raise Interrupted("the gateway stopped before this request's answer was complete; send it again") from None
     finally:
         state[0] = True
         gone.callback = None

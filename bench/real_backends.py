@@ -271,6 +271,24 @@ def error_text(e: dict[str, float]) -> str:
     return f"TTFT {e['ttft_signed']:+.0%} / {e['ttft_abs']:.0%}, E2E {e['e2e_signed']:+.0%} / {e['e2e_abs']:.0%}"
 
 
+def prefill_speed(results: list[Result]) -> dict[str, tuple[float, int]]:
+    """Each server's median prefill ms a word over a run's long prompts, as llama.cpp reported it, and how many.
+    The servers share the box's cores with everything else on it, and their speed drifts over minutes: an
+    arm that ran through a slow spell reads slower on every figure without having routed worse. This says
+    so beside the run's figures. Long prompts only: a short one's figure is mostly the chat template's and
+    the first decode step's fixed cost. It still moves with what else ran on that server at the time (a
+    prefill beside a full batch of decodes is slower), so it is a witness, not a correction."""
+    rates: dict[str, list[float]] = {}
+    for r in results:
+        if r.ok and r.words >= LONG_WORDS and r.timing and r.timing.get("prefill"):
+            rates.setdefault(r.backend, []).append(r.timing["prefill"] / r.words)
+    return {b: (statistics.median(v), len(v)) for b, v in sorted(rates.items())}
+
+
+def speed_text(speed: dict[str, tuple[float, int]]) -> str:
+    return ", ".join(f"{b} {ms:.1f} ({n})" for b, (ms, n) in speed.items())
+
+
 def report(name: str, results: list[Result]) -> dict:
     ok = [r for r in results if r.ok]
     # A JSON request has no first token of its own: TTFT figures are the streams'.
@@ -429,6 +447,8 @@ async def main() -> None:
                       f"TTFT p50 {row['ttft_p50']:.0f} ms, E2E p50 {row['e2e_p50']:.0f} ms, "
                       f"TTFT mean {row['ttft_mean']:.0f} ms, E2E mean {row['e2e_mean']:.0f} ms, "
                       f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                if speed := prefill_speed(results):
+                    print(f"    long prompts' prefill, ms a word (median, count): {speed_text(speed)}", flush=True)
                 for r in sorted((r for r in results if not r.ok), key=lambda r: r.at):
                     print(f"    failed: sent {r.at:.2f} s, {r.words} words: {r.error}", flush=True)
                 if any(r.predicted_e2e_s for r in results):
@@ -515,6 +535,11 @@ def summarise(runs: dict[str, list[list[Result]]], workload: str, after: int, bu
                     continue
                 parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
             print(f"vs {name}, median of in-repeat ratios: " + ", ".join(parts))
+    if any(prefill_speed(r) for s in strategies for r in runs[s]):
+        print()
+        print("long prompts' prefill, ms a word, per run (llama.cpp's report): an arm that met a slow spell shows here")
+        for s in strategies:
+            print(f"  {s:<22} " + "; ".join(speed_text(prefill_speed(r)) or "-" for r in runs[s]))
     if any(len(runs[s]) > 1 for s in strategies):
         pooled_lines(runs, strategies)
     first_rest: dict[str, list[tuple[dict, dict]]] = {}

@@ -97,3 +97,21 @@ def test_a_failed_request_says_what_came_back_and_a_stream_ending_in_an_error_ev
     refused, broken = asyncio.run(scenario())
     assert not refused.ok and refused.error.startswith("HTTP 503: ") and "every backend is full" in refused.error
     assert not broken.ok and broken.error.startswith('error event: {"error"') and "upstream went away" in broken.error
+
+
+def test_each_run_says_how_fast_each_server_prefilled_its_long_prompts_so_a_slow_spell_shows(capsys):
+    from bench.real_backends import Result, prefill_speed, summarise
+
+    def asked(backend: str, words: int, prefill_ms: float, ok: bool = True) -> Result:
+        return Result(ok, backend, 1.0, 2.0, timing={"prefill": prefill_ms}, words=words)
+
+    calm = [asked("quick", 300, 2100.0), asked("quick", 500, 3500.0), asked("throttled", 400, 8000.0),
+            asked("quick", 40, 900.0),  # short: its template and first step would dominate the figure
+            asked("throttled", 600, 99000.0, ok=False)]  # failed: no prefill it finished
+    assert prefill_speed(calm) == {"quick": (7.0, 2), "throttled": (20.0, 1)}
+    slow = [asked("quick", 300, 2700.0), asked("throttled", 400, 10400.0)]
+    assert prefill_speed([asked("quick", 60, 500.0)]) == {}
+    summarise({"a": [slow], "b": [calm]}, "mixed", 1, True, 0.0)
+    out = capsys.readouterr().out
+    assert "  a                      quick 9.0 (1), throttled 26.0 (1)" in out
+    assert "  b                      quick 7.0 (2), throttled 20.0 (1)" in out

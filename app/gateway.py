@@ -167,7 +167,7 @@ class Gateway:
 
 async def _probe(backend: Backend) -> bool:
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(backend.host, backend.port), _PROBE_TIMEOUT_S)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(*backend.first_hop), _PROBE_TIMEOUT_S)
     except (OSError, TimeoutError):
         return False
     writer.close()

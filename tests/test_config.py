@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError, ModelAlias, load_config, load_simulator_config
-from tests.support import ROOT
+from tests.support import ROOT, make_ca_and_leaf
 
 GOOD = """
 auth: {mode: open}
@@ -325,3 +325,60 @@ def test_a_bench_reports_prior_loads(tmp_path):
                                         ' "tpot_growth": 0.01, "slots": null}}')
     config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, latency_prior: base.json}")), environ={})
     assert config.backends["a"].latency_prior == str(tmp_path / "base.json")
+
+
+HTTPS = GOOD.replace("http://127.0.0.1:9/v1", "https://127.0.0.1:9/v1")
+
+
+def test_a_ca_bundle_is_read_relative_to_the_config_file(tmp_path):
+    make_ca_and_leaf(tmp_path)
+    config = load_config(write(tmp_path, HTTPS.replace("model: m}", "model: m, ca_bundle: ca.pem}")), environ={})
+    assert config.backends["a"].ca_bundle == str(tmp_path / "ca.pem")
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "is not a file"),
+    ("not a certificate\n", "does not hold PEM certificates"),
+    ("", "does not hold PEM certificates"),
+])
+def test_a_ca_bundle_that_cannot_be_trusted_from_is_named_at_check(tmp_path, content, problem):
+    if content is not None:
+        (tmp_path / "ca.pem").write_text(content)
+    msg = error_for(tmp_path, HTTPS.replace("model: m}", "model: m, ca_bundle: ca.pem}"))
+    assert f"gw.yaml: backends.a.ca_bundle: {tmp_path / 'ca.pem'} {problem}" in msg
+
+
+def test_a_ca_bundle_on_a_plain_http_backend_is_refused(tmp_path):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", "model: m, ca_bundle: ca.pem}"))
+    assert "gw.yaml: backends.a: ca_bundle is for https:// backends: this base_url is not one" in msg
+
+
+def test_a_proxy_url_loads_and_never_shows_in_the_configs_repr(tmp_path):
+    config = load_config(write(tmp_path, GOOD.replace("model: m}", "model: m, proxy: 'http://u:pw-xyz@proxy.corp:3128'}")),
+                         environ={})
+    assert config.backends["a"].proxy.get_secret_value() == "http://u:pw-xyz@proxy.corp:3128"
+    assert "pw-xyz" not in repr(config)
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("https://u:pw-xyz@proxy.corp:3128", "must start with http://"),
+    ("socks5://u:pw-xyz@proxy.corp:1080", "must start with http://"),
+    ("http://u:pw-xyz@proxy.corp:99999", "the port after the host must be a number 0-65535"),
+    ("http://u:pw-xyz@:3128", "names no host"),
+    ("http://u:pw-xyz@proxy.corp:3128/path", "must be http://[user:password@]host[:port] with nothing after it"),
+])
+def test_a_proxy_url_the_gateway_cannot_use_is_named_without_echoing_it(tmp_path, url, problem):
+    msg = error_for(tmp_path, GOOD.replace("model: m}", f"model: m, proxy: '{url}'}}"))
+    assert f"gw.yaml: backends.a.proxy: {problem}" in msg and "pw-xyz" not in msg
+
+
+def test_a_proxy_may_come_from_an_environment_variable(tmp_path):
+    path = write(tmp_path, GOOD.replace("model: m}", "model: m, proxy_env: PROXY}"))
+    assert load_config(path, environ={"PROXY": "http://u:pw@proxy.corp:3128\n"}).backends["a"].proxy.get_secret_value() \
+        == "http://u:pw@proxy.corp:3128"
+    assert "gw.yaml: backends.a.proxy_env: environment variable PROXY is not set" in error_for(tmp_path, path.read_text())
+    msg = error_for(tmp_path, path.read_text(), env={"PROXY": "https://u:pw-xyz@proxy.corp"})
+    assert "gw.yaml: backends.a.proxy_env: environment variable PROXY holds no proxy URL the gateway can use " \
+           "(must start with http://" in msg and "pw-xyz" not in msg
+    both = GOOD.replace("model: m}", "model: m, proxy: 'http://p:1', proxy_env: PROXY}")
+    assert "gw.yaml: backends.a: give proxy or proxy_env, not both" in error_for(tmp_path, both, env={"PROXY": "http://p:1"})

@@ -36,7 +36,14 @@ DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", max_length=128)]
 
 from app.config.limits import LimitsConfig, ScopeLimits
-from app.config.urls import checked_redis_url, one_redis_source, port_problem, redis_url_problem
+from app.config.urls import (
+    ca_bundle_problem,
+    checked_redis_url,
+    one_redis_source,
+    port_problem,
+    proxy_url_problem,
+    redis_url_problem,
+)
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -177,6 +184,15 @@ class BackendConfig(Strict):
     # (apart from `model`); a Responses or Messages request to a backend without it is translated to chat
     # completions. Unset: the flavour's default (DEFAULT_APIS).
     apis: tuple[ApiName, ...] | None = None
+    # A PEM file of the certificate authorities this https backend's certificate is checked against, instead of
+    # the system's (a private CA, a self-signed vLLM). Relative paths are relative to the config file.
+    ca_bundle: str | None = None
+    # The HTTP proxy this backend is reached through, http://[user:password@]host:port: an https backend is
+    # tunnelled (CONNECT; TLS runs end to end with the backend), an http one forwarded. HTTPS_PROXY and the like
+    # are never read: each backend names its own. proxy_env: the environment variable holding that URL instead
+    # (a proxy password stays out of the file). Never echoed: the URL may carry a password.
+    proxy: SecretStr | None = None
+    proxy_env: str | None = Field(None, min_length=1)
     # Resolved from api_key_env at load time, never serialised.
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
 
@@ -190,6 +206,22 @@ class BackendConfig(Strict):
         if problem:
             raise ValueError(problem)
         return url
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, url: SecretStr | None) -> SecretStr | None:
+        problem = proxy_url_problem(url.get_secret_value()) if url is not None else None
+        if problem:
+            raise ValueError(problem)
+        return url
+
+    @model_validator(mode="after")
+    def _proxy_and_tls(self) -> BackendConfig:
+        if self.proxy is not None and self.proxy_env is not None:
+            raise ValueError("give proxy or proxy_env, not both")
+        if self.ca_bundle is not None and not self.base_url.startswith("https://"):
+            raise ValueError("ca_bundle is for https:// backends: this base_url is not one")
+        return self
 
     @model_validator(mode="after")
     def _apis(self) -> BackendConfig:
@@ -744,6 +776,23 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
             if problem:
                 raise ConfigError(f"{where}: backends.{name}.latency_prior: {prior} {problem}")
             backend = backend.model_copy(update={"latency_prior": str(prior)})
+        if backend.ca_bundle:
+            bundle = Path(backend.ca_bundle)
+            if not bundle.is_absolute():
+                bundle = Path(where).parent / bundle
+            problem = ca_bundle_problem(bundle)
+            if problem:
+                raise ConfigError(f"{where}: backends.{name}.ca_bundle: {bundle} {problem}")
+            backend = backend.model_copy(update={"ca_bundle": str(bundle)})
+        if backend.proxy_env:
+            key = f"{where}: backends.{name}.proxy_env: environment variable {backend.proxy_env}"
+            value = (env.get(backend.proxy_env) or "").strip()
+            if not value:
+                raise ConfigError(f"{key} is not set")
+            problem = proxy_url_problem(value)
+            if problem:
+                raise ConfigError(f"{key} holds no proxy URL the gateway can use ({problem})")
+            backend = backend.model_copy(update={"proxy": SecretStr(value)})
         if backend.api_key_env:
             # A key read from a file (a Kubernetes Secret made with --from-file, `$(cat key)` kept with its
             # newline) ends in a line break, which no header may carry: every request failed at the start

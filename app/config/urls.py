@@ -9,6 +9,8 @@ load time (app.config: _resolve_secrets).
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from urllib.parse import urlsplit
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
@@ -55,3 +57,31 @@ def checked_redis_url(url: str | None) -> str | None:
     if problem:
         raise ValueError(problem)
     return url
+
+
+def proxy_url_problem(url: str) -> str | None:
+    """What is wrong with a backend's proxy URL, in words (never the URL: it may carry a password); None if the
+    upstream hop can use it: http://[user:password@]host[:port], nothing after the authority."""
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return "must start with http:// (the proxy is spoken to in plain HTTP; an https backend's TLS runs through it)"
+    if port_problem(url):
+        return port_problem(url)
+    if not parts.hostname:
+        return "names no host"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "must be http://[user:password@]host[:port] with nothing after it"
+    return None
+
+
+def ca_bundle_problem(path: Path) -> str | None:
+    """Why a ca_bundle file cannot be trusted from (None if it can): it must exist and hold PEM certificates."""
+    if not path.is_file():
+        return "is not a file"
+    try:
+        context = ssl.create_default_context(cafile=str(path))
+    except (OSError, ssl.SSLError) as exc:
+        return f"does not hold PEM certificates ({exc.__class__.__name__}: {exc.args[-1] if exc.args else exc})"
+    if not context.cert_store_stats().get("x509"):
+        return "holds no certificate"
+    return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +26,7 @@ from app.errors import (
     UpstreamUnreachable,
 )
 from app.upstream.adapters import Adapter, adapter_for
+from app.upstream.proxy import Proxy
 from app.upstream.wire import (
     BadResponse,
     BrokenBody,
@@ -55,6 +58,7 @@ class Backend:
     adapter: Adapter  # what this kind of server does its own way
     wire: WirePool  # the proxied calls' connections
     secret: bytes | None = None  # the configured API key, to redact from anything relayed
+    proxy: Proxy | None = None  # the HTTP proxy it is reached through (backends.<name>.proxy)
 
     @property
     def host(self) -> str:
@@ -63,6 +67,11 @@ class Backend:
     @property
     def port(self) -> int:
         return self.base.port or (443 if self.base.scheme == "https" else 80)
+
+    @property
+    def first_hop(self) -> tuple[str, int]:
+        """Where a connection to this backend goes first: its proxy, if it has one (what /readyz probes)."""
+        return (self.proxy.host, self.proxy.port) if self.proxy is not None else (self.host, self.port)
 
     def url(self, path: str) -> URL:
         # Endpoint URLs are joined once and reused: yarl's join is not free on the hot path.
@@ -90,20 +99,34 @@ def build_backend(name: str, config: BackendConfig) -> Backend:
     headers = {"accept-encoding": "identity", "user-agent": "slipstream", "content-type": "application/json"}
     if config.api_key is not None:
         headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=config.max_concurrency, keepalive_timeout=30, ttl_dns_cache=300),
-        # Read, first-token and total limits are enforced per attempt (app.upstream.attempt).
-        timeout=_connect_timeout(config.timeouts.connect_s),
-        auto_decompress=False,
-        trust_env=False,
-        skip_auto_headers=("user-agent",),
-    )
-    secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
     base = URL(config.base_url.rstrip("/"))
+    tls = base.scheme == "https"
+    # One TLS context and one proxy per backend, shared by the proxied calls (wire) and the probes (session):
+    # the system's CAs, or only those of backends.<name>.ca_bundle. The environment's HTTPS_PROXY is never read
+    # (trust_env=False): each backend names its own proxy, or has none.
+    context = ssl.create_default_context(cafile=config.ca_bundle) if tls else None
+    proxy_url = URL(config.proxy.get_secret_value()) if config.proxy is not None else None
+    proxy = Proxy.from_url(str(proxy_url)) if proxy_url is not None else None
+    with warnings.catch_warnings():
+        # aiohttp takes a session-wide proxy login only as proxy_auth, which it marks deprecated (for v4) in
+        # favour of per-request proxy_headers; the probes' few calls do not pass headers of their own.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=config.max_concurrency, keepalive_timeout=30, ttl_dns_cache=300,
+                                           ssl=context if context is not None else True),
+            # Read, first-token and total limits are enforced per attempt (app.upstream.attempt).
+            timeout=_connect_timeout(config.timeouts.connect_s),
+            auto_decompress=False,
+            trust_env=False,
+            skip_auto_headers=("user-agent",),
+            proxy=proxy_url.with_user(None) if proxy_url is not None else None,
+            proxy_auth=aiohttp.BasicAuth.from_url(proxy_url) if proxy_url is not None else None,
+        )
+    secret = config.api_key.get_secret_value().encode() if config.api_key is not None else None
     # The host as the wire carries it: an internationalised name in its ASCII (IDNA) form, for the Host header.
-    wire = WirePool(base.raw_host or "", base.port or (443 if base.scheme == "https" else 80), base.scheme == "https",
-                    base.raw_path, headers)
-    return Backend(name, config, session, base, headers, {}, adapter_for(config.flavor), wire, secret or None)
+    wire = WirePool(base.raw_host or "", base.port or (443 if tls else 80), tls, base.raw_path, headers,
+                    ssl_context=context, proxy=proxy)
+    return Backend(name, config, session, base, headers, {}, adapter_for(config.flavor), wire, secret or None, proxy)
 
 
 async def open_response(backend: Backend, path: str, body: bytes, accept: str, connect_s: float,
@@ -166,7 +189,7 @@ def _wire_error(name: str, exc: WireError) -> GatewayError:
     if isinstance(exc, ConnectTimeout):
         return UpstreamTimeout(f"backend {name} did not accept a connection in time", code="connect_timeout")
     if isinstance(exc, ConnectFailed):
-        return UpstreamUnreachable(f"backend {name} is unreachable")
+        return UpstreamUnreachable(f"backend {name} is unreachable" + (f": {exc.detail}" if exc.detail else ""))
     if isinstance(exc, Disconnected):
         return UpstreamProtocolError(f"backend {name} closed the connection")
     if isinstance(exc, BrokenBody):

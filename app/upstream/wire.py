@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from app.upstream.proxy import Proxy, ProxyRefused, tunnel
+
 KEEPALIVE_S = 30.0
 # A stream buffered beyond this (the client reads slower than the backend writes) pauses reading from
 # the backend until the relay catches up, as TCP would.
@@ -38,7 +40,12 @@ class WireError(Exception):
 
 
 class ConnectFailed(WireError):
-    """The backend could not be reached (refused, unroutable, TLS handshake failed)."""
+    """The backend could not be reached (refused, unroutable, TLS handshake failed). `detail`: why, where an
+    operator can act on it (an untrusted certificate, a proxy that refused): never a URL or credential."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class ConnectTimeout(WireError):
@@ -350,15 +357,23 @@ class WirePool:
     """Keep-alive connections to one backend, and its POST."""
 
     def __init__(self, host: str, port: int, tls: bool, base_path: str, headers: dict[str, str],
-                 keepalive_s: float = KEEPALIVE_S) -> None:
+                 keepalive_s: float = KEEPALIVE_S, ssl_context: ssl.SSLContext | None = None,
+                 proxy: Proxy | None = None) -> None:
         self._host, self._port = host, port
         self._keepalive_s = keepalive_s
-        self._ssl = ssl.create_default_context() if tls else None
+        # Built once per backend (app.upstream.client: with its ca_bundle, if any), never per connection.
+        self._ssl = (ssl_context or ssl.create_default_context()) if tls else None
+        self._proxy = proxy
         default_port = 443 if tls else 80
         self._authority = host if port == default_port else f"{host}:{port}"
         if ":" in host and not host.startswith("["):  # an IPv6 literal
             self._authority = f"[{host}]" if port == default_port else f"[{host}]:{port}"
         self._base_path = base_path.rstrip("/")
+        if proxy is not None and not tls:
+            # Forwarded through the proxy: the request line names the whole URL (RFC 9112 3.2.2, absolute-form).
+            self._base_path = f"http://{self._authority}{self._base_path}"
+            if proxy.authorization:
+                headers = {**headers, "proxy-authorization": proxy.authorization}
         self._fixed = b"".join(_header_line(k, v) for k, v in headers.items())
         self._heads: dict[tuple[str, str], bytes] = {}
         self._idle: deque[_Connection] = deque()  # the warmest last (reused first), the oldest first
@@ -419,13 +434,27 @@ class WirePool:
 
     async def _connect(self, connect_s: float) -> _Connection:
         loop = asyncio.get_running_loop()
+        proxy = self._proxy
         try:
             async with asyncio.timeout(connect_s):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None)
+                if proxy is None:
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
+                        server_hostname=self._host if self._ssl is not None else None)
+                elif self._ssl is not None:
+                    sock = await tunnel(proxy, self._host, self._port)
+                    _, conn = await loop.create_connection(lambda: _Connection(self), sock=sock, ssl=self._ssl,
+                                                           server_hostname=self._host)
+                else:
+                    _, conn = await loop.create_connection(lambda: _Connection(self), proxy.host, proxy.port)
         except TimeoutError:
             raise ConnectTimeout("the backend did not accept a connection in time") from None
+        except ProxyRefused as exc:
+            raise ConnectFailed("could not connect through the proxy", f"its proxy: {exc}") from None
+        except ssl.SSLCertVerificationError as exc:
+            # The usual cause behind a private CA or a self-signed server: say so (backends.<name>.ca_bundle).
+            raise ConnectFailed("could not connect: SSLCertVerificationError",
+                                f"its TLS certificate is not trusted ({exc.verify_message})") from None
         except (OSError, ssl.SSLError) as exc:
             raise ConnectFailed(f"could not connect: {type(exc).__name__}") from None
         self._live.add(conn)

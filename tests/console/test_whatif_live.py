@@ -15,3 +15,12 @@ def test_a_whatif_replay_reaches_no_redis_of_the_live_config():
     for section in ("cache", "limits", "responses"):
         assert replay[section]["store"] == "memory"
         assert "redis_url" not in replay[section] and "redis_url_env" not in replay[section]
+
+
+def test_a_whatif_replay_reaches_its_simulated_backends_directly():
+    # The live backends' CA bundles and proxies are theirs: the replay's simulators are on loopback, in plain HTTP.
+    live = {"backends": {"a": {"base_url": "https://vllm.corp/v1", "model": "m", "ca_bundle": "/etc/ca.pem",
+                               "proxy_env": "PROXY"}}, "models": {"chat": {"backends": ["a"]}}}
+    replay = policy(live, {"backends": {"a": {"model": "m"}}})
+    assert replay["backends"]["a"]["base_url"].startswith("http://127.0.0.1:")
+    assert not {"ca_bundle", "proxy", "proxy_env"} & set(replay["backends"]["a"])

@@ -101,7 +101,7 @@ def policy(raw: dict, fleet: dict) -> dict:
         sim = sims.get(name)
         if sim is None:
             continue
-        b = {k: v for k, v in spec.items() if k not in ("api_key", "api_key_env", "headers")}
+        b = {k: v for k, v in spec.items() if k not in ("api_key", "api_key_env", "headers", "ca_bundle", "proxy", "proxy_env")}
         b["base_url"] = f"http://127.0.0.1:{sim['port']}/v1"
         out["backends"][name] = b
     for spec in out.get("models", {}).values():

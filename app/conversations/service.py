@@ -20,7 +20,7 @@ from app.conversations.chain import ChainTooLong, expand
 from app.conversations.store import MemoryResponseStore, RedisResponseStore, ResponseStore, StoredResponse
 from app.errors import GatewayError, InvalidRequest, NotFound
 from app.protocols import ParsedRequest
-from app.protocols.responses.protocol import event_type
+from app.protocols.responses.protocol import RESPONSES, event_type
 from app.relay.loop import SSEResponse
 from app.upstream.sse import event_data
 
@@ -129,16 +129,46 @@ class Turn:
         self.previous_id, self.alias = previous_id, alias
 
     async def keep(self, response: Response) -> Response:
-        """The pipeline's answer, its turn kept: a JSON answer now, a stream's before its final event leaves."""
-        if not self.store:
-            return response
+        """The pipeline's answer, its turn kept: a JSON answer now, a stream's before its final event leaves.
+        A chained turn's answer names the turn it follows (previous_response_id), as OpenAI's does, from every
+        backend: a native Responses backend gets no id (the gateway expanded the chain) and says null."""
         if isinstance(response, SSEResponse):
-            response.body_iterator = self._keep_final(response.body_iterator)
-        elif response.status_code == 200:
+            if self.previous_id is not None:
+                response.body_iterator = self._echo_previous(response.body_iterator)
+            if self.store:
+                response.body_iterator = self._keep_final(response.body_iterator)
+        elif response.status_code == 200 and (self.store or self.previous_id is not None):
             answer = orjson.loads(response.body)
-            if isinstance(answer, dict) and not await self._keep(answer):
+            if not isinstance(answer, dict):
+                return response
+            if self.previous_id is not None and answer.get("previous_response_id") != self.previous_id:
+                answer["previous_response_id"] = self.previous_id
+                response.body = orjson.dumps(answer)
+                response.headers["content-length"] = str(len(response.body))
+            if self.store and not await self._keep(answer):
                 response.headers["x-slipstream-response-stored"] = "false"
         return response
+
+    async def _echo_previous(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        # The lifecycle events (response.created, .in_progress, .completed, ...) carry the response object.
+        try:
+            async for chunk in chunks:
+                if b'"response"' in chunk:
+                    chunk = b"".join(self._echoed(ev) for ev in chunk.split(b"\n\n") if ev)
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    def _echoed(self, ev: bytes) -> bytes:
+        data = event_data(ev)
+        if data is None or b'"response"' not in data:
+            return ev + b"\n\n"
+        event = orjson.loads(data)
+        response = event.get("response") if isinstance(event, dict) else None
+        if not isinstance(response, dict) or response.get("previous_response_id") == self.previous_id:
+            return ev + b"\n\n"
+        response["previous_response_id"] = self.previous_id
+        return RESPONSES.sse.frame(orjson.dumps(event))
 
     async def _keep(self, answer: dict) -> bool:
         if answer.get("status") not in ("completed", "incomplete"):

@@ -65,7 +65,9 @@ def test_chaining_sends_the_earlier_turns_to_the_backend(client, model, stream):
     chained = ask("What is my name?", first.id)
     # The backend counted the first turn's question and answer too: it reached the backend.
     assert chained.usage.input_tokens > alone.usage.input_tokens + first.usage.output_tokens
-    # The stored turn names its predecessor (a passthrough answer is the backend's own: no echo added to it).
+    # The answer names its predecessor, as OpenAI's does, from a native backend too (which never saw the id: the
+    # gateway expanded the chain), and so does the stored turn.
+    assert chained.previous_response_id == first.id and alone.previous_response_id is None
     assert client.responses.retrieve(chained.id).previous_response_id == first.id
     third = ask("And what do I like?", chained.id)
     assert third.usage.input_tokens > chained.usage.input_tokens + chained.usage.output_tokens
@@ -259,3 +261,13 @@ def test_a_chain_that_outgrows_the_context_falls_back_where_configured(responses
             break
     assert raw.headers["x-slipstream-fallback"].startswith("native")
     assert raw.headers["x-slipstream-backend"] == "native"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_lifecycle_event_of_a_chained_stream_names_the_previous_response(client, model):
+    first = client.responses.create(model=model, input="one")
+    events = list(client.responses.create(model=model, input="two", previous_response_id=first.id, store=False, stream=True))
+    lifecycle = [e for e in events if hasattr(e, "response")]
+    assert (lifecycle[0].type, lifecycle[-1].type) == ("response.created", "response.completed")
+    assert {e.response.previous_response_id for e in lifecycle} == {first.id}
+    assert [e.sequence_number for e in events] == list(range(len(events)))

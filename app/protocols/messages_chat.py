@@ -21,7 +21,7 @@ What maps (request):
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
 
 What maps (answer): content text -> a text block; tool_calls -> tool_use blocks (arguments parsed as
-JSON); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
+JSON; a call that max_tokens cut short keeps its block, with input {}, and stops for max_tokens); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
 tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice);
 usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
 cache_read_input_tokens / output_tokens. A backend's reasoning_content is not relayed
@@ -198,10 +198,11 @@ def message_body(chat: dict, alias: str) -> dict:
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
+    cut = choice.get("finish_reason") == "length"
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
-                        "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"))})
+                        "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"), cut)})
     reason = _stop_reason(choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content))
     return {"id": _message_id(chat.get("id")), "type": "message", "role": "assistant", "model": alias,
             "content": content, "stop_reason": reason, "stop_sequence": None,
@@ -235,12 +236,17 @@ def message_usage(usage: object) -> dict:
             "cache_read_input_tokens": cached, "output_tokens": int(usage.get("completion_tokens") or 0)}
 
 
-def _arguments(raw: object) -> dict:
+def _arguments(raw: object, cut: bool = False) -> dict:
+    """A tool call's arguments as the tool_use block's input. Arguments that are not JSON because max_tokens cut
+    them (`cut`) are an incomplete call, as Anthropic answers one: the block with what is known (`{}` for its
+    input) and stop_reason max_tokens, on which clients retry with more tokens rather than run the tool."""
     if isinstance(raw, dict):
         return raw
     try:
         value = orjson.loads(raw) if isinstance(raw, str) and raw else {}
     except orjson.JSONDecodeError:
+        if cut:
+            return {}
         raise UpstreamProtocolError("the backend's tool call arguments are not JSON") from None
     return value if isinstance(value, dict) else {"value": value}
 

@@ -1,0 +1,103 @@
+"""A chat-completions backend on a loopback port whose answers a test writes: what a model would say that the
+simulator never does (parallel tool calls, a call cut by max_tokens, a stream that breaks after a tool call has
+begun). It runs in a thread of its own, so a gateway process can call it while the test drives that gateway with
+an official SDK; each POST /v1/chat/completions is answered by the next queued answer, and its body is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class Json:
+    """A whole chat completion with this message and finish reason."""
+
+    message: dict
+    finish_reason: str = "stop"
+    usage: dict = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+
+
+@dataclass
+class Chunks:
+    """A stream of these chunks' deltas ([{"content": "Hi"}, ...]), the finish reason, a usage chunk and then
+    `end`: "done" ([DONE]), "error" (an error event, as vLLM sends one mid-stream) or "drop" (the connection closed)."""
+
+    deltas: list[dict]
+    finish_reason: str | None = "stop"
+    end: str = "done"
+    usage: dict = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+
+
+def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+    body: dict = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": "m-scripted",
+                  "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+class ChatBackend:
+    def __init__(self) -> None:
+        self.answers: deque[Json | Chunks] = deque()
+        self.bodies: list[dict] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def queue(self, *answers: Json | Chunks) -> None:
+        self.answers.extend(answers)
+
+    def start(self) -> ChatBackend:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        if not self.answers:
+            return web.json_response({"error": {"message": "no answer queued", "type": "server_error"}}, status=500)
+        answer = self.answers.popleft()
+        if isinstance(answer, Json):
+            return web.json_response({"id": "chatcmpl-scripted", "object": "chat.completion", "created": 0,
+                                      "model": "m-scripted", "usage": answer.usage, "choices": [
+                                          {"index": 0, "message": answer.message, "finish_reason": answer.finish_reason}]})
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for delta in answer.deltas:
+            await response.write(_chunk(delta))
+        if answer.end == "drop":
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        if answer.end == "error":
+            await response.write(b'data: {"error": {"message": "the engine died", "type": "server_error", "code": 500}}\n\n')
+        else:
+            await response.write(_chunk({}, answer.finish_reason))
+            await response.write(_chunk(None, usage=answer.usage))
+            await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response

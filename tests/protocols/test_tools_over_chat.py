@@ -1,0 +1,75 @@
+"""Tool use and structured output through the gateway's translation to a chat-completions backend, driven by the
+official SDKs against a real gateway process and a loopback chat backend whose answers each test writes
+(tests/protocols/chat_backend.py): what a model says that the simulator never does."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from app.admission.auth import hash_key
+from tests.conftest import ACME_KEY, NO_BREAKER
+from tests.protocols.chat_backend import ChatBackend, Chunks, Json
+from tests.support import Process, free_port, write_yaml
+
+WEATHER = {"name": "weather", "description": "The weather in a city.",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+class Gateway:
+    def __init__(self, url: str, backend: ChatBackend) -> None:
+        self.url, self.backend = url, backend
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    backend = ChatBackend().start()
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
+        # TGI's flavour speaks chat completions only: Messages and Responses are translated for it.
+        "backends": {"chat": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
+                              "flavor": "tgi"}},
+        "reliability": NO_BREAKER,
+        "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}}},
+    }
+    tmp = tmp_path_factory.mktemp("tools-gw")
+    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
+    proc.wait_listening(port)
+    yield Gateway(f"http://127.0.0.1:{port}", backend)
+    proc.stop()
+    backend.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(gateway):
+    gateway.backend.answers.clear()
+    gateway.backend.bodies.clear()
+
+
+def test_a_tool_call_cut_by_max_tokens_is_a_max_tokens_stop_not_a_bad_gateway(gateway):
+    # The model ran out of tokens inside the call's arguments: the chat answer says `length` and its arguments
+    # are not JSON yet. Anthropic answers such a turn with the incomplete tool_use block and stop_reason
+    # max_tokens, and clients retry with a larger max_tokens on that; a 502 told them the backend failed (and
+    # the SDK retried the same request, cut the same way).
+    cut = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"ci'}}]}
+    gateway.backend.queue(Json(cut, "length"))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=3, tools=[WEATHER], messages=ASK)
+    assert message.stop_reason == "max_tokens"
+    assert [(b.type, b.id, b.name) for b in message.content] == [("tool_use", "call_1", "weather")]
+
+
+def test_a_tool_call_cut_by_max_tokens_in_a_stream_ends_the_same_way(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"ci'}}]}],
+        finish_reason="length"))
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=3, tools=[WEATHER], messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    assert [(b.type, b.id, b.name) for b in final.content] == [("tool_use", "call_1", "weather")]

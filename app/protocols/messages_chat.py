@@ -13,7 +13,8 @@ What maps (request):
 | user tool_result blocks                   | `tool` messages (tool_call_id; text content), in order     |
 | max_tokens, temperature, top_p, top_k     | the same (top_k as llama.cpp and vLLM take it)              |
 | stop_sequences                            | stop                                                       |
-| tools (name, description, input_schema)   | function tools (parameters = input_schema)                 |
+| tools (name, description, input_schema,   | function tools (parameters = input_schema; strict)         |
+|   strict)                                 |                                                            |
 | tool_choice auto / any / tool / none      | "auto" / "required" / {function: name} / "none"            |
 | tool_choice.disable_parallel_tool_use     | parallel_tool_calls: false                                 |
 | metadata.user_id                          | user                                                       |
@@ -127,6 +128,8 @@ def _tool(tool: dict, j: int) -> dict:
     function: dict = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object"}}
     if isinstance(tool.get("description"), str):
         function["description"] = tool["description"]
+    if isinstance(tool.get("strict"), bool):  # strict tool use: chat's strict function, the same promise
+        function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
 
 

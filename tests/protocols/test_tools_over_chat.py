@@ -73,3 +73,13 @@ def test_a_tool_call_cut_by_max_tokens_in_a_stream_ends_the_same_way(gateway):
         final = stream.get_final_message()
     assert final.stop_reason == "max_tokens"
     assert [(b.type, b.id, b.name) for b in final.content] == [("tool_use", "call_1", "weather")]
+
+
+def test_a_strict_tool_reaches_the_backend_strict(gateway):
+    # Anthropic's strict tool use guarantees the input matches the schema; chat's function.strict asks the same
+    # of the backend. Dropped, the client's guarantee was gone without a word.
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}))
+    gateway.anthropic().messages.create(model="tools", max_tokens=16, tools=[{**WEATHER, "strict": True}],
+                                        messages=ASK)
+    assert gateway.backend.bodies[0]["tools"][0]["function"]["strict"] is True
+

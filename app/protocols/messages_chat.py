@@ -18,6 +18,7 @@ What maps (request):
 | tool_choice auto / any / tool / none      | "auto" / "required" / {function: name} / "none"            |
 | tool_choice.disable_parallel_tool_use     | parallel_tool_calls: false                                 |
 | metadata.user_id                          | user                                                       |
+| output_config.format (json_schema)        | response_format json_schema (name "output", strict)        |
 | stream                                    | stream, with stream_options.include_usage                  |
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
 
@@ -101,6 +102,9 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
         metadata = body.get("metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
             out["user"] = metadata["user_id"]
+        response_format = _output_format(body.get("output_config"))
+        if response_format is not None:
+            out["response_format"] = response_format
     tools = body.get("tools")
     if tools:
         out["tools"] = [_tool(t, j) for j, t in enumerate(tools)]
@@ -131,6 +135,19 @@ def _tool(tool: dict, j: int) -> dict:
     if isinstance(tool.get("strict"), bool):  # strict tool use: chat's strict function, the same promise
         function["strict"] = tool["strict"]
     return {"type": "function", "function": function}
+
+
+def _output_format(config: object) -> dict | None:
+    """Structured outputs (`output_config.format`, a JSON schema the answer must match) as chat's
+    response_format, which vLLM, llama.cpp and OpenAI enforce; a format that cannot map is refused, since
+    the client parses the answer by it. `output_config.effort` is a hint, with no chat equivalent."""
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequest("output_config.format: only {\"type\": \"json_schema\", \"schema\": {...}} can be passed "
+                             "to this model's chat-completions backends", param="output_config.format")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"], "strict": True}}
 
 
 def _turn(m: dict, where: str) -> list[dict]:

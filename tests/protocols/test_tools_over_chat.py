@@ -83,3 +83,24 @@ def test_a_strict_tool_reaches_the_backend_strict(gateway):
                                         messages=ASK)
     assert gateway.backend.bodies[0]["tools"][0]["function"]["strict"] is True
 
+
+def test_a_json_schema_output_format_asks_the_backend_for_that_schema(gateway):
+    # Structured outputs (output_config.format): the answer must be JSON of the schema. A chat backend is asked
+    # with response_format json_schema, which vLLM, llama.cpp and OpenAI enforce; dropped, the client got free
+    # text where it parses JSON.
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+              "additionalProperties": False}
+    gateway.backend.queue(Json({"role": "assistant", "content": '{"answer": "sunny"}'}))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=32, messages=ASK,
+                                                  output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert gateway.backend.bodies[0]["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
+    assert message.content[0].text == '{"answer": "sunny"}'
+
+
+def test_an_output_format_a_chat_backend_cannot_honour_is_refused_naming_it(gateway):
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        gateway.anthropic().messages.create(model="tools", max_tokens=32, messages=ASK,
+                                            output_config={"format": {"type": "xml"}})  # type: ignore[typeddict-item]
+    assert "output_config.format" in exc.value.message
+    assert gateway.backend.bodies == []

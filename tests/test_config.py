@@ -382,3 +382,13 @@ def test_a_proxy_may_come_from_an_environment_variable(tmp_path):
            "(must start with http://" in msg and "pw-xyz" not in msg
     both = GOOD.replace("model: m}", "model: m, proxy: 'http://p:1', proxy_env: PROXY}")
     assert "gw.yaml: backends.a: give proxy or proxy_env, not both" in error_for(tmp_path, both, env={"PROXY": "http://p:1"})
+
+
+def test_a_shared_console_secret_comes_from_the_environment_and_must_be_long(tmp_path):
+    text = GOOD.replace("auth: {mode: open}", "auth: {mode: open, console_secret_env: CONSOLE_SECRET}")
+    config = load_config(write(tmp_path, text), environ={"CONSOLE_SECRET": "s" * 32 + "\n"})
+    assert config.auth.console_secret.get_secret_value() == "s" * 32 and "sss" not in repr(config)
+    assert "gw.yaml: auth.console_secret_env: environment variable CONSOLE_SECRET is not set" in error_for(tmp_path, text)
+    msg = error_for(tmp_path, text, env={"CONSOLE_SECRET": "short-secret"})
+    assert "gw.yaml: auth.console_secret_env: environment variable CONSOLE_SECRET holds 12 characters: a signing " \
+           "secret needs at least 32" in msg and "short-secret" not in msg

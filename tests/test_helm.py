@@ -163,6 +163,8 @@ def shipped_config(objects: list[dict], tmp_path, values: dict):
     env = {e["name"]: "x" for e in values["secretEnv"]}
     if values["cache"]["redisUrlSecret"]["name"]:
         env["SLIPSTREAM_REDIS_URL"] = SECRET_REDIS_URL
+    if values["consoleSecret"]["name"]:
+        env["SLIPSTREAM_CONSOLE_SECRET"] = "c" * 64
     return load_config(path, environ=env)
 
 
@@ -178,6 +180,19 @@ def test_shipped_gateway_config_validates_with_the_secrets_it_names(rendered, tm
     needed = {b.api_key_env for b in config.backends.values() if b.api_key_env}
     assert needed <= env, needed - env
     assert config.server.shutdown_grace_s == values["terminationGracePeriodSeconds"] - 10
+
+
+def test_console_sessions_are_signed_with_the_shared_secret_where_one_is_named(rendered, tmp_path):
+    case, objects = rendered
+    values = merged(case)
+    config = shipped_config(objects, tmp_path, values)
+    container = gateway_deployment(objects)["spec"]["template"]["spec"]["containers"][0]
+    entries = [e for e in container["env"] if e["name"] == "SLIPSTREAM_CONSOLE_SECRET"]
+    if values["consoleSecret"]["name"]:
+        assert config.auth.console_secret_env == "SLIPSTREAM_CONSOLE_SECRET" and config.auth.console_secret is not None
+        assert entries[0]["valueFrom"]["secretKeyRef"] == values["consoleSecret"]
+    else:
+        assert config.auth.console_secret_env is None and not entries
 
 
 def test_redis_is_used_only_where_one_is(rendered, tmp_path):

@@ -103,6 +103,11 @@ class AuthConfig(Strict):
     # SHA-256 digests of keys for /metrics and /readyz; none configured leaves them open (for a
     # private scrape network). Admin keys are accepted there too.
     ops_keys: tuple[str, ...] = ()
+    # The environment variable holding the secret console sessions are signed with, shared by every replica
+    # (and worker) so a sign-in on one is valid on all; unset, each process signs with its own.
+    console_secret_env: str | None = Field(None, min_length=1)
+    # Resolved from console_secret_env at load time, never serialised.
+    console_secret: SecretStr | None = Field(None, exclude=True, repr=False)
 
     @model_validator(mode="after")
     def _keys_needed(self) -> AuthConfig:
@@ -810,6 +815,16 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
             backend = backend.model_copy(update={"api_key": SecretStr(value)})
         backends[name] = backend
     update: dict[str, object] = {"backends": backends}
+    if config.auth.console_secret_env:
+        key = f"{where}: auth.console_secret_env: environment variable {config.auth.console_secret_env}"
+        secret = (env.get(config.auth.console_secret_env) or "").strip()
+        if not secret:
+            raise ConfigError(f"{key} is not set")
+        if len(secret) < 32:
+            # A short secret can be guessed offline from one cookie; `openssl rand -hex 32` makes a good one.
+            raise ConfigError(f"{key} holds {len(secret)} characters: a signing secret needs at least 32 "
+                              "(`openssl rand -hex 32` makes one)")
+        update["auth"] = config.auth.model_copy(update={"console_secret": SecretStr(secret)})
     for section in ("cache", "responses", "limits"):
         part = getattr(config, section)
         if part.redis_url_env:

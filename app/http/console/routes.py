@@ -32,6 +32,7 @@ from app.http.console.session import (
     operator_for_change,
     same_origin,
     session_cookie,
+    signing_secret,
 )
 from app.http.console.whatif_live import WhatIfRunner, learned_fleet, parse_workload, policy, workload_from_ring
 
@@ -122,7 +123,7 @@ async def login(request: Request) -> Response:
             return _login_page("The demo admin key works only from this machine: set your own in auth.admin_keys.")
         return _login_page("That is not an admin key of this gateway.")
     response = RedirectResponse("/console", 303, headers=_SAFE)
-    response.set_cookie(COOKIE, session_cookie(digest), max_age=SESSION_S, path="/console", httponly=True,
+    response.set_cookie(COOKIE, session_cookie(digest, signing_secret(request.app.state.gateway.config.auth)), max_age=SESSION_S, path="/console", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
 

@@ -54,5 +54,11 @@ app.kubernetes.io/component: cache
 {{- else if and (eq (toString $cache.store) "redis") (not $cache.redis_url) (not $cache.redis_url_env) -}}
 {{- fail "config.cache.store is redis but no Redis is given: set cache.redisUrlSecret, cache.redisUrl, or redis.enabled=true" -}}
 {{- end -}}
+{{- if .Values.consoleSecret.name -}}
+{{/* Console sessions signed with one secret on every replica: a sign-in through the Service holds on any pod. */}}
+{{- $auth := default dict $config.auth -}}
+{{- $_ := set $auth "console_secret_env" "SLIPSTREAM_CONSOLE_SECRET" -}}
+{{- $_ := set $config "auth" $auth -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end -}}

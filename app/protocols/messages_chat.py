@@ -46,7 +46,7 @@ import orjson
 
 from app.errors import InvalidRequest, UpstreamProtocolError
 from app.protocols.base import ParsedRequest
-from app.protocols.translated_stream import TranslatedStream
+from app.protocols.translated_stream import TranslatedStream, another_call
 from app.upstream.attempt import EventStream, JsonReply, json_object
 
 
@@ -289,6 +289,7 @@ class StreamTranslator:
         self.index = -1  # the open content block's index
         self.open: str | None = None  # its kind: "text" or "tool_use"
         self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> block index
+        self.tool_ids: dict[int, str] = {}  # chat tool-call index -> the id of the call there
         self.stop_reason: str | None = None
         self.usage: dict | None = None
         self.done = False
@@ -346,10 +347,12 @@ class StreamTranslator:
         out: list[bytes] = []
         k = call.get("index", 0)
         fn = call.get("function") or {}
-        if k not in self.tool_blocks:
-            out.extend(self._start({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
-                                    "name": fn.get("name") or "", "input": {}}, "tool_use"))
-            self.tool_blocks[k] = self.index
+        call_id = call.get("id")
+        if k not in self.tool_blocks or another_call(call_id, self.tool_ids.get(k)):
+            call_id = call_id or f"toolu_{uuid.uuid4().hex[:24]}"
+            out.extend(self._start({"type": "tool_use", "id": call_id, "name": fn.get("name") or "", "input": {}},
+                                   "tool_use"))
+            self.tool_blocks[k], self.tool_ids[k] = self.index, call_id
         elif self.tool_blocks[k] != self.index:
             raise UpstreamProtocolError("the backend interleaved two tool calls' arguments")
         args = fn.get("arguments")

@@ -14,6 +14,13 @@ from app.upstream.attempt import EventStream, json_object
 from app.upstream.sse import event_data
 
 
+def another_call(call_id: object, known: str | None) -> bool:
+    """Whether a tool-call delta at an index already seen starts another call: it names an id of its own, not the
+    one of the call at that index. Gemini's OpenAI-compatible endpoint streams parallel calls without an index
+    (each read as 0), one id each; read by index alone, the second call's arguments were appended to the first's."""
+    return isinstance(call_id, str) and bool(call_id) and known is not None and call_id != known
+
+
 class TranslatedStream:
     def __init__(self, inner: EventStream) -> None:
         self.inner = inner

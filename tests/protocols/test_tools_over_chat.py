@@ -5,6 +5,7 @@ official SDKs against a real gateway process and a loopback chat backend whose a
 from __future__ import annotations
 
 import anthropic
+import openai
 import pytest
 
 from app.admission.auth import hash_key
@@ -23,6 +24,9 @@ class Gateway:
 
     def anthropic(self) -> anthropic.Anthropic:
         return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=ACME_KEY, max_retries=0)
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +108,33 @@ def test_an_output_format_a_chat_backend_cannot_honour_is_refused_naming_it(gate
                                             output_config={"format": {"type": "xml"}})  # type: ignore[typeddict-item]
     assert "output_config.format" in exc.value.message
     assert gateway.backend.bodies == []
+
+
+# Gemini's OpenAI-compatible endpoint streams parallel calls without an index (or all at index 0), each with an id
+# of its own: a call with a new id is a new call, whatever its index says.
+PARALLEL_WITHOUT_INDEX = [
+    {"role": "assistant", "tool_calls": [{"id": "call_paris", "type": "function",
+                                          "function": {"name": "weather", "arguments": '{"city": '}}]},
+    {"tool_calls": [{"function": {"arguments": '"Paris"}'}}]},
+    {"tool_calls": [{"id": "call_rome", "type": "function",
+                     "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}]},
+]
+
+
+def test_parallel_calls_streamed_without_an_index_stay_two_tool_use_blocks(gateway):
+    gateway.backend.queue(Chunks(PARALLEL_WITHOUT_INDEX, finish_reason="tool_calls"))
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=64, tools=[WEATHER], messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert [(b.type, b.id, b.input) for b in final.content] == [  # type: ignore[union-attr]
+        ("tool_use", "call_paris", {"city": "Paris"}), ("tool_use", "call_rome", {"city": "Rome"})]
+    assert final.stop_reason == "tool_use"
+
+
+def test_parallel_calls_streamed_without_an_index_stay_two_function_calls_in_responses(gateway):
+    gateway.backend.queue(Chunks(PARALLEL_WITHOUT_INDEX, finish_reason="tool_calls"))
+    tools = [{"type": "function", "name": "weather", "parameters": WEATHER["input_schema"]}]
+    with gateway.openai().responses.stream(model="tools", input="Weather in Paris?", tools=tools) as stream:
+        final = stream.get_final_response()
+    assert [(i.type, i.call_id, i.arguments) for i in final.output] == [  # type: ignore[union-attr]
+        ("function_call", "call_paris", '{"city": "Paris"}'), ("function_call", "call_rome", '{"city": "Rome"}')]
+    assert final.status == "completed"

@@ -12,6 +12,8 @@ import uuid
 
 import orjson
 
+from app.protocols.translated_stream import another_call
+
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
@@ -133,7 +135,8 @@ class ChatStreamTranslator:
         self._seq = 0
         self._output: list[dict] = []
         self._open: _Open | None = None
-        self._calls: dict[int, _Open] = {}  # chat tool-call index -> its function_call item
+        self._calls: dict[int, _Open] = {}  # chat tool-call index -> the function_call item now at that index
+        self._all_calls: list[_Open] = []  # every function_call item, in order (an index may start another call)
         self._finish_reason: str | None = None
         self._usage: dict | None = None
         self.first_text = False  # whether an output_text delta has been sent (TTFT)
@@ -200,11 +203,12 @@ class ChatStreamTranslator:
         index = call.get("index", 0)
         fn = call.get("function") or {}
         cur = self._calls.get(index)
-        if cur is None:
+        if cur is None or another_call(call.get("id"), cur.call_id):
             out += self._close_open()
             cur = _Open(len(self._output), new_id("fc"), "function_call", call.get("id") or new_id("call"),
                         fn.get("name") or "")
             self._calls[index] = cur
+            self._all_calls.append(cur)
             item = _call_item(cur.id, cur.call_id, cur.name, "", "in_progress")
             self._output.append(item)
             out += self._ev({"type": "response.output_item.added", "output_index": cur.index, "item": item})
@@ -238,7 +242,7 @@ class ChatStreamTranslator:
     def finish(self) -> bytes:
         """The closing events, once the chat stream ended complete."""
         out = self._close_open()
-        for cur in self._calls.values():
+        for cur in self._all_calls:
             args = "".join(cur.parts)
             item = _call_item(cur.id, cur.call_id, cur.name, args, "completed")
             self._output[cur.index] = item
@@ -246,6 +250,7 @@ class ChatStreamTranslator:
                              "output_index": cur.index, "arguments": args})
             out += self._ev({"type": "response.output_item.done", "output_index": cur.index, "item": item})
         self._calls.clear()
+        self._all_calls.clear()
         final = {**self.response, "output": self._output, "usage": usage_of(self._usage)}
         _finish(final, self._finish_reason)
         self.response = final

@@ -26,7 +26,7 @@ What maps (answer): content text -> a text block; tool_calls -> tool_use blocks 
 JSON; a call that max_tokens cut short keeps its block, with input {}, and stops for max_tokens); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
 tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice);
 usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
-cache_read_input_tokens / output_tokens. A backend's reasoning_content is not relayed
+cache_read_input_tokens / output_tokens. A backend's reasoning (reasoning_content or reasoning) is not relayed
 (thinking was not asked for: a request that asks is refused, below).
 
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:

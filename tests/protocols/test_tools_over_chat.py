@@ -138,3 +138,24 @@ def test_parallel_calls_streamed_without_an_index_stay_two_function_calls_in_res
     assert [(i.type, i.call_id, i.arguments) for i in final.output] == [  # type: ignore[union-attr]
         ("function_call", "call_paris", '{"city": "Paris"}'), ("function_call", "call_rome", '{"city": "Rome"}')]
     assert final.status == "completed"
+
+
+# vLLM (since its reasoning_content was removed) and OpenRouter name a reasoning model's chain of thought
+# `reasoning`; llama.cpp and DeepSeek `reasoning_content`. Either is the answer's reasoning item.
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_a_chat_backends_reasoning_is_the_responses_reasoning_item_by_either_name(gateway, field):
+    gateway.backend.queue(Json({"role": "assistant", field: "Two plus two.", "content": "4"}))
+    response = gateway.openai().responses.create(model="tools", input="2+2?")
+    reasoning = [i for i in response.output if i.type == "reasoning"]
+    assert [c.text for c in reasoning[0].content or ()] == ["Two plus two."]
+    assert response.output_text == "4"
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+def test_a_chat_backends_streamed_reasoning_is_streamed_as_reasoning_text_by_either_name(gateway, field):
+    gateway.backend.queue(Chunks([{"role": "assistant", field: "Two plus "}, {field: "two."}, {"content": "4"}]))
+    with gateway.openai().responses.stream(model="tools", input="2+2?") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.reasoning_text.delta"]
+        final = stream.get_final_response()
+    assert deltas == ["Two plus ", "two."]
+    assert [i.type for i in final.output] == ["reasoning", "message"] and final.output_text == "4"

@@ -66,8 +66,8 @@ def from_chat(chat: dict, response: dict) -> dict:
     asked_message = choice.get("message")
     message: dict = asked_message if isinstance(asked_message, dict) else {}
     output: list[dict] = []
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
+    reasoning = _reasoning(message)
+    if reasoning:
         output.append(_reasoning_item(new_id("rs"), reasoning, "completed"))
     content = message.get("content")
     if isinstance(content, str) and content:
@@ -79,6 +79,16 @@ def from_chat(chat: dict, response: dict) -> dict:
     out = {**response, "output": output, "usage": usage_of(chat.get("usage"))}
     _finish(out, choice.get("finish_reason"))
     return out
+
+
+def _reasoning(message: dict) -> str | None:
+    """A chat message's (or delta's) chain of thought: `reasoning_content` (llama.cpp, DeepSeek, older vLLM) or
+    `reasoning` (vLLM since it removed reasoning_content, OpenRouter), whichever is text."""
+    for name in ("reasoning_content", "reasoning"):
+        text = message.get(name)
+        if isinstance(text, str) and text:
+            return text
+    return None
 
 
 def _logprobs(choice: dict) -> list:
@@ -158,8 +168,8 @@ class ChatStreamTranslator:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
+            reasoning = _reasoning(delta)
+            if reasoning:
                 out.append(self._text("reasoning", reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:

@@ -392,3 +392,22 @@ def test_a_shared_console_secret_comes_from_the_environment_and_must_be_long(tmp
     msg = error_for(tmp_path, text, env={"CONSOLE_SECRET": "short-secret"})
     assert "gw.yaml: auth.console_secret_env: environment variable CONSOLE_SECRET holds 12 characters: a signing " \
            "secret needs at least 32" in msg and "short-secret" not in msg
+
+
+SIM = GOOD + """simulator:
+  backends:
+    a: {port: 9101}
+    b: {port: 9101}
+"""
+
+
+def test_two_simulated_backends_on_one_port_are_named_at_check(tmp_path):
+    # The fleet used to fail the start with a bind traceback and "the fleet exited with status 1".
+    assert "gw.yaml: simulator: backends a and b both use port 9101" in error_for(tmp_path, SIM)
+    with pytest.raises(ConfigError, match="gw.yaml: simulator: backends a and b both use port 9101"):
+        load_simulator_config(write(tmp_path, SIM))
+
+
+def test_a_simulated_backend_on_the_gateways_own_port_is_named_at_check(tmp_path):
+    text = GOOD + "server: {port: 9101}\nsimulator:\n  backends:\n    a: {port: 9101}\n"
+    assert "gw.yaml: simulator.backends.a.port: 9101 is the gateway's own server.port" in error_for(tmp_path, text)

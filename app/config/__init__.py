@@ -599,6 +599,16 @@ class SimulatorConfig(Strict):
     seed: int = 0
     backends: dict[Name, SimBackendConfig] = {}
 
+    @model_validator(mode="after")
+    def _one_port_each(self) -> SimulatorConfig:
+        # Two simulated backends on one port failed the start with the fleet's bind traceback, naming neither.
+        seen: dict[int, str] = {}
+        for name, backend in self.backends.items():
+            if backend.port and backend.port in seen:
+                raise ValueError(f"backends {seen[backend.port]} and {name} both use port {backend.port}")
+            seen[backend.port] = name
+        return self
+
 
 class GatewayConfig(Strict):
     server: ServerConfig = ServerConfig()
@@ -642,6 +652,10 @@ class GatewayConfig(Strict):
             if name != "default" and name not in self.models:
                 # A typo here would reserve the default for that alias's requests, without a word.
                 raise ValueError(f"limits.expected_output_tokens.{name}: unknown model alias {name!r} (or 'default')")
+        if self.simulator is not None and self.server.port:
+            for name, sim in self.simulator.backends.items():
+                if sim.port == self.server.port:
+                    raise ValueError(f"simulator.backends.{name}.port: {sim.port} is the gateway's own server.port")
         known = {c.tenant for c in self.auth.clients} | {self.auth.open_tenant}
         for tenant, policy in self.limits.tenants.items():
             if tenant not in known:

@@ -132,6 +132,11 @@ def _serve(args: argparse.Namespace) -> int:
 
         if fleet is not None:
             _wait_fleet(fleet, args.config, config)
+        if config.auth.admin_keys:
+            # Where it really listens (--host and --port included): scripts/demo's hint said 8080 whatever was passed.
+            shown = _connect_host(host)
+            shown = f"[{shown}]" if ":" in shown else shown
+            print(f"operator console: http://{shown}:{port}/console", file=sys.stderr, flush=True)
         if args.workers > 1:
             # Workers import the app themselves, each from the config file named here.
             os.environ["SLIPSTREAM_CONFIG"] = os.path.abspath(args.config)

@@ -143,3 +143,19 @@ def test_a_port_out_of_range_on_the_command_line_is_refused_before_anything_star
     assert run.returncode == 2
     assert "argument --port: '99999' is not a port (0-65535)" in run.stderr
     assert not _listening(sims[0]) and not _listening(99999 % 65536)
+
+
+def test_the_console_hint_names_the_port_the_gateway_really_listens_on(tmp_path):
+    # scripts/demo printed http://127.0.0.1:8080/console whatever --port said; serve prints where it listens.
+    from app.admission.auth import hash_key
+    from tests.conftest import ADMIN_KEY
+
+    port, sims = free_port(), [free_port()]
+    config = _config(tmp_path, free_port(), sims)
+    write_yaml(config, {**yaml.safe_load(config.read_text()), "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]}})
+    proc = Process(["serve", "--config", str(config), "--port", str(port)], tmp_path / "serve.log")
+    try:
+        proc.wait_listening(port)
+        assert f"operator console: http://127.0.0.1:{port}/console" in proc.log()
+    finally:
+        proc.stop()

@@ -19,15 +19,18 @@ if TYPE_CHECKING:
     from app.routing.state import BackendState
 
 
-def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known_at: float | None = None) -> Estimate:
+def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known_at: float | None = None,
+             backlog: bool = True) -> Estimate:
     """Queue wait, time to first token and end-to-end time for this request on backend `c` at `ctx.now`,
     with `ahead` requests in flight there before it (by default, all that are). `known_at` (default
     `ctx.now`) is when the in-flight book is simulated from: for an arrival expected later, the requests
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
-    now is about to finish, but one due before the arrival has finished by then)."""
+    now is about to finish, but one due before the arrival has finished by then). Without `backlog`, the
+    prefill work in flight there is not waited for: predicted_latency's ranking (PredictedLatency)."""
     now = ctx.now
     queue, ttft, decode_tokens, e2e, _, stall = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
-                                                         now if known_at is None else known_at, True, stalls=True)
+                                                         now if known_at is None else known_at, True, stalls=True,
+                                                         backlog=backlog)
     return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
@@ -57,7 +60,7 @@ def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: f
 
 
 def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
-             booked: tuple[int, float, float] | None = None, stalls: bool = False
+             booked: tuple[int, float, float] | None = None, stalls: bool = False, backlog: bool = True
              ) -> tuple[float, float, float, float, float, float]:
     """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
     time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
@@ -67,7 +70,8 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     (`BackendState.stalls_decodes`), the slot wait holds the stalls the prefills booked ahead put on the
     decodes beside them (`InflightBook.finishes`): a prediction now (`estimate`, `ranked`). Not the
     look-ahead's figures for the next arrival: how this request's own prefill stalls the decodes there
-    is `lookahead.imposed`'s charge already.
+    is `lookahead.imposed`'s charge already. `backlog`: the prompt waits for the prefill work in flight
+    there (`estimate`'s).
 
     Every decision predicts seven times (each candidate now, and the look-ahead's later), so this is one
     function: the model's figures are read inline (`Decaying.get`, `DecayingLine.coefficients`,
@@ -112,28 +116,34 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     else:
         drift = 1.0 - _exp(-(now - line.updated) / line.stale_tau_s)
         fixed, per_token = fit[0] + (line.prior_intercept - fit[0]) * drift, fit[1] + (line.prior_slope - fit[1]) * drift
-    held = ctx.cached
-    if held is not None:
-        # Prefix-aware: only the uncached tokens are prefilled, after the prefill work already in
-        # flight here (load as uncached prompt tokens, not requests), and not before a sibling still
-        # prefilling the same prefix has finished it. A request that waits for a slot finds most of
-        # that backlog done when it gets one: the longer of the two waits counts, not their sum.
+    # The prompt is prefilled after the prefill work already in flight here (load as uncached prompt
+    # tokens, not requests: every lease with the prompt's blocks books its own, whichever strategy placed
+    # it). A request that waits for a slot finds most of that backlog done when it gets one: the longer
+    # of the two waits counts, not their sum. Priced for every strategy's estimate, not only the
+    # prefix-aware ones': without it, least_inflight's and round_robin's predictions behind a prefill
+    # read 40-55 % low on real llama.cpp servers (issue 24), and with them the spans, /admin/backends and
+    # the deadline check that read them.
+    if backlog:
         prefilling, uncached, busy = booked or (c.prefilling, c.uncached_inflight, c.prefill_busy_since)
-        backlog = prefilling * fixed + uncached * per_token
-        if backlog:
+        work = prefilling * fixed + uncached * per_token
+        if work:
             # The prefill under way has been running since the backend went busy or the one before it
             # reached its first token; at most its own share of the backlog is done.
-            share = backlog / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
+            share = work / (prefilling if prefilling > 1 else 1)  # noqa: FURB136
             done = known_at - busy
-            backlog -= share if share < done else done  # noqa: FURB136
+            work -= share if share < done else done  # noqa: FURB136
             if now > known_at:
                 # Predicted for a later instant (the look-ahead's next arrival): the backend works
                 # through the rest of its backlog meanwhile, not only the prefill under way when known.
-                backlog -= now - known_at
-            if not backlog > 0.0:
-                backlog = 0.0
+                work -= now - known_at
+            if not work > 0.0:
+                work = 0.0
         slot_wait = queue - residual
-        queue = residual + (backlog if backlog > slot_wait else slot_wait)  # noqa: FURB136
+        queue = residual + (work if work > slot_wait else slot_wait)  # noqa: FURB136
+    held = ctx.cached
+    if held is not None:
+        # Prefix-aware: only the uncached tokens are prefilled, and not before a sibling still
+        # prefilling the same prefix has finished it.
         cached = held.get(c.name) if held else None
         if cached is not None and cached.tokens > 0:
             prompt = round(prompt - cached.tokens)

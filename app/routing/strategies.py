@@ -83,8 +83,11 @@ class PredictedLatency:
         self._rng = random.Random(seed)
 
     def choose(self, candidates, ctx, turn):
-        estimates = [estimate(c, ctx) for c in candidates]
-        ctx.estimates = {c.name: e for c, e in zip(candidates, estimates)}
+        # The estimates (what the lease books, the target check reads) wait for the prefill work in flight
+        # at each backend; the ranking does not, as it never did: waited for there too, its picks move
+        # (1 of the pinned script's 161 acquisitions), and no measurement asked for that.
+        ctx.estimates = {c.name: estimate(c, ctx) for c in candidates}
+        estimates = [estimate(c, ctx, backlog=False) for c in candidates]
         # Load penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
         weights = [failure_penalty(c, ctx.now) * _load_penalty(c) for c in candidates]
         scores = self._unmeasured_as_best(candidates, [objective(e, ctx) * w for e, w in zip(estimates, weights)])

@@ -10,6 +10,7 @@ from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import estimate, objective, ranked
 from app.routing.state import InflightBook
+from app.routing.strategies import PredictedLatency
 from tests.routing.test_router import router
 from tests.routing.test_strategies import State
 
@@ -355,3 +356,56 @@ def test_a_llama_cpp_slot_holds_its_prompts_copy_until_the_answers_end_without_t
     assert e.stall_s > 0.0
     _, ready_at, _, _ = state.prefixes.match(ctx.prefix.keys, CTX.now)
     assert ready_at == pytest.approx(CTX.now + e.e2e_s - e.stall_s)
+
+
+@pytest.mark.parametrize("strategy", ["least_inflight", "round_robin", "predicted_latency", "latency_aware"])
+def test_every_strategys_estimate_waits_for_the_prefill_work_in_flight_ahead(monkeypatch, strategy):
+    # Every lease books its prompt's prefill as work in flight (whichever strategy placed it), and a prompt
+    # sent behind it is prefilled after it, slot free or not. Priced only where routing was prefix-aware, the
+    # estimates of least_inflight and round_robin (their spans, /admin/backends, the target check) read
+    # 40-55 % low behind a prefill on real llama.cpp servers (issue 24).
+    import time
+
+    from app.config import BackendConfig, ModelAlias
+    from app.dispatch.loop import with_policy
+    from app.routing.router import Router
+    from app.upstream.adapters import adapter_for
+    from tests.routing.test_prefix_routing import ask, ctx_for
+    from tests.routing.test_router import FakeBackend
+
+    class LlamaCpp(FakeBackend):
+        adapter = adapter_for("llamacpp")
+
+    monkeypatch.setattr(time, "monotonic", lambda: CTX.now)
+    config = BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", max_concurrency=4, flavor="llamacpp")
+    spec = ModelAlias(backends=("a",), strategy=strategy)
+    r = Router({"a": LlamaCpp("a", config)}, {"m": spec}, 1.0)
+    r.states["a"].model = LatencyModel(Prior(slots=2, prefill_tokens_per_s=100.0))
+
+    async def two():
+        first = await r.acquire("m", ctx=with_policy(ctx_for(ask("a first question"), now=CTX.now), spec))
+        second = await r.acquire("m", ctx=with_policy(ctx_for(ask("a second question", "Another system."), now=CTX.now), spec))
+        return first.estimate, second.estimate
+
+    first, second = asyncio.run(two())
+    # The second, a short prompt, has a slot of its own (2 of 2) and waits for the first's long prefill
+    # all the same: its first token after the first's.
+    assert first.queue_s == 0.0
+    assert second.queue_s == pytest.approx(first.ttft_s - r.states["a"].model.net.get(CTX.now), rel=1e-6)
+    assert second.ttft_s > first.ttft_s
+
+
+def test_predicted_latency_ranks_without_the_prefill_work_in_flight_as_it_did_but_predicts_with_it():
+    # Its picks are as they were (its ranking never waited for the backlog); what its leases book and the
+    # target check reads do wait for it.
+    from tests.routing.test_strategies import fast_small, slow_big
+
+    busy = State("fast", model=fast_small())
+    busy.prefilling, busy.uncached_inflight, busy.prefill_busy_since = 1, 50_000.0, CTX.now  # seconds of prefill
+    idle = State("slow", model=slow_big())
+    ctx = RouteContext(stream=False, prompt_tokens=100, max_tokens=50, now=CTX.now)
+    i, scores = PredictedLatency(exploration=0).choose([busy, idle], ctx, 0)
+    assert i == 0 and scores[0] < scores[1]
+    assert ctx.estimates is not None
+    kept = ctx.estimates["fast"]
+    assert kept.queue_s > 1.0 and kept.e2e_s > ctx.estimates["slow"].e2e_s

@@ -32,6 +32,7 @@ class State:
         self.model = LatencyModel(Prior(prefill_tokens_per_s=prefill_tps, tpot_s=0.02, slots=8))
         self.scraped_waiting, self.others_waiting, self.book = None, 0.0, InflightBook()
         self.prefixes, self.uncached_inflight = BackendPrefixes(), 0.0
+        self.prefilling, self.prefill_busy_since = 0, 0.0
         self.backend = _Backend(cost)
 
 

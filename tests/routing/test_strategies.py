@@ -24,6 +24,8 @@ class State:
         self.scraped_waiting, self.others_waiting = waiting, waiting or 0.0
         self.wrr_current = 0.0
         self.held_back = 0
+        # No prefill work in flight (booked by a lease): the prompt waits for none.
+        self.prefilling, self.uncached_inflight, self.prefill_busy_since = 0, 0.0, 0.0
         self.book = InflightBook()
         for at in finishing:
             self.book.add(at, 0.0, 0.0)  # nothing to decode: it finishes at `at` whatever the TPOT

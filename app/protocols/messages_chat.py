@@ -24,7 +24,8 @@ What maps (request):
 
 What maps (answer): content text -> a text block; tool_calls -> tool_use blocks (arguments parsed as
 JSON; a call that max_tokens cut short keeps its block, with input {}, and stops for max_tokens); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
-tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice);
+tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice;
+stop with the stop string named, as vLLM and SGLang name it: stop_sequence and that string);
 usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
 cache_read_input_tokens / output_tokens. A backend's reasoning (reasoning_content or reasoning) is not relayed
 (thinking was not asked for: a request that asks is refused, below).
@@ -224,9 +225,21 @@ def message_body(chat: dict, alias: str) -> dict:
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
                         "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"), cut)})
     reason = _stop_reason(choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content))
+    matched = matched_stop(choice) if reason == "end_turn" else None
     return {"id": _message_id(chat.get("id")), "type": "message", "role": "assistant", "model": alias,
-            "content": content, "stop_reason": reason, "stop_sequence": None,
+            "content": content, "stop_reason": "stop_sequence" if matched else reason, "stop_sequence": matched,
             "usage": message_usage(chat.get("usage"))}
+
+
+def matched_stop(choice: dict) -> str | None:
+    """The stop string that ended a chat choice, where the backend names it: vLLM's `stop_reason` (a string only
+    for a stop string; a token id or null otherwise), SGLang's `matched_stop`. Other backends (llama.cpp, TGI,
+    OpenAI) do not say, and such an answer stays an end_turn."""
+    for name in ("stop_reason", "matched_stop"):
+        value = choice.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _stop_reason(finish_reason: object, called: bool) -> str:
@@ -291,6 +304,7 @@ class StreamTranslator:
         self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> block index
         self.tool_ids: dict[int, str] = {}  # chat tool-call index -> the id of the call there
         self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
         self.usage: dict | None = None
         self.done = False
 
@@ -327,6 +341,9 @@ class StreamTranslator:
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 self.stop_reason = _stop_reason(reason, bool(self.tool_blocks))
+                self.stop_sequence = matched_stop(choice) if self.stop_reason == "end_turn" else None
+                if self.stop_sequence:
+                    self.stop_reason = "stop_sequence"
         return out
 
     def _start(self, block: dict, kind: str) -> list[bytes]:
@@ -371,7 +388,7 @@ class StreamTranslator:
         out = [] if self.started else self.feed(b'{"choices":[]}')
         out.extend(self._close())
         out.append(event("message_delta", {"type": "message_delta", "delta": {
-            "stop_reason": self.stop_reason, "stop_sequence": None},
+            "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence},
             "usage": self.usage or {"input_tokens": 0, "output_tokens": 0}}))
         out.append(event("message_stop", {"type": "message_stop"}))
         return out

@@ -22,6 +22,7 @@ class Json:
     message: dict
     finish_reason: str = "stop"
     usage: dict = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+    extra: dict = field(default_factory=dict)  # more of the choice's fields (vLLM's stop_reason)
 
 
 @dataclass
@@ -33,11 +34,13 @@ class Chunks:
     finish_reason: str | None = "stop"
     end: str = "done"
     usage: dict = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+    extra: dict = field(default_factory=dict)  # more of the last choice chunk's fields (vLLM's stop_reason)
 
 
-def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None, extra: dict | None = None) -> bytes:
     body: dict = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": "m-scripted",
-                  "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                  "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish,
+                                                        **(extra or {})}]}
     if usage is not None:
         body["usage"] = usage
     return b"data: " + orjson.dumps(body) + b"\n\n"
@@ -84,7 +87,8 @@ class ChatBackend:
         if isinstance(answer, Json):
             return web.json_response({"id": "chatcmpl-scripted", "object": "chat.completion", "created": 0,
                                       "model": "m-scripted", "usage": answer.usage, "choices": [
-                                          {"index": 0, "message": answer.message, "finish_reason": answer.finish_reason}]})
+                                          {"index": 0, "message": answer.message, "finish_reason": answer.finish_reason,
+                                           **answer.extra}]})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
         for delta in answer.deltas:
@@ -96,7 +100,7 @@ class ChatBackend:
         if answer.end == "error":
             await response.write(b'data: {"error": {"message": "the engine died", "type": "server_error", "code": 500}}\n\n')
         else:
-            await response.write(_chunk({}, answer.finish_reason))
+            await response.write(_chunk({}, answer.finish_reason, extra=answer.extra))
             await response.write(_chunk(None, usage=answer.usage))
             await response.write(b"data: [DONE]\n\n")
         await response.write_eof()

@@ -159,3 +159,26 @@ def test_a_chat_backends_streamed_reasoning_is_streamed_as_reasoning_text_by_eit
         final = stream.get_final_response()
     assert deltas == ["Two plus ", "two."]
     assert [i.type for i in final.output] == ["reasoning", "message"] and final.output_text == "4"
+
+
+# vLLM names the stop string that ended a choice in `stop_reason` (SGLang in `matched_stop`): Anthropic's
+# stop_reason "stop_sequence" and the string, which a client that sent stop_sequences reads to know which fired.
+def test_a_stop_sequence_the_backend_names_is_a_stop_sequence_stop(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "content": "one, two"}, "stop", extra={"stop_reason": "three"}))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=16, messages=ASK,
+                                                  stop_sequences=["three", "four"])
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "three")
+
+
+def test_a_stop_sequence_the_backend_names_ends_a_stream_as_a_stop_sequence_stop(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "one, two"}], extra={"matched_stop": "four"}))
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=16, messages=ASK,
+                                             stop_sequences=["three", "four"]) as stream:
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "four")
+
+
+def test_an_answer_ended_without_a_named_stop_string_is_an_end_turn(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "content": "one"}, "stop", extra={"stop_reason": None}))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=16, messages=ASK, stop_sequences=["x"])
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)

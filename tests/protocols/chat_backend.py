@@ -28,7 +28,8 @@ class Json:
 @dataclass
 class Chunks:
     """A stream of these chunks' deltas ([{"content": "Hi"}, ...]), the finish reason, a usage chunk and then
-    `end`: "done" ([DONE]), "error" (an error event, as vLLM sends one mid-stream) or "drop" (the connection closed)."""
+    `end`: "done" ([DONE]), "error" (an error event, as vLLM sends one mid-stream), "garbage" (a chunk that is not
+    JSON, then [DONE]) or "drop" (the connection closed). finish_reason None: [DONE] without one."""
 
     deltas: list[dict]
     finish_reason: str | None = "stop"
@@ -97,7 +98,9 @@ class ChatBackend:
             assert request.transport is not None
             request.transport.close()
             return response
-        if answer.end == "error":
+        if answer.end == "garbage":  # a chunk that is not JSON (a proxy's or a crashing server's), then [DONE]
+            await response.write(b"data: {not json\n\ndata: [DONE]\n\n")
+        elif answer.end == "error":
             await response.write(b'data: {"error": {"message": "the engine died", "type": "server_error", "code": 500}}\n\n')
         else:
             await response.write(_chunk({}, answer.finish_reason, extra=answer.extra))

@@ -40,7 +40,9 @@ def gateway(tmp_path_factory):
         "backends": {"chat": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
                               "flavor": "tgi"}},
         "reliability": NO_BREAKER,
-        "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}}},
+        "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}},
+                   "cached": {"backends": ["chat"], "retry": {"max_attempts": 1},
+                              "cache": {"exact": {"enabled": True, "ttl_s": 300}}}},
     }
     tmp = tmp_path_factory.mktemp("tools-gw")
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
@@ -182,3 +184,18 @@ def test_an_answer_ended_without_a_named_stop_string_is_an_end_turn(gateway):
     gateway.backend.queue(Json({"role": "assistant", "content": "one"}, "stop", extra={"stop_reason": None}))
     message = gateway.anthropic().messages.create(model="tools", max_tokens=16, messages=ASK, stop_sequences=["x"])
     assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+# A chat stream that breaks is never a complete Responses stream: it ends with an error event, which the openai SDK
+# raises as APIError (not a connection cut short, not a completed response), and is neither stored nor cached.
+def _stream_responses(gateway, model: str = "tools") -> None:
+    with gateway.openai().responses.stream(model=model, input="Hello?", temperature=0) as stream:
+        for _ in stream:
+            pass
+
+
+def test_a_chunk_that_is_not_json_ends_a_responses_stream_with_an_error_event(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "Hel"}], end="garbage"))
+    with pytest.raises(openai.APIError, match="not JSON"):
+        _stream_responses(gateway)
+

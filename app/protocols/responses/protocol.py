@@ -286,7 +286,7 @@ class TranslatedResponsesStream(TranslatedStream):
                 if data == b"[DONE]":
                     done = True
                     break
-                out.extend(_split(t.feed(orjson.loads(data))))
+                out.extend(_split(t.feed(_chunk(data, self.backend.name))))
             if done:
                 out.extend(_split(t.finish()))
             if out:
@@ -297,6 +297,18 @@ class TranslatedResponsesStream(TranslatedStream):
             raise UpstreamProtocolError(f"backend {self.backend.name} ended the stream before it was complete")
         # A backend that closed after its final chunk without [DONE]: complete, since it said why it stopped.
         yield _split(t.finish())
+
+
+def _chunk(data: bytes, backend: str) -> dict:
+    """A chat chunk's JSON object, or UpstreamProtocolError: the relay then ends the stream with an error event
+    (an exception of another kind cut the client's connection without one)."""
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise UpstreamProtocolError(f"backend {backend} sent a chunk that is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise UpstreamProtocolError(f"backend {backend} sent a chunk that is not a JSON object")
+    return chunk
 
 
 def _split(events: bytes) -> list[bytes]:

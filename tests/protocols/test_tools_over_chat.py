@@ -199,3 +199,11 @@ def test_a_chunk_that_is_not_json_ends_a_responses_stream_with_an_error_event(ga
     with pytest.raises(openai.APIError, match="not JSON"):
         _stream_responses(gateway)
 
+
+def test_a_responses_stream_ended_without_a_finish_reason_is_an_error_and_never_cached(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "Hel"}], finish_reason=None),
+                          Chunks([{"role": "assistant", "content": "Hello."}]))
+    with pytest.raises(openai.APIError, match="before it was complete"):
+        _stream_responses(gateway, "cached")
+    _stream_responses(gateway, "cached")  # the backend answers again: nothing was cached
+    assert len(gateway.backend.bodies) == 2

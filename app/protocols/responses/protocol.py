@@ -288,6 +288,8 @@ class TranslatedResponsesStream(TranslatedStream):
                     break
                 out.extend(_split(t.feed(_chunk(data, self.backend.name))))
             if done:
+                if not t.finished_reason:  # [DONE] without a finish reason: cut short, never a complete answer
+                    raise UpstreamProtocolError(f"backend {self.backend.name} ended the stream before it was complete")
                 out.extend(_split(t.finish()))
             if out:
                 yield out

@@ -48,6 +48,8 @@ _ROLES = ("user", "assistant")
 # Stop reasons in OpenAI's words, as the cache policy names them.
 _OPENAI_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                   "refusal": "content_filter"}
+# Anthropic's error_code (in error.details) for a `thread` request it cannot hold.
+THREAD_UNSUPPORTED = "thread_unsupported_request"
 _TOO_LONG = "prompt is too long"
 _WITH_OUTPUT = "input length and `max_tokens` exceed context limit"
 # Backends' words for an overflow that counts the output asked for (vLLM: "... in the completion", TGI:
@@ -175,6 +177,13 @@ class MessagesProtocol(ClientProtocol):
         top_k = body.get("top_k")
         if top_k is not None and not is_int(top_k):
             raise InvalidRequest("top_k: Input should be an integer", param="top_k")
+        if body.get("thread") is not None:
+            # Server-held conversations: the gateway keeps none, and a backend that did could not be chosen for
+            # every turn. Passed on or dropped, a `continue` turn (only the new messages) reached the model without
+            # its history; Anthropic's refusal for a request it cannot thread makes the anthropic SDK's tool runner
+            # send every turn whole instead, and tells any other caller why.
+            raise InvalidRequest("thread: this gateway does not hold conversations; send the whole conversation "
+                                 "without 'thread'", param="thread", code=THREAD_UNSUPPORTED)
         return False
 
     needs_max_tokens = True
@@ -328,7 +337,10 @@ class MessagesProtocol(ClientProtocol):
             # says "prompt is too long: N tokens > M maximum", or, where the prompt fits without the output
             # asked for, "input length and `max_tokens` exceed context limit: ..."); the backend's words follow.
             message = f"{_WITH_OUTPUT if _OUTPUT_PART.search(message) else _TOO_LONG}: {message}"
-        return orjson.dumps({"type": "error", "error": {"type": self.error_type(err), "message": message}})
+        error: dict = {"type": self.error_type(err), "message": message}
+        if err.code == THREAD_UNSUPPORTED:
+            error["details"] = {"error_code": THREAD_UNSUPPORTED}  # what the anthropic SDK reads to stop threading
+        return orjson.dumps({"type": "error", "error": error})
 
     def error_event(self, err: GatewayError, after: bytes = b"") -> bytes:
         return b"event: error\ndata: " + self.error_body(err) + b"\n\n"

@@ -207,3 +207,35 @@ def test_a_responses_stream_ended_without_a_finish_reason_is_an_error_and_never_
         _stream_responses(gateway, "cached")
     _stream_responses(gateway, "cached")  # the backend answers again: nothing was cached
     assert len(gateway.backend.bodies) == 2
+
+
+# The anthropic SDK's tool runner asks the server to hold the conversation (`thread`: create, then continue with
+# only the new turn). The gateway keeps no such threads; passed on or dropped, the next turn reached the model
+# without its history. Anthropic's refusal for a request it cannot thread (thread_unsupported_request) makes the
+# runner send every turn whole instead.
+def test_a_tool_runner_that_asks_for_a_thread_is_answered_with_the_whole_conversation(gateway):
+    from anthropic import beta_tool
+
+    @beta_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"Sunny in {city}."
+
+    calls = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]}
+    gateway.backend.queue(Json(calls, "tool_calls"), Json({"role": "assistant", "content": "It is sunny."}))
+    runner = gateway.anthropic().beta.messages.tool_runner(model="tools", max_tokens=64, tools=[weather], messages=ASK)
+    final = runner.until_done()
+    assert final.content[0].text == "It is sunny."  # type: ignore[union-attr]
+    second = gateway.backend.bodies[-1]
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "tool"]
+    assert second["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "Sunny in Paris."}
+    assert second["tools"][0]["function"]["name"] == "weather"
+
+
+def test_a_request_for_a_thread_is_refused_as_anthropic_refuses_one_it_cannot_thread(gateway):
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        gateway.anthropic().beta.messages.create(model="tools", max_tokens=16, messages=ASK, thread={"type": "create"})
+    assert exc.value.body["error"]["details"]["error_code"] == "thread_unsupported_request"  # type: ignore[index]
+    assert "thread" in exc.value.message
+    assert gateway.backend.bodies == []

@@ -63,6 +63,12 @@ def check(body: dict) -> None:
                              "too long for the model gets context_length_exceeded)", param="truncation")
     if body.get("background") is True:
         raise InvalidRequest("background responses are not supported by this gateway", param="background")
+    if body.get("conversation") is not None:
+        # The Conversations API keeps a conversation's items server-side. The gateway serves no /v1/conversations
+        # and no backend behind it holds them (vLLM and llama.cpp ignore the field): passed on, the turn reached
+        # the model without its history. previous_response_id chains are the gateway's own.
+        raise InvalidRequest("'conversation' (the Conversations API) is not supported by this gateway: chain turns "
+                             "with previous_response_id, or send the whole conversation as input", param="conversation")
 
 
 def _optional(body: dict, name: str, kind: type, what: str) -> None:

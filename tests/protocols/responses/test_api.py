@@ -136,6 +136,10 @@ def test_a_key_may_not_chain_into_a_model_it_may_not_use(responses_gateway):
     ({"model": "native", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "native", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"model": "native", "input": "x", "truncation": "auto"}, "truncation"),
+    # The Conversations API's server-held items: no backend behind the gateway holds them (vLLM and llama.cpp
+    # ignore the field), so a native backend answered the turn without its history.
+    ({"model": "native", "input": "x", "conversation": "conv_1"}, "conversation"),
+    ({"model": "native", "input": "x", "conversation": {"id": "conv_1"}}, "conversation"),
     ({"model": "native", "input": "x", "metadata": {"a": 1}}, "metadata.a"),
     ({"model": "translated", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"model": "translated", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),

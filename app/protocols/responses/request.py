@@ -69,6 +69,11 @@ def check(body: dict) -> None:
         # the model without its history. previous_response_id chains are the gateway's own.
         raise InvalidRequest("'conversation' (the Conversations API) is not supported by this gateway: chain turns "
                              "with previous_response_id, or send the whole conversation as input", param="conversation")
+    if body.get("prompt") is not None:
+        # A stored prompt template lives at OpenAI; a native backend here ignores the field and answered without
+        # the template's instructions.
+        raise InvalidRequest("'prompt' (stored prompt templates) is not supported by this gateway: send the "
+                             "template's instructions and input themselves", param="prompt")
 
 
 def _optional(body: dict, name: str, kind: type, what: str) -> None:

@@ -140,6 +140,8 @@ def test_a_key_may_not_chain_into_a_model_it_may_not_use(responses_gateway):
     # ignore the field), so a native backend answered the turn without its history.
     ({"model": "native", "input": "x", "conversation": "conv_1"}, "conversation"),
     ({"model": "native", "input": "x", "conversation": {"id": "conv_1"}}, "conversation"),
+    # A stored prompt template (its instructions and variables) lives at OpenAI; a native backend ignored it.
+    ({"model": "native", "input": "x", "prompt": {"id": "pmpt_1", "variables": {"city": "Paris"}}}, "prompt"),
     ({"model": "native", "input": "x", "metadata": {"a": 1}}, "metadata.a"),
     ({"model": "translated", "input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"model": "translated", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),

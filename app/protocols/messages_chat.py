@@ -22,11 +22,12 @@ What maps (request):
 | stream                                    | stream, with stream_options.include_usage                  |
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
 
-What maps (answer): content text -> a text block; tool_calls -> tool_use blocks (arguments parsed as
-JSON; a call that max_tokens cut short keeps its block, with input {}, and stops for max_tokens); finish_reason stop / length / tool_calls / content_filter -> stop_reason end_turn / max_tokens /
-tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call forced by a named tool_choice;
-stop with the stop string named, as vLLM and SGLang name it: stop_sequence and that string);
-usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
+What maps (answer): content text -> a text block (OpenAI's `refusal` too, with stop_reason refusal);
+tool_calls -> tool_use blocks (arguments parsed as JSON; a call that max_tokens cut short keeps its block,
+with input {}, and stops for max_tokens); finish_reason stop / length / tool_calls / content_filter ->
+stop_reason end_turn / max_tokens / tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call
+forced by a named tool_choice; stop with the stop string named, as vLLM and SGLang name it: stop_sequence and
+that string); usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
 cache_read_input_tokens / output_tokens. A backend's reasoning (reasoning_content or reasoning) is not relayed
 (thinking was not asked for: a request that asks is refused, below).
 
@@ -219,12 +220,17 @@ def message_body(chat: dict, alias: str) -> dict:
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:  # OpenAI's refusal, with no content: the model's words as the text
+        content.append({"type": "text", "text": refusal})
     cut = choice.get("finish_reason") == "length"
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
                         "name": fn.get("name") or "", "input": _arguments(fn.get("arguments"), cut)})
     reason = _stop_reason(choice.get("finish_reason"), any(b["type"] == "tool_use" for b in content))
+    if isinstance(refusal, str) and refusal and reason == "end_turn":
+        reason = "refusal"
     matched = matched_stop(choice) if reason == "end_turn" else None
     return {"id": _message_id(chat.get("id")), "type": "message", "role": "assistant", "model": alias,
             "content": content, "stop_reason": "stop_sequence" if matched else reason, "stop_sequence": matched,
@@ -305,6 +311,7 @@ class StreamTranslator:
         self.tool_ids: dict[int, str] = {}  # chat tool-call index -> the id of the call there
         self.stop_reason: str | None = None
         self.stop_sequence: str | None = None
+        self.refused = False  # the backend's answer came as OpenAI's `refusal`
         self.usage: dict | None = None
         self.done = False
 
@@ -336,14 +343,25 @@ class StreamTranslator:
                     out.extend(self._start({"type": "text", "text": ""}, "text"))
                 # The most frequent event by far: written from a template, only the text serialised.
                 out.append(_TEXT_DELTA % self.index + orjson.dumps(text) + b"}}\n\n")
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:  # OpenAI's refusal: its words as text, the stop a refusal
+                self.refused = True
+                out.extend(self._text(refusal))
             for call in delta.get("tool_calls") or ():
                 out.extend(self._tool_delta(call))
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 self.stop_reason = _stop_reason(reason, bool(self.tool_blocks))
+                if self.refused and self.stop_reason == "end_turn":
+                    self.stop_reason = "refusal"
                 self.stop_sequence = matched_stop(choice) if self.stop_reason == "end_turn" else None
                 if self.stop_sequence:
                     self.stop_reason = "stop_sequence"
+        return out
+
+    def _text(self, text: str) -> list[bytes]:
+        out = [] if self.open == "text" else self._start({"type": "text", "text": ""}, "text")
+        out.append(_TEXT_DELTA % self.index + orjson.dumps(text) + b"}}\n\n")
         return out
 
     def _start(self, block: dict, kind: str) -> list[bytes]:

@@ -239,3 +239,20 @@ def test_a_request_for_a_thread_is_refused_as_anthropic_refuses_one_it_cannot_th
     assert exc.value.body["error"]["details"]["error_code"] == "thread_unsupported_request"  # type: ignore[index]
     assert "thread" in exc.value.message
     assert gateway.backend.bodies == []
+
+
+# OpenAI's chat completions answer a refused request (structured outputs above all) with message.refusal and no
+# content: Anthropic's stop_reason "refusal", with the model's words as the text, not an empty end_turn.
+def test_a_chat_refusal_is_a_refusal_stop_with_its_words(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "content": None, "refusal": "I can't help with that."}))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=16, messages=ASK)
+    assert message.stop_reason == "refusal"
+    assert [(b.type, b.text) for b in message.content] == [("text", "I can't help with that.")]  # type: ignore[union-attr]
+
+
+def test_a_streamed_chat_refusal_is_a_refusal_stop_with_its_words(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "refusal": "I can't"}, {"refusal": " help with that."}]))
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=16, messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "refusal"
+    assert [(b.type, b.text) for b in final.content] == [("text", "I can't help with that.")]  # type: ignore[union-attr]

@@ -83,10 +83,9 @@ class PredictedLatency:
         self._rng = random.Random(seed)
 
     def choose(self, candidates, ctx, turn):
-        # The estimates (what the lease books, the target check reads) wait for the prefill work in flight
-        # at each backend; the ranking does not, as it never did: waited for there too, its picks move
-        # (1 of the pinned script's 161 acquisitions), and no measurement asked for that.
-        ctx.estimates = {c.name: estimate(c, ctx) for c in candidates}
+        # Ranked without the prefill work in flight at each backend, as it always was: waited for there too,
+        # its picks move (1 of the pinned script's 161 acquisitions), and no measurement asked for that. So
+        # these are not kept on the context (`ctx.estimates`): the lease and the target check predict with it.
         estimates = [estimate(c, ctx, backlog=False) for c in candidates]
         # Load penalty: replicas deciding alike must not herd, and the model learns a backend's load late.
         weights = [failure_penalty(c, ctx.now) * _load_penalty(c) for c in candidates]

@@ -8,7 +8,7 @@ import pytest
 
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import estimate, objective, ranked
+from app.routing.predict import decided, estimate, objective, ranked
 from app.routing.state import InflightBook
 from app.routing.strategies import PredictedLatency
 from tests.routing.test_router import router
@@ -406,6 +406,5 @@ def test_predicted_latency_ranks_without_the_prefill_work_in_flight_as_it_did_bu
     ctx = RouteContext(stream=False, prompt_tokens=100, max_tokens=50, now=CTX.now)
     i, scores = PredictedLatency(exploration=0).choose([busy, idle], ctx, 0)
     assert i == 0 and scores[0] < scores[1]
-    assert ctx.estimates is not None
-    kept = ctx.estimates["fast"]
-    assert kept.queue_s > 1.0 and kept.e2e_s > ctx.estimates["slow"].e2e_s
+    waits = decided(busy, ctx)  # what the lease books and the target check reads
+    assert waits.queue_s > 1.0 and waits.e2e_s > decided(idle, ctx).e2e_s

@@ -256,3 +256,20 @@ def test_a_streamed_chat_refusal_is_a_refusal_stop_with_its_words(gateway):
         final = stream.get_final_message()
     assert final.stop_reason == "refusal"
     assert [(b.type, b.text) for b in final.content] == [("text", "I can't help with that.")]  # type: ignore[union-attr]
+
+
+def test_a_chat_refusal_is_a_responses_refusal_part(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "content": None, "refusal": "I can't help with that."}))
+    response = gateway.openai().responses.create(model="tools", input="Hello?")
+    assert [(i.type, [(c.type, c.refusal) for c in i.content]) for i in response.output] == [  # type: ignore[union-attr]
+        ("message", [("refusal", "I can't help with that.")])]
+
+
+def test_a_streamed_chat_refusal_is_streamed_as_a_responses_refusal(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "refusal": "I can't"}, {"refusal": " help with that."}]))
+    with gateway.openai().responses.stream(model="tools", input="Hello?") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.refusal.delta"]
+        final = stream.get_final_response()
+    assert deltas == ["I can't", " help with that."]
+    assert [(c.type, c.refusal) for c in final.output[0].content] == [  # type: ignore[union-attr]
+        ("refusal", "I can't help with that.")]

@@ -72,6 +72,9 @@ def from_chat(chat: dict, response: dict) -> dict:
     content = message.get("content")
     if isinstance(content, str) and content:
         output.append(_message_item(new_id("msg"), content, "completed", _logprobs(choice)))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:  # OpenAI's refusal: a message whose part is a refusal, as Responses says one
+        output.append(_refusal_item(new_id("msg"), refusal, "completed"))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
         output.append(_call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "",
@@ -103,6 +106,11 @@ def _message_item(item_id: str, text: str, status: str, logprobs: list | None = 
     return {"id": item_id, "type": "message", "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}]
             if status != "in_progress" else []}
+
+
+def _refusal_item(item_id: str, text: str, status: str) -> dict:
+    return {"id": item_id, "type": "message", "status": status, "role": "assistant",
+            "content": [{"type": "refusal", "refusal": text}] if status != "in_progress" else []}
 
 
 def _reasoning_item(item_id: str, text: str, status: str) -> dict:
@@ -174,6 +182,9 @@ class ChatStreamTranslator:
             content = delta.get("content")
             if isinstance(content, str) and content:
                 out.append(self._text("message", content, _logprobs(choice)))
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                out.append(self._text("refusal", refusal))
             for call in delta.get("tool_calls") or ():
                 out.append(self._call_delta(call))
             if choice.get("finish_reason"):
@@ -185,12 +196,14 @@ class ChatStreamTranslator:
         cur = self._open
         if cur is None or cur.kind != kind:
             out += self._close_open()
-            cur = self._open = _Open(len(self._output), new_id("msg" if kind == "message" else "rs"), kind)
-            item = _message_item(cur.id, "", "in_progress") if kind == "message" else _reasoning_item(cur.id, "", "in_progress")
+            cur = self._open = _Open(len(self._output), new_id("rs" if kind == "reasoning" else "msg"), kind)
+            item = (_message_item(cur.id, "", "in_progress") if kind == "message" else
+                    _refusal_item(cur.id, "", "in_progress") if kind == "refusal" else
+                    _reasoning_item(cur.id, "", "in_progress"))
             self._output.append(item)
             out += self._ev({"type": "response.output_item.added", "output_index": cur.index, "item": item})
-            part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []} if kind == "message"
-                    else {"type": "reasoning_text", "text": ""})
+            part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []} if kind == "message" else
+                    {"type": "refusal", "refusal": ""} if kind == "refusal" else {"type": "reasoning_text", "text": ""})
             out += self._ev({"type": "response.content_part.added", "item_id": cur.id, "output_index": cur.index,
                              "content_index": 0, "part": part})
         cur.parts.append(text)
@@ -205,7 +218,8 @@ class ChatStreamTranslator:
             return out + (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
                           + cur.id.encode() + b'","output_index":%d,"content_index":0,"delta":' % cur.index
                           + orjson.dumps(text) + b',"logprobs":[],"sequence_number":%d}\n\n' % seq)
-        return out + self._ev({"type": "response.reasoning_text.delta", "item_id": cur.id, "output_index": cur.index,
+        kind_event = "response.refusal.delta" if kind == "refusal" else "response.reasoning_text.delta"
+        return out + self._ev({"type": kind_event, "item_id": cur.id, "output_index": cur.index,
                                "content_index": 0, "delta": text})
 
     def _call_delta(self, call: dict) -> bytes:
@@ -239,6 +253,11 @@ class ChatStreamTranslator:
             item = _message_item(cur.id, text, "completed", cur.logprobs)
             out = self._ev({"type": "response.output_text.done", "item_id": cur.id, "output_index": cur.index,
                             "content_index": 0, "text": text, "logprobs": cur.logprobs})
+        elif cur.kind == "refusal":
+            part = {"type": "refusal", "refusal": text}
+            item = _refusal_item(cur.id, text, "completed")
+            out = self._ev({"type": "response.refusal.done", "item_id": cur.id, "output_index": cur.index,
+                            "content_index": 0, "refusal": text})
         else:
             part = {"type": "reasoning_text", "text": text}
             item = _reasoning_item(cur.id, text, "completed")

@@ -139,6 +139,11 @@ class MessagesProtocol(ClientProtocol):
             if m.get("role") not in _ROLES:
                 raise InvalidRequest(f"{where}.role: Input should be 'user' or 'assistant'", param=f"{where}.role")
             _check_blocks(m.get("content"), f"{where}.content")
+            if m.get("content") in ("", []) and not (i == len(messages) - 1 and m["role"] == "assistant"):
+                # Anthropic's own rule, in its words: a chat backend answered such a turn, and a native one was
+                # sent a request Anthropic refuses (an empty turn in the history, a bug the client should see).
+                raise InvalidRequest(f"{where}: all messages must have non-empty content except for the optional "
+                                     "final assistant message", param=where)
         system = body.get("system")
         if system is not None and not isinstance(system, str):
             _check_blocks(system, "system")

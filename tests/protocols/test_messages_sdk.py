@@ -122,6 +122,18 @@ def test_bad_params_are_named_in_a_400_never_a_500(gateway):
     assert r.status_code == 400 and "messages.0.role" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("empty", ["", []])
+def test_an_empty_turn_is_refused_in_anthropics_words_but_a_final_assistant_prefill_may_be_empty(gateway, empty):
+    # Over a chat backend an empty user turn was answered; Anthropic refuses it, and so does a native backend's client.
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": empty}, {"role": "user", "content": "y"}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        sdk(gateway).messages.create(model="tgi", max_tokens=4, messages=messages)
+    assert info.value.body["error"]["message"] == ("messages.1: all messages must have non-empty content except for "
+                                                   "the optional final assistant message")
+    answer = sdk(gateway).messages.create(model="tgi", max_tokens=4, messages=messages[:2])
+    assert answer.content and answer.role == "assistant"
+
+
 def test_the_anthropic_sdk_lists_and_retrieves_the_aliases_in_anthropics_shape(gateway):
     # Its key arrives as x-api-key and its request names an anthropic-version: Anthropic's Models API.
     client = sdk(gateway)

@@ -244,9 +244,9 @@ class MessagesProtocol(ClientProtocol):
             return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
         count_only = not self.streams
         body = messages_chat.chat_body(req, backend.model, req.stream, count_only)
-        alias = req.alias
+        alias, thinking = req.alias, messages_chat.thinks(req.body)
         return Upstream("chat/completions", body, {},
-                        lambda result: messages_chat.translated(result, alias, count_only))
+                        lambda result: messages_chat.translated(result, alias, count_only, thinking))
 
     def credentials(self, headers: Mapping[str, str]) -> str | None:
         """Anthropic clients send their key as x-api-key; Authorization: Bearer works as well."""

@@ -21,6 +21,13 @@ What maps (request):
 | output_config.format (json_schema)        | response_format json_schema (name "output", strict)        |
 | stream                                    | stream, with stream_options.include_usage                  |
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
+| thinking enabled / adaptive               | nothing: reasoning models (vLLM with a reasoning parser,   |
+|                                           |   llama.cpp, DeepSeek) reason by default; budget_tokens    |
+|                                           |   maps to no chat field (max_tokens bounds both, as here)  |
+| thinking disabled                         | nothing (as without it; any reasoning is not relayed)      |
+| assistant thinking / redacted_thinking    | dropped: chat backends take no reasoning back (vLLM's docs |
+|   blocks                                  |   say not to send it), as Anthropic ignores earlier turns' |
+|                                           |   thinking                                                 |
 
 What maps (answer): content text -> a text block (OpenAI's `refusal` too, with stop_reason refusal);
 tool_calls -> tool_use blocks (arguments parsed as JSON; a call that max_tokens cut short keeps its block,
@@ -28,14 +35,21 @@ with input {}, and stops for max_tokens); finish_reason stop / length / tool_cal
 stop_reason end_turn / max_tokens / tool_use / refusal (stop with a tool call: tool_use, as OpenAI ends a call
 forced by a named tool_choice; stop with the stop string named, as vLLM and SGLang name it: stop_sequence and
 that string); usage prompt_tokens (less cached_tokens) / cached_tokens / completion_tokens -> input_tokens /
-cache_read_input_tokens / output_tokens. A backend's reasoning (reasoning_content or reasoning) is not relayed
-(thinking was not asked for: a request that asks is refused, below).
+cache_read_input_tokens / output_tokens (completion_tokens counts the reasoning tokens, as Anthropic's
+output_tokens counts thinking). With thinking asked for (enabled or adaptive), the backend's reasoning
+(`reasoning_content`, or `reasoning` as vLLM and OpenRouter name it) -> a thinking block before the text and
+tool_use blocks, its signature "" (only Anthropic can sign; the block comes back in the history and is dropped
+there, above); streamed as content_block_start (thinking), thinking_delta events, a signature_delta and
+content_block_stop, in Anthropic's order. No reasoning: no thinking block. Thinking not asked for: the
+reasoning is not relayed.
 
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
-`thinking` (enabled or adaptive), thinking and redacted_thinking blocks in the history, document and
-search-result blocks, blocks other than text inside a tool_result (a chat `tool` message
+document and search-result blocks, blocks other than text inside a tool_result (a chat `tool` message
 carries text only), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
-`container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`).
+`container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`). Refused alike, as Anthropic
+refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking enabled without an
+integer budget_tokens of at least 1024. Anthropic's other rule, budget_tokens < max_tokens, is not enforced: the
+interleaved-thinking beta that Claude Code sends lifts it.
 """
 
 from __future__ import annotations
@@ -48,6 +62,7 @@ import orjson
 
 from app.errors import InvalidRequest, UpstreamProtocolError
 from app.protocols.base import ParsedRequest
+from app.protocols.responses.from_chat import reasoning_text
 from app.protocols.translated_stream import TranslatedStream, another_call
 from app.upstream.attempt import EventStream, JsonReply, json_object
 
@@ -68,15 +83,13 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
                  "content_filter": "refusal"}
 _REFUSED_FIELDS = ("mcp_servers", "container")
 _BLOCKS = ("text", "image", "tool_use", "tool_result")
+_DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning: chat backends take none back
 
 
 def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: bool = False) -> bytes:
     """The chat-completions body for this Messages request, or InvalidRequest for what cannot map."""
     body = req.body
-    thinking = body.get("thinking")
-    if thinking is not None and thinking.get("type") != "disabled":
-        raise InvalidRequest("thinking: this model's backends speak only chat completions, which cannot return "
-                             "thinking blocks; send the request without 'thinking'", param="thinking")
+    _check_budget(body.get("thinking"))
     for name in _REFUSED_FIELDS:
         if body.get(name) is not None:
             raise InvalidRequest(f"{name}: not supported by this model's chat-completions backends", param=name)
@@ -127,6 +140,26 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
     return orjson.dumps(out)
 
 
+def thinks(body: dict) -> bool:
+    """Whether this request asked for thinking (enabled or adaptive): only then is a backend's reasoning relayed."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _check_budget(thinking: object) -> None:
+    """Anthropic's rule for enabled thinking: an integer budget_tokens of at least 1024. The gateway stands in for
+    Anthropic here (no backend sees the budget), so a request Anthropic refuses is refused alike."""
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        raise InvalidRequest("thinking.enabled.budget_tokens: Field required (an integer)",
+                             param="thinking.budget_tokens")
+    if budget < 1024:
+        raise InvalidRequest("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+                             param="thinking.budget_tokens")
+
+
 def _tool(tool: dict, j: int) -> dict:
     if tool.get("type") not in (None, "custom"):
         raise InvalidRequest(f"tools.{j}.type: server tools ({tool['type']}) are not supported by this model's "
@@ -163,6 +196,8 @@ def _turn(m: dict, where: str) -> list[dict]:
     results: list[dict] = []
     for j, block in enumerate(content):
         btype, at = block["type"], f"{where}.content.{j}"
+        if btype in _DROPPED_BLOCKS and role == "assistant":
+            continue
         if btype not in _BLOCKS:
             raise InvalidRequest(f"{at}.type: '{btype}' blocks are not supported by this model's chat-completions "
                                  "backends", param=f"{at}.type")
@@ -211,12 +246,16 @@ def _image_url(source: dict, at: str) -> str:
 
 # --- the answer --------------------------------------------------------------------------------------
 
-def message_body(chat: dict, alias: str) -> dict:
-    """A chat completion as the Message it stands for."""
+def message_body(chat: dict, alias: str, thinking: bool = False) -> dict:
+    """A chat completion as the Message it stands for; with `thinking` asked for, the backend's reasoning first,
+    as a thinking block."""
     choices = chat.get("choices")
     choice: dict = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message: dict = choice["message"] if isinstance(choice.get("message"), dict) else {}
     content: list[dict] = []
+    reasoning = reasoning_text(message) if thinking else None
+    if reasoning is not None:
+        content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -302,11 +341,12 @@ class StreamTranslator:
     """Chat-completion chunks in, Messages events out, one chunk at a time (each call returns the events
     that chunk completes; nothing is held back beyond what the Messages framing needs)."""
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, thinking: bool = False) -> None:
         self.alias = alias
+        self.thinking = thinking  # relay the backend's reasoning as thinking blocks
         self.started = False
         self.index = -1  # the open content block's index
-        self.open: str | None = None  # its kind: "text" or "tool_use"
+        self.open: str | None = None  # its kind: "thinking", "text" or "tool_use"
         self.tool_blocks: dict[int, int] = {}  # chat tool-call index -> block index
         self.tool_ids: dict[int, str] = {}  # chat tool-call index -> the id of the call there
         self.stop_reason: str | None = None
@@ -337,6 +377,12 @@ class StreamTranslator:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            reasoning = reasoning_text(delta) if self.thinking else None
+            if reasoning is not None:
+                if self.open != "thinking":
+                    out.extend(self._start({"type": "thinking", "thinking": "", "signature": ""}, "thinking"))
+                out.append(event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                         "delta": {"type": "thinking_delta", "thinking": reasoning}}))
             text = delta.get("content")
             if isinstance(text, str) and text:
                 if self.open != "text":
@@ -375,8 +421,13 @@ class StreamTranslator:
     def _close(self) -> list[bytes]:
         if self.open is None:
             return []
+        out = []
+        if self.open == "thinking":  # Anthropic ends a thinking block with its signature (none to give here)
+            out.append(event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                     "delta": {"type": "signature_delta", "signature": ""}}))
         self.open = None
-        return [event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        out.append(event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        return out
 
     def _tool_delta(self, call: dict) -> list[bytes]:
         out: list[bytes] = []
@@ -415,9 +466,9 @@ class StreamTranslator:
 class TranslatedMessagesStream(TranslatedStream):
     """A chat-completions stream read as the Messages stream it stands for."""
 
-    def __init__(self, inner: EventStream, alias: str) -> None:
+    def __init__(self, inner: EventStream, alias: str, thinking: bool = False) -> None:
         super().__init__(inner)
-        self.translator = StreamTranslator(alias)
+        self.translator = StreamTranslator(alias, thinking)
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         translator = self.translator
@@ -441,10 +492,12 @@ def _data_only(event: bytes) -> bytes:
     return event[event.index(b"\n") + 1:-2]
 
 
-def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False) -> JsonReply | TranslatedMessagesStream:
-    """A chat backend's answer as the Messages (or count_tokens) answer it stands for."""
+def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False,
+               thinking: bool = False) -> JsonReply | TranslatedMessagesStream:
+    """A chat backend's answer as the Messages (or count_tokens) answer it stands for (`thinking`: the request
+    asked for it, and the backend's reasoning is relayed)."""
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
-        body = count_body(chat) if count_only else message_body(chat, alias)
+        body = count_body(chat) if count_only else message_body(chat, alias, thinking)
         return replace(result, body=orjson.dumps(body), data=body)
-    return TranslatedMessagesStream(result, alias)
+    return TranslatedMessagesStream(result, alias, thinking)

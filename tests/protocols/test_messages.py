@@ -177,10 +177,13 @@ def test_a_conversation_with_tools_translates_to_chat():
 
 
 @pytest.mark.parametrize(("extra", "param"), [
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    # Anthropic's rule for enabled thinking, kept where the gateway stands in for Anthropic (no backend sees it).
+    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1023}}, "thinking.budget_tokens"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0.type"),
-    ({"messages": [{"role": "assistant", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]}]},
+    # Thinking belongs to assistant turns (there it is dropped on the way to chat; tests/protocols/test_tools_over_chat.py).
+    ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"}]}]},
      "messages.0.content.0.type"),
     # A chat `tool` message carries text only: an image or document a tool returned would be lost.
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [

@@ -1,4 +1,4 @@
-"""Tool use and structured output through the gateway's translation to a chat-completions backend, driven by the
+"""Tool use, structured output and thinking through the gateway's translation to a chat-completions backend, driven by the
 official SDKs against a real gateway process and a loopback chat backend whose answers each test writes
 (tests/protocols/chat_backend.py): what a model says that the simulator never does."""
 
@@ -273,3 +273,125 @@ def test_a_streamed_chat_refusal_is_streamed_as_a_responses_refusal(gateway):
     assert deltas == ["I can't", " help with that."]
     assert [(c.type, c.refusal) for c in final.output[0].content] == [  # type: ignore[union-attr]
         ("refusal", "I can't help with that.")]
+
+
+# Thinking over chat. Claude Code asks for thinking on some models and sends earlier turns' thinking blocks back;
+# refused, every request of a chat-only alias was a 400. A reasoning model behind chat completions answers with
+# its reasoning beside the content (`reasoning_content`: llama.cpp, DeepSeek; `reasoning`: vLLM, OpenRouter),
+# which becomes the thinking block Anthropic puts before the answer.
+THINK = {"type": "enabled", "budget_tokens": 2048}
+REASONED_USAGE = {"prompt_tokens": 12, "completion_tokens": 40, "total_tokens": 52,
+                  "completion_tokens_details": {"reasoning_tokens": 31}}
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_thinking_over_chat_relays_the_backends_reasoning_as_a_thinking_block_before_the_answer(gateway, field):
+    gateway.backend.queue(Json({"role": "assistant", field: "Paris is in France.", "content": "Sunny."},
+                               usage=REASONED_USAGE))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=4096, thinking=THINK, messages=ASK)
+    assert [b.model_dump() for b in message.content] == [
+        {"type": "thinking", "thinking": "Paris is in France.", "signature": ""},
+        {"type": "text", "text": "Sunny.", "citations": None}]
+    assert message.usage.output_tokens == 40  # the reasoning tokens counted in, as Anthropic counts thinking
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_thinking_stream_over_chat_opens_with_the_thinking_block_in_anthropics_order(gateway, field):
+    gateway.backend.queue(Chunks([{"role": "assistant", field: "Paris is "}, {field: "in France."},
+                                  {"content": "Sun"}, {"content": "ny."}], usage=REASONED_USAGE))
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=4096, thinking={"type": "adaptive"},
+                                             messages=ASK) as stream:
+        events = [(e.type, getattr(e, "index", None), getattr(getattr(e, "delta", None), "type", None))
+                  for e in stream if e.type.startswith("content_block")]
+        final = stream.get_final_message()
+    assert events == [
+        ("content_block_start", 0, None), ("content_block_delta", 0, "thinking_delta"),
+        ("content_block_delta", 0, "thinking_delta"), ("content_block_delta", 0, "signature_delta"),
+        ("content_block_stop", 0, None),
+        ("content_block_start", 1, None), ("content_block_delta", 1, "text_delta"),
+        ("content_block_delta", 1, "text_delta"), ("content_block_stop", 1, None)]
+    assert [b.model_dump() for b in final.content] == [
+        {"type": "thinking", "thinking": "Paris is in France.", "signature": ""},
+        {"type": "text", "text": "Sunny.", "citations": None}]
+    assert final.usage.output_tokens == 40
+
+
+def test_thinking_asked_of_a_backend_that_does_not_reason_is_the_plain_answer(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}),
+                          Chunks([{"role": "assistant", "content": "Sunny."}]))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=4096, thinking=THINK, messages=ASK)
+    assert [b.type for b in message.content] == ["text"]
+    with gateway.anthropic().messages.stream(model="tools", max_tokens=4096, thinking=THINK, messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert [(b.type, b.text) for b in final.content] == [("text", "Sunny.")]  # type: ignore[union-attr]
+
+
+# An agent's history as Claude Code sends it back: the assistant turn's thinking (signed by Anthropic, or made
+# here with no signature) and redacted thinking, then its tool call.
+HISTORY: list = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "I should call the tool.", "signature": "EqQBCkYIARgC"},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "call_1", "name": "weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "Sunny."}]}]
+HISTORY_AS_CHAT = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "Sunny."}]
+
+
+def test_thinking_in_the_history_is_dropped_on_the_way_to_a_chat_backend(gateway):
+    # Chat backends take no reasoning back (vLLM's docs say not to send it), as Anthropic ignores earlier turns'.
+    gateway.backend.queue(Json({"role": "assistant", "reasoning": "It said sunny.", "content": "It is sunny."}))
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=4096, thinking=THINK, tools=[WEATHER],
+                                                  messages=HISTORY)
+    assert gateway.backend.bodies[0]["messages"] == HISTORY_AS_CHAT
+    assert [b.type for b in message.content] == ["thinking", "text"]
+
+
+@pytest.mark.parametrize("thinking", [{"type": "disabled"}, None])
+def test_thinking_turned_off_keeps_the_reasoning_out_and_the_history_served(gateway, thinking):
+    # A conversation whose earlier turns thought, now without thinking: the history is served as above, and the
+    # backend's reasoning is not relayed (the client did not ask for thinking blocks).
+    gateway.backend.queue(Json({"role": "assistant", "reasoning_content": "Hm.", "content": "It is sunny."}))
+    extra = {} if thinking is None else {"thinking": thinking}
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=64, tools=[WEATHER], messages=HISTORY,
+                                                  **extra)
+    assert gateway.backend.bodies[0]["messages"] == HISTORY_AS_CHAT
+    assert [b.type for b in message.content] == ["text"]
+
+
+def test_only_a_well_formed_thinking_is_served_a_malformed_one_is_refused_in_anthropics_shape(gateway):
+    bad = [({"type": "enabled"}, "thinking.budget_tokens"),  # Anthropic requires the budget
+           ({"type": "enabled", "budget_tokens": 512}, "thinking.budget_tokens"),  # at least 1024
+           ({"type": "sometimes"}, "thinking.type"),
+           ("yes", "thinking")]
+    for thinking, param in bad:
+        with pytest.raises(anthropic.BadRequestError) as exc:
+            gateway.anthropic().messages.create(model="tools", max_tokens=4096, messages=ASK,
+                                                thinking=thinking)  # type: ignore[arg-type]
+        assert exc.value.status_code == 400
+        assert exc.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+        assert param.split(".")[-1] in exc.value.message, thinking
+    assert gateway.backend.bodies == []
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}))
+    assert gateway.anthropic().messages.create(model="tools", max_tokens=4096, messages=ASK, thinking=THINK).content
+
+
+def test_a_cached_answer_with_thinking_replays_the_same_as_json_and_as_a_stream(gateway):
+    gateway.backend.queue(Json({"role": "assistant", "reasoning_content": "Paris is in France.",
+                                "content": "Sunny."}))
+    client = gateway.anthropic()
+    ask = {"model": "cached", "max_tokens": 4096, "thinking": THINK, "messages": ASK,
+           "extra_body": {"temperature": 0}}  # only a deterministic answer is cached
+    first = client.messages.create(**ask)
+    again = client.messages.create(**ask)
+    with client.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert len(gateway.backend.bodies) == 1  # both answered from the cache
+    assert [b.model_dump() for b in first.content] == [b.model_dump() for b in again.content] \
+        == [b.model_dump() for b in streamed.content]
+    assert first.content[0].type == "thinking"

@@ -66,7 +66,7 @@ def from_chat(chat: dict, response: dict) -> dict:
     asked_message = choice.get("message")
     message: dict = asked_message if isinstance(asked_message, dict) else {}
     output: list[dict] = []
-    reasoning = _reasoning(message)
+    reasoning = reasoning_text(message)
     if reasoning:
         output.append(_reasoning_item(new_id("rs"), reasoning, "completed"))
     content = message.get("content")
@@ -84,7 +84,7 @@ def from_chat(chat: dict, response: dict) -> dict:
     return out
 
 
-def _reasoning(message: dict) -> str | None:
+def reasoning_text(message: dict) -> str | None:
     """A chat message's (or delta's) chain of thought: `reasoning_content` (llama.cpp, DeepSeek, older vLLM) or
     `reasoning` (vLLM since it removed reasoning_content, OpenRouter), whichever is text."""
     for name in ("reasoning_content", "reasoning"):
@@ -176,7 +176,7 @@ class ChatStreamTranslator:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            reasoning = _reasoning(delta)
+            reasoning = reasoning_text(delta)
             if reasoning:
                 out.append(self._text("reasoning", reasoning))
             content = delta.get("content")

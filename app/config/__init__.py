@@ -805,9 +805,7 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
             backend = backend.model_copy(update={"ca_bundle": str(bundle)})
         if backend.proxy_env:
             key = f"{where}: backends.{name}.proxy_env: environment variable {backend.proxy_env}"
-            value = (env.get(backend.proxy_env) or "").strip()
-            if not value:
-                raise ConfigError(f"{key} is not set")
+            value = _from_environment(key, backend.proxy_env, env)
             problem = proxy_url_problem(value)
             if problem:
                 raise ConfigError(f"{key} holds no proxy URL the gateway can use ({problem})")
@@ -817,23 +815,16 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
             # newline) ends in a line break, which no header may carry: every request failed at the start
             # with a traceback that named neither backend nor variable. Surrounding whitespace is never
             # part of a key; a line break inside one is named here (never the value).
-            value = (env.get(backend.api_key_env) or "").strip()
-            if not value:
-                raise ConfigError(
-                    f"{where}: backends.{name}.api_key_env: environment variable "
-                    f"{backend.api_key_env} is not set"
-                )
+            key = f"{where}: backends.{name}.api_key_env: environment variable {backend.api_key_env}"
+            value = _from_environment(key, backend.api_key_env, env)
             if "\n" in value or "\r" in value:
-                raise ConfigError(f"{where}: backends.{name}.api_key_env: environment variable "
-                                  f"{backend.api_key_env} holds a line break inside the key")
+                raise ConfigError(f"{key} holds a line break inside the key")
             backend = backend.model_copy(update={"api_key": SecretStr(value)})
         backends[name] = backend
     update: dict[str, object] = {"backends": backends}
     if config.auth.console_secret_env:
         key = f"{where}: auth.console_secret_env: environment variable {config.auth.console_secret_env}"
-        secret = (env.get(config.auth.console_secret_env) or "").strip()
-        if not secret:
-            raise ConfigError(f"{key} is not set")
+        secret = _from_environment(key, config.auth.console_secret_env, env)
         if len(secret) < 32:
             # A short secret can be guessed offline from one cookie; `openssl rand -hex 32` makes a good one.
             raise ConfigError(f"{key} holds {len(secret)} characters: a signing secret needs at least 32 "
@@ -846,13 +837,20 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
     return config.model_copy(update=update)
 
 
+def _from_environment(key: str, variable: str, env: os._Environ[str] | dict[str, str]) -> str:
+    """The value of the environment variable a `*_env` key names, stripped (a Secret made with --from-file ends
+    in a newline), or ConfigError naming `key` (file, key and variable) if it is unset or blank."""
+    value = (env.get(variable) or "").strip()
+    if not value:
+        raise ConfigError(f"{key} is not set")
+    return value
+
+
 def _redis_url_from(where: str, section: str, variable: str, env: os._Environ[str] | dict[str, str]) -> str:
     """The Redis URL a `redis_url_env` names, checked as a written redis_url is. Errors name the section, the key
     and the variable, never the value: the URL holds the password the variable is there to keep out of sight."""
     key = f"{where}: {section}.redis_url_env: environment variable {variable}"
-    url = (env.get(variable) or "").strip()  # a Secret made with --from-file ends in a newline
-    if not url:
-        raise ConfigError(f"{key} is not set")
+    url = _from_environment(key, variable, env)
     problem = redis_url_problem(url)
     if problem:
         raise ConfigError(f"{key} holds no Redis URL the stores can use ({problem})")

@@ -79,6 +79,8 @@ def from_chat(chat: dict, response: dict) -> dict:
         fn = call.get("function") or {}
         output.append(_call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "",
                                  fn.get("arguments") or "", "completed"))
+    if output and choice.get("finish_reason") in _INCOMPLETE:
+        output[-1]["status"] = "incomplete"  # the item the cut fell in (the last one generated), as OpenAI marks it
     out = {**response, "output": output, "usage": usage_of(chat.get("usage"))}
     _finish(out, choice.get("finish_reason"))
     return out
@@ -243,24 +245,25 @@ class ChatStreamTranslator:
                              "output_index": cur.index, "delta": args})
         return out
 
-    def _close_open(self) -> bytes:
+    def _close_open(self, cut_index: int = -1) -> bytes:
         cur, self._open = self._open, None
         if cur is None:
             return b""
         text = "".join(cur.parts)
+        status = "incomplete" if cur.index == cut_index else "completed"
         if cur.kind == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": cur.logprobs}
-            item = _message_item(cur.id, text, "completed", cur.logprobs)
+            item = _message_item(cur.id, text, status, cur.logprobs)
             out = self._ev({"type": "response.output_text.done", "item_id": cur.id, "output_index": cur.index,
                             "content_index": 0, "text": text, "logprobs": cur.logprobs})
         elif cur.kind == "refusal":
             part = {"type": "refusal", "refusal": text}
-            item = _refusal_item(cur.id, text, "completed")
+            item = _refusal_item(cur.id, text, status)
             out = self._ev({"type": "response.refusal.done", "item_id": cur.id, "output_index": cur.index,
                             "content_index": 0, "refusal": text})
         else:
             part = {"type": "reasoning_text", "text": text}
-            item = _reasoning_item(cur.id, text, "completed")
+            item = _reasoning_item(cur.id, text, status)
             out = self._ev({"type": "response.reasoning_text.done", "item_id": cur.id, "output_index": cur.index,
                             "content_index": 0, "text": text})
         out += self._ev({"type": "response.content_part.done", "item_id": cur.id, "output_index": cur.index,
@@ -269,11 +272,14 @@ class ChatStreamTranslator:
         return out + self._ev({"type": "response.output_item.done", "output_index": cur.index, "item": item})
 
     def finish(self) -> bytes:
-        """The closing events, once the chat stream ended complete."""
-        out = self._close_open()
+        """The closing events, once the chat stream ended (complete, or cut by the length cap or a filter)."""
+        # A cut answer: the item the cut fell in is the last one begun (every earlier one was followed by
+        # another), and it alone says `incomplete`, as OpenAI marks it.
+        cut_index = len(self._output) - 1 if self._finish_reason in _INCOMPLETE else -1
+        out = self._close_open(cut_index)
         for cur in self._all_calls:
             args = "".join(cur.parts)
-            item = _call_item(cur.id, cur.call_id, cur.name, args, "completed")
+            item = _call_item(cur.id, cur.call_id, cur.name, args, "incomplete" if cur.index == cut_index else "completed")
             self._output[cur.index] = item
             out += self._ev({"type": "response.function_call_arguments.done", "item_id": cur.id,
                              "output_index": cur.index, "arguments": args})

@@ -244,6 +244,22 @@ def test_an_answer_cut_by_max_output_tokens_is_incomplete(client, model):
     assert r.usage.output_tokens == 5
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_the_item_a_cut_fell_in_says_incomplete_wherever_a_client_reads_it(client, model):
+    # OpenAI marks the message that max_output_tokens cut `incomplete` (ResponseOutputMessage.status), not only the
+    # response: a client that reads the item (the SDK's output_item.done, a stored turn) must not take it as whole.
+    r = client.responses.create(model=model, input="Say hello", max_output_tokens=5)
+    assert r.status == "incomplete" and [(i.type, i.status) for i in r.output] == [("message", "incomplete")]
+    assert [i.status for i in client.responses.retrieve(r.id).output] == ["incomplete"]
+    events = list(client.responses.create(model=model, input="Say hello", max_output_tokens=5, stream=True))
+    assert [e.item.status for e in events if e.type == "response.output_item.done"] == ["incomplete"]
+    final = events[-1]
+    assert final.type == "response.incomplete" and [i.status for i in final.response.output] == ["incomplete"]
+    assert [i.status for i in client.responses.retrieve(final.response.id).output] == ["incomplete"]
+    whole = client.responses.create(model=model, input="Say hello", max_output_tokens=50)
+    assert whole.status == "completed" and [i.status for i in whole.output] == ["completed"]
+
+
 @pytest.mark.parametrize("model", ["tiny", "tinychat"])
 def test_a_chain_that_outgrows_the_context_is_context_length_exceeded_never_cut(client, model):
     previous, sizes = None, []

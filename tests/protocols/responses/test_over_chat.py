@@ -3,11 +3,12 @@ driven with the official openai SDK against a real gateway process: what a model
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
 from app.admission.auth import hash_key
-from tests.conftest import ACME_KEY, GLOBEX_KEY, NO_BREAKER
+from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.support import Process, free_port, write_yaml
 
@@ -30,13 +31,16 @@ def gateway(tmp_path_factory):
     config = {
         "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)},
-                                             {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY)}]},
+                                             {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},
         "backends": {"chat": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
                               "flavor": "tgi"}},  # TGI's flavour speaks chat completions only: Responses is translated
         "reliability": NO_BREAKER,
         "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}},
                    "cached": {"backends": ["chat"], "retry": {"max_attempts": 1},
-                              "cache": {"exact": {"enabled": True, "ttl_s": 300}}}},
+                              # Answers that call a tool are cached too: they carry every kind of item id.
+                              "cache": {"exact": {"enabled": True, "ttl_s": 300},
+                                        "finish_reasons": ["stop", "tool_calls"]}}},
     }
     tmp = tmp_path_factory.mktemp("responses-over-chat")
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
@@ -98,3 +102,67 @@ def test_a_message_a_content_filter_stopped_is_incomplete_for_that_reason(gatewa
         r = client.responses.create(model="tools", input="Tell me.")
     assert r.status == "incomplete" and r.incomplete_details.reason == "content_filter"
     assert [(i.type, i.status) for i in r.output] == [("message", "incomplete")]
+
+
+# --- an exact-cache hit: a response of its own, never the first answer's ids ---------------------------------
+
+ANSWER_WITH_EVERY_ITEM = {"role": "assistant", "content": "Let me look.", "reasoning_content": "Paris: call weather.",
+                          "tool_calls": [{"id": "call_first", "type": "function",
+                                          "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]}
+
+
+def _ids(response) -> list[str]:
+    return [response.id, *(i.id for i in response.output), *(i.call_id for i in response.output if i.type == "function_call")]
+
+
+def _first_answer_cached(gateway, question: str):
+    gateway.backend.queue(Json(ANSWER_WITH_EVERY_ITEM, "tool_calls"))
+    first = gateway.client().responses.create(model="cached", input=question, tools=[WEATHER], temperature=0)
+    # The cache is written after the response, in the background: wait until the entry is stored.
+    r = httpx.post(f"{gateway.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    return first
+
+
+def test_a_cache_hit_is_a_response_with_ids_of_its_own_as_json_and_as_a_stream(gateway):
+    # Clients dedupe output items and pair tool outputs by their ids (msg_, fc_, rs_, call_): two responses that
+    # share them are one response twice, to a client. OpenAI never gives two responses the same ids.
+    client = gateway.client()
+    first = _first_answer_cached(gateway, "Weather in Paris, please?")
+    raw = client.responses.with_raw_response.create(model="cached", input="Weather in Paris, please?", tools=[WEATHER],
+                                                    temperature=0)
+    assert raw.headers["x-slipstream-cache"] == "hit"
+    again = raw.parse()
+    with client.responses.with_streaming_response.create(model="cached", input="Weather in Paris, please?",
+                                                         tools=[WEATHER], temperature=0, stream=True) as raw_stream:
+        assert raw_stream.headers["x-slipstream-cache"] == "hit"
+        events = list(raw_stream.parse())
+    streamed = events[-1].response
+    assert gateway.backend.bodies and len(gateway.backend.bodies) == 1  # both were served by the cache
+    answers = (first, again, streamed)
+    assert [[i.type for i in r.output] for r in answers] == [["reasoning", "message", "function_call"]] * 3
+    assert streamed.output_text == again.output_text == first.output_text == "Let me look."
+    assert len({i for r in answers for i in _ids(r)}) == 3 * len(_ids(first))  # no id shared by two responses
+    # Every event of the replayed stream names the replay's own items.
+    named = {e.item_id for e in events if hasattr(e, "item_id")} | {e.item.id for e in events if hasattr(e, "item")}
+    assert named == {i.id for i in streamed.output}
+
+
+def test_a_stored_cache_hit_is_retrieved_and_chained_by_its_own_ids_for_its_tenant_only(gateway):
+    client = gateway.client()
+    first = _first_answer_cached(gateway, "Weather in Paris, now?")
+    again = client.responses.create(model="cached", input="Weather in Paris, now?", tools=[WEATHER], temperature=0)
+    stored = client.responses.retrieve(again.id)
+    assert _ids(stored) == _ids(again) and _ids(client.responses.retrieve(first.id)) == _ids(first)
+    assert not set(_ids(stored)) & set(_ids(first))
+    with pytest.raises(openai.NotFoundError):
+        gateway.client(GLOBEX_KEY).responses.retrieve(again.id)
+    # The client answers the call it saw, by the replay's call_id: the chain sends that call and its output.
+    call = again.output[-1]
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny in Paris."}))
+    follow = client.responses.create(model="tools", previous_response_id=again.id, tools=[WEATHER],
+                                     input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert follow.previous_response_id == again.id and follow.output_text == "Sunny in Paris."
+    sent = gateway.backend.bodies[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == call.call_id

@@ -3,6 +3,8 @@ that no secret is ever in what it serves."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import yaml
@@ -190,3 +192,22 @@ def test_a_request_of_another_api_is_explained_as_a_chat_request_of_its_size(gw)
     r = httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"request_id": row["id"]})
     assert r.status_code == 200, r.text
     assert "a /v1/embeddings request" in r.json()["note"] and r.json()["chain"][0]["choice"] == "embed"
+
+
+def test_a_pasted_body_may_be_a_json_object_or_its_text_and_anything_else_is_refused_naming_the_field(gw):
+    # A script posts the request as an object; the page's text box sends its text. Both explain the same;
+    # anything else is a 400 that names `body`, not "request body is not valid JSON" as if the call itself were.
+    pasted = {"model": "llama-8b", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 16}
+    answers = [httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"body": body})
+               for body in (pasted, json.dumps(pasted))]
+    assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
+    as_object, as_text = (r.json() for r in answers)
+    assert as_object["request"] == as_text["request"] == {"alias": "llama-8b", "stream": False,
+                                                          "prompt_tokens_estimated": as_text["request"]["prompt_tokens_estimated"]}
+    assert as_object["would_use"] == as_text["would_use"] == "llama-8b"
+    for body, says in ((42, "not a number"), (["x"], "not an array"), (True, "not a boolean"),
+                       ("{not json", "not valid JSON"), ("", "not valid JSON"), ("[1, 2]", "this text is an array")):
+        r = httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"body": body})
+        error = r.json()["error"]
+        assert (r.status_code, error["type"], error["param"]) == (400, "invalid_request_error", "body"), (body, r.text)
+        assert error["message"].startswith("'body' ") and says in error["message"], (body, error["message"])

@@ -214,8 +214,8 @@ async def explain(request: Request) -> Response:
             raw = _stand_in(r)
             note = (f"a /v1/{r.endpoint} request: explained as a chat request of the same estimated length "
                     f"({r.prompt_tokens_hint} tokens); prefix matches need its text")
-    elif isinstance(ask.get("body"), str):
-        raw = ask["body"].encode()
+    elif ask.get("body") is not None:
+        raw = _pasted(ask["body"])
     else:
         raise InvalidRequest("send request_id or body")
     out = explain_body(gw, raw, request.headers)
@@ -225,6 +225,28 @@ async def explain(request: Request) -> Response:
 
 
 _EXPLAINABLE = ("chat/completions", "completions")  # bodies /admin/route/explain reads as they are
+
+
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", list: "an array", str: "a string", type(None): "null"}
+
+
+def _pasted(body: object) -> bytes:
+    """The pasted request to explain: a JSON object, or its text (the page's text box sends text, a script
+    the object). Anything else is refused naming the field: the request's own parser would call a bad
+    pasted text "request body is not valid JSON", as if the explain call itself were malformed."""
+    if isinstance(body, dict):
+        return orjson.dumps(body)
+    if not isinstance(body, str):
+        raise InvalidRequest(f"'body' must be a JSON object or its text, not {_JSON_TYPES.get(type(body), 'that')}",
+                             param="body")
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"'body' is not valid JSON text: {exc}", param="body") from None
+    if not isinstance(parsed, dict):
+        raise InvalidRequest(f"'body' must be a JSON object or its text; this text is {_JSON_TYPES[type(parsed)]}",
+                             param="body")
+    return body.encode()
 
 
 def _stand_in(r) -> bytes:

@@ -201,6 +201,72 @@ def test_a_json_call_stopped_by_the_server_gets_a_retryable_503_in_its_api_shape
     assert (recorded.outcome.value, recorded.error_type, recorded.status) == ("upstream_error", "request_interrupted", 503)
 
 
+def _stop_a_route_that_hangs(method: str, path: str, headers: list[tuple[bytes, bytes]], client_left: bool = False):
+    """Serve `method path` through the gateway's front (app.http.fastpath) with a FastAPI-side route that never
+    answers, cancel it as uvicorn does past the shutdown grace period, and return what was sent."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from app.http.fastpath import FastPath
+    from app.relay.loop import CLIENT_GONE, ClientGone
+
+    async def hangs(request):
+        await asyncio.Event().wait()
+
+    front = FastPath(Starlette(routes=[Route("/{rest:path}", hangs, methods=["GET", "POST", "DELETE"])]), 1024)
+    gone = ClientGone()
+    scope = {"type": "http", "method": method, "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": headers, "extensions": {CLIENT_GONE: gone}}
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    async def scenario():
+        task = asyncio.ensure_future(front(scope, receive, send))
+        await asyncio.sleep(0.05)
+        if client_left:
+            gone.fire()
+        task.cancel()
+        await task  # the front answers; the cancellation does not escape to the server
+        return sent
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("method,path,headers,shape", [
+    ("GET", "/v1/responses/resp_1", [], "openai"),
+    ("DELETE", "/v1/responses/resp_1", [], "openai"),
+    ("GET", "/v1/models", [], "openai"),
+    ("GET", "/v1/models", [(b"anthropic-version", b"2023-06-01")], "anthropic"),
+    ("GET", "/v1/messages/batches", [(b"anthropic-version", b"2023-06-01")], "anthropic"),
+    ("GET", "/admin/tenants", [], "openai"),
+    ("GET", "/console/api/cache", [], "openai"),
+    ("POST", "/console/api/apply", [], "openai"),
+])
+def test_any_route_stopped_by_the_server_gets_a_retryable_503_in_its_api_shape(method, path, headers, shape):
+    """Past the shutdown grace a route the fast path does not serve got uvicorn's plain-text 500."""
+    import orjson
+
+    start, body = _stop_a_route_that_hangs(method, path, headers)
+    assert start["status"] == 503
+    sent_headers = dict(start["headers"])
+    assert sent_headers[b"x-should-retry"] == b"true" and sent_headers[b"retry-after"] == b"1"
+    assert sent_headers[b"content-type"] == b"application/json"
+    error = orjson.loads(body["body"])
+    if shape == "anthropic":
+        assert error["type"] == "error" and error["error"]["type"] == "api_error" and "send it again" in error["error"]["message"]
+    else:
+        assert (error["error"]["type"], error["error"]["code"]) == ("api_error", "request_interrupted")
+
+
+def test_a_route_whose_client_left_is_stopped_without_an_answer():
+    assert _stop_a_route_that_hangs("GET", "/admin/tenants", [], client_left=True) == []
+
+
 def _hedged_first_wins(hedge: bool):
     """The first attempt answers at ~0.15 s; with hedging on, a hedge to the other backend left at ~0.06 s
     and is still waiting when the first wins. Returns (serving backend, what its model learned, spans)."""

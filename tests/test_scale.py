@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -99,6 +101,105 @@ def test_json_calls_still_running_past_the_grace_get_a_retryable_503_in_their_ap
     assert isinstance(errors["chat"], openai.InternalServerError) and isinstance(errors["messages"], anthropic.InternalServerError)
     assert errors["chat"].code == errors["responses"].code == "request_interrupted"
     assert errors["messages"].body["error"]["type"] == "api_error"
+    assert "Exception in ASGI application" not in gw.process.log()
+
+
+class StallingLink:
+    """A TCP link on loopback to a real server (here Redis) that can stall: once `stall()` is called, what
+    the gateway sends is taken and held, never passed on, as a dependency stuck mid-call holds it.
+    `held` counts the sends held so far."""
+
+    def __init__(self, port: int) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._target = port
+        self._stalled = threading.Event()
+        self._sockets: list[socket.socket] = [self._server]
+        self.held = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self._stalled.set()
+
+    def close(self) -> None:
+        for s in self._sockets:
+            s.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._server.accept()
+            except OSError:
+                return
+            far = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [near, far]
+            threading.Thread(target=self._pump, args=(near, far, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(far, near, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, outbound: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if outbound and self._stalled.is_set():
+                    self.held += 1
+                    continue
+                dst.sendall(data)
+        except OSError:
+            pass
+
+
+def test_any_route_still_running_past_the_grace_gets_a_retryable_503_never_a_500(fleet, redis_server, tmp_path):
+    # Stored responses and the limiter (which /admin/tenants and the console's cache page read) live in a real
+    # Redis behind a link that stalls; the grace period is short: uvicorn cancels the calls left waiting on it.
+    # Routes the fast path does not serve got uvicorn's plain-text "Internal Server Error" 500 there.
+    import openai
+
+    from tests.conftest import ADMIN_KEY, gateway_config
+    from tests.support import free_port
+
+    link = StallingLink(redis_server.port)
+    url = f"redis://127.0.0.1:{link.port}/0"
+    config = gateway_config(fleet, free_port(), shutdown_grace_s=0.5)
+    config["responses"] = {"store": "redis", "redis_url": url, "timeout_ms": 30000}
+    config["limits"] = {"store": "redis", "redis_url": url, "timeout_ms": 30000, "key_prefix": f"stall-{time.time()}:",
+                        "tenants": {"acme": {"limits": {"requests_per_minute": 1000}}}}
+    gw = start_gateway(tmp_path, fleet, config)
+    oa = gw.client(timeout=20)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    try:
+        # Through the link before it stalls, each route answers.
+        with pytest.raises(openai.NotFoundError):
+            oa.responses.retrieve("resp_never_stored")
+        assert httpx.get(f"{gw.url}/admin/tenants", headers=admin, timeout=10).status_code == 200
+        link.stall()
+        calls = {
+            "GET /v1/responses/{id}": lambda: oa.responses.retrieve("resp_never_stored"),
+            "DELETE /v1/responses/{id}": lambda: oa.responses.delete("resp_never_stored"),
+            "GET /admin/tenants": lambda: httpx.get(f"{gw.url}/admin/tenants", headers=admin, timeout=20),
+            "GET /console/api/cache": lambda: httpx.get(f"{gw.url}/console/api/cache", headers=admin, timeout=20),
+        }
+        with ThreadPoolExecutor(len(calls)) as pool:
+            futures = {}
+            for name, call in calls.items():  # one by one, each held at the link before the next starts
+                held = link.held
+                futures[name] = pool.submit(call)
+                assert wait_until(lambda held=held: link.held > held, timeout=10), name
+            gw.process.proc.send_signal(signal.SIGTERM)
+            answers = {}
+            for name, future in futures.items():
+                if name.endswith("{id}"):
+                    with pytest.raises(openai.APIStatusError) as caught:
+                        future.result(timeout=15)
+                    answers[name] = caught.value.response
+                    assert isinstance(caught.value, openai.InternalServerError) and caught.value.code == "request_interrupted"
+                else:
+                    answers[name] = future.result(timeout=15)
+        assert gw.process.proc.wait(timeout=10) in (0, -signal.SIGTERM)
+    finally:
+        link.close()
+    assert {name: r.status_code for name, r in answers.items()} == dict.fromkeys(calls, 503)
+    for name, r in answers.items():
+        assert r.headers["x-should-retry"] == "true" and r.headers["retry-after"] == "1", name
+        assert (r.json()["error"]["type"], r.json()["error"]["code"]) == ("api_error", "request_interrupted"), name
     assert "Exception in ASGI application" not in gw.process.log()
 
 

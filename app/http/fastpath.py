@@ -12,7 +12,7 @@ import logging
 
 from starlette.applications import Starlette
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app import pipeline
 from app.admission.auth import duplicate_authorization
@@ -20,7 +20,7 @@ from app.admission.priority import PRIORITY_HEADER
 from app.cache.service import THRESHOLD_HEADER, TTL_HEADER
 from app.deadline import DEADLINE_HEADER
 from app.errors import GatewayError, Interrupted, PayloadTooLarge
-from app.protocols import CHAT, PROTOCOLS, ClientProtocol
+from app.protocols import CHAT, MESSAGES, PROTOCOLS, RESPONSES, ClientProtocol
 from app.relay.loop import ClientGone, client_gone_of, wait_for_disconnect
 from app.routing.slo import TPOT_SLO_HEADER, TTFT_SLO_HEADER
 
@@ -47,7 +47,7 @@ class FastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         protocol = ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
         if protocol is None:
-            await self.app(scope, receive, send)
+            await (self.app(scope, receive, send) if scope["type"] != "http" else _other_route(self.app, scope, receive, send))
             return
         try:
             headers = _headers(scope)
@@ -111,10 +111,52 @@ async def _unless_gone(call, gone: ClientGone) -> Response | None:
         task.uncancel()
         if state[1]:
             return None
-        raise Interrupted("the gateway stopped before this request's answer was complete; send it again") from None
+        raise Interrupted(_STOPPED) from None
     finally:
         state[0] = True
         gone.callback = None
+
+
+_STOPPED = "the gateway stopped before this request's answer was complete; send it again"
+
+
+async def _other_route(app: Starlette, scope: Scope, receive: Receive, send: Send) -> None:
+    """Any route but the proxied ones (the FastAPI app: stored responses, models, /admin, /console, ...).
+    Cancelled by the server before its answer began (uvicorn cancels what still runs past the shutdown grace
+    period), the client still waiting, it gets Interrupted in its API's shape, as a proxied call does
+    (`_unless_gone`): uvicorn itself would answer a plain-text 500 and log the cancellation as a crash.
+    Nothing here cancels a route when its client leaves, so a cancellation is the server's."""
+    started = False
+
+    async def watched(message: Message) -> None:
+        nonlocal started
+        if message["type"] == "http.response.start":
+            started = True
+        await send(message)
+
+    try:
+        await app(scope, receive, watched)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if started or task is None:
+            raise  # an answer already begun cannot take another status: uvicorn closes the connection
+        task.uncancel()
+        gone = client_gone_of(scope)
+        if gone is not None and gone.lost:
+            return  # nobody is waiting for it
+        await error_response(Interrupted(_STOPPED), api_of(scope))(scope, receive, send)
+
+
+def api_of(scope: Scope) -> ClientProtocol:
+    """Whose error shape a route that is not proxied answers in: Anthropic's on the Messages paths and for an
+    Anthropic client's model list (it sends anthropic-version), else OpenAI's, which /admin and /console
+    errors use too."""
+    path = scope["path"]
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return MESSAGES
+    if path == "/v1/models" or path.startswith("/v1/models/"):
+        return MESSAGES if any(k == b"anthropic-version" for k, _ in scope["headers"]) else CHAT
+    return RESPONSES if path.startswith("/v1/responses/") else CHAT
 
 
 def error_response(err: GatewayError, protocol: ClientProtocol = CHAT) -> Response:

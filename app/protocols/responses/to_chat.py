@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.errors import InvalidRequest
+from app.protocols import tool_images
 
 # Passed on unchanged: the same name and meaning in both APIs.
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "seed", "stop")
@@ -40,8 +41,14 @@ def to_chat(body: dict, items: list) -> dict:
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         messages.append({"role": "system", "content": instructions})
+    images: list[tuple[str, list[dict]]] = []  # the images of the run of tool outputs now being added
     for i, item in enumerate(items):
-        _add_item(messages, item, f"input[{i}]")
+        if images and item.get("type", "message") not in ("function_call_output", "reasoning"):
+            messages.append({"role": "user", "content": tool_images.parts(images)})
+            images = []
+        _add_item(messages, item, f"input[{i}]", images)
+    if images:
+        messages.append({"role": "user", "content": tool_images.parts(images)})
     out["messages"] = messages
     for key, value in body.items():
         if key in _SAME:
@@ -84,7 +91,7 @@ def to_chat(body: dict, items: list) -> dict:
     return out
 
 
-def _add_item(messages: list[dict], item: dict, where: str) -> None:
+def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[str, list[dict]]]) -> None:
     kind = item.get("type", "message")
     if kind == "message":
         role = item["role"]
@@ -112,6 +119,11 @@ def _add_item(messages: list[dict], item: dict, where: str) -> None:
         output = item["output"]
         if not isinstance(output, str):
             output = [_input_part(p, f"{where}.output[{j}]") for j, p in enumerate(output)]
+            pictures = [p for p in output if p["type"] != "text"]
+            if pictures:  # a tool message carries text only: the images follow the run of tool messages
+                images.append((item["call_id"], pictures))
+                output = [*(p for p in output if p["type"] == "text"),
+                          {"type": "text", "text": tool_images.note(len(pictures))}]
         messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
     elif kind == "reasoning":
         # A reasoning item of an earlier turn: chat backends take no reasoning input, and its effect is

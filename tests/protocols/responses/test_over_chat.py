@@ -166,3 +166,64 @@ def test_a_stored_cache_hit_is_retrieved_and_chained_by_its_own_ids_for_its_tena
     sent = gateway.backend.bodies[-1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
     assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == call.call_id
+
+
+# --- images in a function_call_output ----------------------------------------------------------------------
+
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+SCREENSHOT = {"type": "function", "name": "screenshot", "description": "A screenshot of a page.",
+              "parameters": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}}
+
+
+def _calls_then(outputs: list[dict]) -> list[dict]:
+    return [{"role": "user", "content": "What do the two pages show?"},
+            {"type": "function_call", "call_id": "call_a", "name": "screenshot", "arguments": '{"url": "a"}'},
+            {"type": "function_call", "call_id": "call_b", "name": "screenshot", "arguments": '{"url": "b"}'},
+            *outputs]
+
+
+def test_a_tools_images_reach_a_chat_backend_in_a_user_message_after_the_tool_messages(gateway):
+    # A chat `tool` message carries text only (OpenAI's chat API, vLLM and most backends refuse an image part
+    # there): the tool's text stays in its tool message, and its images follow the run of tool messages in a
+    # user message that names the call they came from, never dropped.
+    gateway.backend.queue(Json({"role": "assistant", "content": "Page a shows a black pixel."}))
+    r = gateway.client().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
+        {"type": "function_call_output", "call_id": "call_a",
+         "output": [{"type": "input_text", "text": "Screenshot of a."}, {"type": "input_image", "image_url": PIXEL}]},
+        {"type": "function_call_output", "call_id": "call_b", "output": "Page b did not load."},
+        {"role": "user", "content": "Describe them."}]))
+    assert r.status == "completed" and r.output_text == "Page a shows a black pixel."
+    sent = gateway.backend.bodies[0]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user", "user"]
+    assert [m["tool_call_id"] for m in sent[2:4]] == ["call_a", "call_b"]
+    assert {p["type"] for p in sent[2]["content"]} == {"text"} and sent[2]["content"][0]["text"] == "Screenshot of a."
+    assert sent[3]["content"] == "Page b did not load."
+    assert sent[4]["content"] == [{"type": "text", "text": "The image returned by tool call call_a:"},
+                                  {"type": "image_url", "image_url": {"url": PIXEL}}]
+    assert sent[5]["content"] == "Describe them."
+
+
+def test_images_that_end_the_input_follow_every_tool_message_of_the_turn(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "Two pixels."}]))
+    image = {"type": "input_image", "image_url": PIXEL, "detail": "low"}
+    with gateway.client().responses.stream(model="tools", tools=[SCREENSHOT], input=_calls_then([
+            {"type": "function_call_output", "call_id": "call_a", "output": [image]},
+            {"type": "function_call_output", "call_id": "call_b", "output": [image, image]}])) as stream:
+        assert stream.get_final_response().output_text == "Two pixels."
+    sent = gateway.backend.bodies[0]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert [[p["type"] for p in m["content"]] for m in sent[2:4]] == [["text"], ["text"]]  # what the images became
+    picture = {"type": "image_url", "image_url": {"url": PIXEL, "detail": "low"}}
+    assert sent[4]["content"] == [{"type": "text", "text": "The image returned by tool call call_a:"}, picture,
+                                  {"type": "text", "text": "The images returned by tool call call_b:"}, picture, picture]
+
+
+def test_a_file_in_a_function_call_output_is_refused_naming_it_as_a_file_in_a_user_turn_is(gateway):
+    # A chat backend takes no file part in either place: refused in OpenAI's error shape, the backend never asked.
+    with pytest.raises(openai.BadRequestError) as exc:
+        gateway.client().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
+            {"type": "function_call_output", "call_id": "call_a", "output": [
+                {"type": "input_text", "text": "Saved."}, {"type": "input_file", "file_url": "https://example.com/a.pdf"}]},
+            {"type": "function_call_output", "call_id": "call_b", "output": "ok"}]))
+    assert exc.value.body["param"] == "input[3].output[1].type" and exc.value.body["type"] == "invalid_request_error"
+    assert gateway.backend.bodies == []

@@ -11,6 +11,8 @@ What maps (request):
 | image block (base64 or url source)        | an `image_url` part (data: URI for base64)                 |
 | assistant tool_use blocks                 | the assistant message's `tool_calls` (input as JSON text)  |
 | user tool_result blocks                   | `tool` messages (tool_call_id; text content), in order     |
+| image blocks inside a tool_result         | a `user` message after the tool messages, each call's      |
+|                                           |   images named by its id (app.protocols.tool_images)       |
 | max_tokens, temperature, top_p, top_k     | the same (top_k as llama.cpp and vLLM take it)              |
 | stop_sequences                            | stop                                                       |
 | tools (name, description, input_schema,   | function tools (parameters = input_schema; strict)         |
@@ -44,8 +46,8 @@ content_block_stop, in Anthropic's order. No reasoning: no thinking block. Think
 reasoning is not relayed.
 
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
-document and search-result blocks, blocks other than text inside a tool_result (a chat `tool` message
-carries text only), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
+document and search-result blocks, blocks other than text and images inside a tool_result (images travel
+after the tool messages, above), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
 `container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`). Refused alike, as Anthropic
 refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking enabled without an
 integer budget_tokens of at least 1024. Anthropic's other rule, budget_tokens < max_tokens, is not enforced: the
@@ -61,6 +63,7 @@ from dataclasses import replace
 import orjson
 
 from app.errors import InvalidRequest, UpstreamProtocolError
+from app.protocols import tool_images
 from app.protocols.base import ParsedRequest
 from app.protocols.responses.from_chat import reasoning_text
 from app.protocols.translated_stream import TranslatedStream, another_call
@@ -194,6 +197,7 @@ def _turn(m: dict, where: str) -> list[dict]:
     parts: list[dict] = []
     calls: list[dict] = []
     results: list[dict] = []
+    images: list[tuple[str, list[dict]]] = []  # images the tool results returned, by tool_use id
     for j, block in enumerate(content):
         btype, at = block["type"], f"{where}.content.{j}"
         if btype in _DROPPED_BLOCKS and role == "assistant":
@@ -214,17 +218,26 @@ def _turn(m: dict, where: str) -> list[dict]:
             if role != "user":
                 raise InvalidRequest(f"{at}: tool_result blocks belong to user turns", param=at)
             inner = block.get("content")
+            pictures: list[dict] = []
             if isinstance(inner, list):
                 for k, b in enumerate(inner):
-                    if b["type"] != "text":  # a chat `tool` message carries text only: never dropped in silence
+                    if b["type"] == "image":  # a chat `tool` message carries text only (app.protocols.tool_images)
+                        url = _image_url(b["source"], f"{at}.content.{k}")
+                        pictures.append({"type": "image_url", "image_url": {"url": url}})
+                    elif b["type"] != "text":  # never dropped in silence
                         raise InvalidRequest(f"{at}.content.{k}.type: '{b['type']}' blocks in a tool_result are "
-                                             "not supported by this model's chat-completions backends (text only)",
-                                             param=f"{at}.content.{k}.type")
-            text = inner if isinstance(inner, str) else "\n".join(b["text"] for b in inner or ())
+                                             "not supported by this model's chat-completions backends (text and "
+                                             "images only)", param=f"{at}.content.{k}.type")
+            text = inner if isinstance(inner, str) else "\n".join(b["text"] for b in inner or () if b["type"] == "text")
             if block.get("is_error") is True:
                 text = f"Error: {text}"
+            if pictures:
+                images.append((block["tool_use_id"], pictures))
+                text = f"{text}\n{tool_images.note(len(pictures))}" if text else tool_images.note(len(pictures))
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
     out = results
+    if images:  # in the user message right after the tool messages, ahead of the rest of the turn
+        parts = [*tool_images.parts(images), *parts]
     if calls:
         text = "".join(p["text"] for p in parts if p["type"] == "text")
         out.append({"role": "assistant", "content": text or None, "tool_calls": calls})

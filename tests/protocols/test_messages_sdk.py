@@ -89,14 +89,15 @@ def test_a_body_over_the_limit_is_request_too_large(gateway):
     assert info.value.body["error"]["type"] == "request_too_large"
 
 
-def test_an_image_a_tool_returned_is_refused_by_a_chat_backend_never_dropped(gateway):
-    # A chat `tool` message carries text only: the model would answer without ever seeing the image.
+def test_a_document_a_tool_returned_is_refused_by_a_chat_backend_never_dropped(gateway):
+    # A chat `tool` message carries text only and chat has no document part: the model would answer without
+    # ever reading it. (An image travels in a user message after the tool messages: test_tools_over_chat.py.)
     with pytest.raises(anthropic.BadRequestError) as info:
         sdk(gateway).messages.create(model="tgi", max_tokens=4, messages=[
-            {"role": "user", "content": "Plot it."},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "plot", "input": {}}]},
+            {"role": "user", "content": "Read it."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}])
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]}])
     assert info.value.body["error"]["type"] == "invalid_request_error"
     assert info.value.body["error"]["message"].startswith("messages.2.content.0.content.0.type:")
 

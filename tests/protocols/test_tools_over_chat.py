@@ -395,3 +395,28 @@ def test_a_cached_answer_with_thinking_replays_the_same_as_json_and_as_a_stream(
     assert [b.model_dump() for b in first.content] == [b.model_dump() for b in again.content] \
         == [b.model_dump() for b in streamed.content]
     assert first.content[0].type == "thinking"
+
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_an_image_a_tool_returned_reaches_a_chat_backend_in_a_user_message_after_the_tool_messages(gateway):
+    # A chat `tool` message carries text only (OpenAI's chat API, vLLM and most backends refuse an image part
+    # there), so the tool's text stays in its tool message and its images follow the tool messages in a user
+    # message naming the call, before the rest of the turn: as /v1/responses translates a function_call_output
+    # (tests/protocols/responses/test_over_chat.py). Refused before, so every screenshot tool failed here.
+    gateway.backend.queue(Json({"role": "assistant", "content": "A black pixel."}))
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}}
+    message = gateway.anthropic().messages.create(model="tools", max_tokens=16, tools=[WEATHER], messages=[
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "Taken."}, image]},
+                                     {"type": "text", "text": "What is in it?"}]}])
+    assert message.content[0].text == "A black pixel."
+    sent = gateway.backend.bodies[0]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[2]["tool_call_id"] == "toolu_1" and sent[2]["content"].startswith("Taken.\n")
+    assert sent[3]["content"] == [{"type": "text", "text": "The image returned by tool call toolu_1:"},
+                                  {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+                                  {"type": "text", "text": "What is in it?"}]

@@ -243,7 +243,7 @@ class MessagesProtocol(ClientProtocol):
         if backend.speaks("messages"):
             return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
         count_only = not self.streams
-        body = messages_chat.chat_body(req, backend.model, req.stream, count_only)
+        body = messages_chat.chat_body(req, backend.model, req.stream, count_only, backend.flavor)
         alias, thinking = req.alias, messages_chat.thinks(req.body)
         return Upstream("chat/completions", body, {},
                         lambda result: messages_chat.translated(result, alias, count_only, thinking))

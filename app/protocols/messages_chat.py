@@ -22,6 +22,8 @@ What maps (request):
 | metadata.user_id                          | user                                                       |
 | output_config.format (json_schema)        | response_format json_schema (name "output", strict)        |
 | stream                                    | stream, with stream_options.include_usage                  |
+|                                           |   (and continuous_usage_stats for vLLM: message_start then |
+|                                           |   has the prompt's count from the first chunk)             |
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
 | thinking enabled / adaptive               | nothing: reasoning models (vLLM with a reasoning parser,   |
 |                                           |   llama.cpp, DeepSeek) reason by default; budget_tokens    |
@@ -89,8 +91,10 @@ _BLOCKS = ("text", "image", "tool_use", "tool_result")
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning: chat backends take none back
 
 
-def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: bool = False) -> bytes:
-    """The chat-completions body for this Messages request, or InvalidRequest for what cannot map."""
+def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: bool = False,
+              flavor: str | None = None) -> bytes:
+    """The chat-completions body for this Messages request, or InvalidRequest for what cannot map (`flavor`: the
+    backend's server kind, where a field maps only onto some)."""
     body = req.body
     _check_budget(body.get("thinking"))
     for name in _REFUSED_FIELDS:
@@ -139,7 +143,10 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
                 out["parallel_tool_calls"] = False
     if stream and not count_only:
         out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
+        # vLLM's continuous usage puts the prompt's count on the first chunk already, so message_start can say
+        # it (Anthropic's does); other servers report usage at the end only, and message_delta carries it.
+        out["stream_options"] = {"include_usage": True, "continuous_usage_stats": True} if flavor == "vllm" \
+            else {"include_usage": True}
     return orjson.dumps(out)
 
 
@@ -378,14 +385,17 @@ class StreamTranslator:
         if not isinstance(chunk, dict):
             raise UpstreamProtocolError("the backend sent a chunk that is not a JSON object")
         out: list[bytes] = []
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = message_usage(chunk["usage"])
         if not self.started:
             self.started = True
+            # The prompt's count where the backend reported it by now (vLLM's continuous usage, on its first
+            # chunk); otherwise 0, as nothing is known yet: message_delta carries the count, and the SDK's final
+            # message takes it from there. Never an estimate presented as the backend's figure.
             out.append(event("message_start", {"type": "message_start", "message": {
                 "id": _message_id(chunk.get("id")), "type": "message", "role": "assistant", "model": self.alias,
                 "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}}))
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = message_usage(chunk["usage"])
+                "usage": self.usage or {"input_tokens": 0, "output_tokens": 0}}}))
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue

@@ -38,6 +38,11 @@ class Chunks:
     extra: dict = field(default_factory=dict)  # more of the last choice chunk's fields (vLLM's stop_reason)
 
 
+def _running(usage: dict, done: int) -> dict:
+    """vLLM's continuous usage on a chunk: the whole prompt's count, and the tokens generated so far."""
+    return {**usage, "completion_tokens": done, "total_tokens": usage["prompt_tokens"] + done}
+
+
 def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = None, extra: dict | None = None) -> bytes:
     body: dict = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": "m-scripted",
                   "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish,
@@ -92,8 +97,10 @@ class ChatBackend:
                                            **answer.extra}]})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await response.prepare(request)
-        for delta in answer.deltas:
-            await response.write(_chunk(delta))
+        # As vLLM answers stream_options.continuous_usage_stats: usage on every chunk, the first one included.
+        running = (body.get("stream_options") or {}).get("continuous_usage_stats") is True
+        for i, delta in enumerate(answer.deltas):
+            await response.write(_chunk(delta, usage=_running(answer.usage, i) if running else None))
         if answer.end == "drop":
             assert request.transport is not None
             request.transport.close()

@@ -245,8 +245,9 @@ class MessagesProtocol(ClientProtocol):
         count_only = not self.streams
         body = messages_chat.chat_body(req, backend.model, req.stream, count_only, backend.flavor)
         alias, thinking = req.alias, messages_chat.thinks(req.body)
+        ignored = messages_chat.ignored_fields(req.body, backend.flavor)
         return Upstream("chat/completions", body, {},
-                        lambda result: messages_chat.translated(result, alias, count_only, thinking))
+                        lambda result: messages_chat.translated(result, alias, count_only, thinking, ignored))
 
     def credentials(self, headers: Mapping[str, str]) -> str | None:
         """Anthropic clients send their key as x-api-key; Authorization: Bearer works as well."""

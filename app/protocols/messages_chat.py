@@ -21,6 +21,10 @@ What maps (request):
 | tool_choice.disable_parallel_tool_use     | parallel_tool_calls: false                                 |
 | metadata.user_id                          | user                                                       |
 | output_config.format (json_schema)        | response_format json_schema (name "output", strict)        |
+| output_config.effort                      | reasoning_effort (self-hosted: xhigh / max -> high; TGI:   |
+|                                           |   none, named as ignored)                                  |
+| service_tier / speed fast (openai flavour)| service_tier default / auto / fast                         |
+| thinking.display omitted                  | the reasoning is not relayed                               |
 | stream                                    | stream, with stream_options.include_usage                  |
 |                                           |   (and continuous_usage_stats for vLLM: message_start then |
 |                                           |   has the prompt's count from the first chunk)             |
@@ -47,11 +51,14 @@ there, above); streamed as content_block_start (thinking), thinking_delta events
 content_block_stop, in Anthropic's order. No reasoning: no thinking block. Thinking not asked for: the
 reasoning is not relayed.
 
+Accepted and named in the answer's x-slipstream-ignored-fields header (IGNORED_HEADER): every other field, each a
+hint whose absence changes nothing the client relies on (see _MAPPED_FIELDS; ignored_fields lists them).
+
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
 document and search-result blocks, blocks other than text and images inside a tool_result (images travel
 after the tool messages, above), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
-`container`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`). Refused alike, as Anthropic
-refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking enabled without an
+`container`, `compaction`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`). Refused alike, as
+Anthropic refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking enabled without an
 integer budget_tokens of at least 1024. Anthropic's other rule, budget_tokens < max_tokens, is not enforced: the
 interleaved-thinking beta that Claude Code sends lifts it.
 """
@@ -86,7 +93,23 @@ def system_text(system: object) -> str:
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
                  "content_filter": "refusal"}
-_REFUSED_FIELDS = ("mcp_servers", "container")
+# What a chat backend cannot run, so that ignoring it would change the answer: MCP servers and a container (server-side
+# tools and skills), and a compaction request (its answer is a summary block, not the next turn).
+_REFUSED_FIELDS = ("mcp_servers", "container", "compaction")
+# Top-level fields chat_body maps (or refuses, above); any other one with a value is accepted and named in
+# IGNORED_HEADER: cache_control (a caching hint: backends cache prefixes themselves), context_management (edits that
+# only shorten what the model reads; unapplied, it reads the conversation as sent, and earlier thinking is dropped
+# over chat anyway), diagnostics (asks only for a cache-miss reason), inference_geo (where Anthropic runs inference:
+# the gateway's backends run where their operator put them), fallbacks / fallback_credit_token / billing_policy
+# (Anthropic's own model substitution and billing), and fields newer than this gateway.
+_MAPPED_FIELDS = frozenset({"model", "messages", "max_tokens", "system", "temperature", "top_p", "top_k",
+                            "stop_sequences", "stream", "metadata", "tools", "tool_choice", "thinking",
+                            "output_config", "service_tier", "speed", *_REFUSED_FIELDS})
+# The response header naming the request's fields this answer did not honour (comma-separated, as sent).
+IGNORED_HEADER = "x-slipstream-ignored-fields"
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+# Servers whose chat API has no reasoning effort (TGI reads no such field, and ignores fields it does not know).
+_NO_EFFORT = ("tgi",)
 _BLOCKS = ("text", "image", "tool_use", "tool_result")
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning: chat backends take none back
 
@@ -98,7 +121,8 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
     body = req.body
     _check_budget(body.get("thinking"))
     for name in _REFUSED_FIELDS:
-        if body.get(name) is not None:
+        # (count_tokens accepts a compaction and ignores it, as Anthropic's does)
+        if body.get(name) is not None and not (count_only and name == "compaction"):
             raise InvalidRequest(f"{name}: not supported by this model's chat-completions backends", param=name)
     out: dict = {"model": backend_model}
     messages: list[dict] = []
@@ -127,6 +151,12 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
         response_format = _output_format(body.get("output_config"))
         if response_format is not None:
             out["response_format"] = response_format
+        effort = _effort(body.get("output_config"), flavor)
+        if effort is not None:
+            out["reasoning_effort"] = effort
+        tier = _service_tier(body, flavor)
+        if tier is not None:
+            out["service_tier"] = tier
     tools = body.get("tools")
     if tools:
         out["tools"] = [_tool(t, j) for j, t in enumerate(tools)]
@@ -151,9 +181,67 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
 
 
 def thinks(body: dict) -> bool:
-    """Whether this request asked for thinking (enabled or adaptive): only then is a backend's reasoning relayed."""
+    """Whether this request asked for thinking (enabled or adaptive) shown: only then is a backend's reasoning
+    relayed. `display: omitted` asks for the thinking's text to be left out of the answer (Anthropic keeps an empty,
+    signed block for its own continuity, which a chat backend does not need)."""
     thinking = body.get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+    return (isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+            and thinking.get("display") != "omitted")
+
+
+def _effort(config: object, flavor: str | None) -> str | None:
+    """`output_config.effort` as chat's `reasoning_effort`, the same knob (how much the model reasons, hence how long
+    it takes). OpenAI takes Anthropic's five values as they are; self-hosted servers (vLLM, llama.cpp, Ollama) know
+    low / medium / high, so xhigh and max ask for high, the most they give."""
+    effort = config.get("effort") if isinstance(config, dict) else None
+    if effort is None or flavor in _NO_EFFORT:
+        return None
+    if effort not in _EFFORTS:
+        raise InvalidRequest("output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'",
+                             param="output_config.effort")
+    return effort if flavor == "openai" else {"xhigh": "high", "max": "high"}.get(effort, effort)
+
+
+def _service_tier(body: dict, flavor: str | None) -> str | None:
+    """`service_tier` and `speed` as OpenAI's `service_tier`, for the hosted OpenAI API only (self-hosted servers
+    have no tiers). Anthropic's standard_only is OpenAI's default (standard capacity), its auto OpenAI's auto (the
+    account's own tier); `speed: fast` is OpenAI's fast mode (`service_tier: fast`), unless standard_only forbids
+    the faster, dearer capacity."""
+    if flavor != "openai":
+        return None
+    tier = body.get("service_tier")
+    if body.get("speed") == "fast" and tier != "standard_only":
+        return "fast"
+    return {"standard_only": "default", "auto": "auto"}.get(tier) if isinstance(tier, str) else None
+
+
+def ignored_fields(body: dict, flavor: str | None) -> list[str]:
+    """The request's fields a chat backend of this kind is not asked to honour (for IGNORED_HEADER): each one a hint
+    whose absence changes nothing the client relies on (what would is refused instead, in chat_body)."""
+    out = [name for name, value in body.items() if name not in _MAPPED_FIELDS and value is not None]
+    config = body.get("output_config")
+    if isinstance(config, dict):
+        if config.get("effort") is not None and flavor in _NO_EFFORT:
+            out.append("output_config.effort")
+        out.extend(f"output_config.{k}" for k, v in config.items() if k not in ("format", "effort") and v is not None)
+    if flavor != "openai":
+        if body.get("service_tier") is not None:
+            out.append("service_tier")
+        if body.get("speed") == "fast":
+            out.append("speed")
+    elif body.get("speed") == "fast" and body.get("service_tier") == "standard_only":
+        out.append("speed")
+    if "cache_control" not in out and _marks_cache(body):
+        out.append("cache_control")
+    return out
+
+
+def _marks_cache(body: dict) -> bool:
+    """Whether any block, system block or tool carries cache_control (dropped over chat, as a caching hint)."""
+    for group in (body.get("system"), body.get("tools"), *(m.get("content") for m in body["messages"])):
+        if isinstance(group, list) and any(isinstance(b, dict) and b.get("cache_control") is not None for b in group):
+            return True
+    return False
 
 
 def _check_budget(thinking: object) -> None:
@@ -516,11 +604,14 @@ def _data_only(event: bytes) -> bytes:
 
 
 def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False,
-               thinking: bool = False) -> JsonReply | TranslatedMessagesStream:
+               thinking: bool = False, ignored: list[str] | None = None) -> JsonReply | TranslatedMessagesStream:
     """A chat backend's answer as the Messages (or count_tokens) answer it stands for (`thinking`: the request
-    asked for it, and the backend's reasoning is relayed)."""
+    asked for it, and the backend's reasoning is relayed; `ignored`: the request's fields named in IGNORED_HEADER)."""
+    headers = {**result.headers, IGNORED_HEADER: ", ".join(ignored)} if ignored else result.headers
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
         body = count_body(chat) if count_only else message_body(chat, alias, thinking)
-        return replace(result, body=orjson.dumps(body), data=body)
-    return TranslatedMessagesStream(result, alias, thinking)
+        return replace(result, body=orjson.dumps(body), data=body, headers=headers)
+    stream = TranslatedMessagesStream(result, alias, thinking)
+    stream.headers = headers
+    return stream

@@ -13,6 +13,8 @@ from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.support import Process, free_port, write_yaml
 
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
+IGNORED = "x-slipstream-ignored-fields"
+SUNNY = {"role": "assistant", "content": "Sunny."}
 USAGE = {"prompt_tokens": 42, "completion_tokens": 3, "total_tokens": 45}
 
 
@@ -32,13 +34,13 @@ def gateway(tmp_path_factory):
     config = {
         "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
-        # Both speak chat completions only here (TGI's flavour does anyway; the vLLM one is told so): Messages is
+        # All speak chat completions only here (TGI's flavour does anyway; the others are told so): Messages is
         # translated for them. They differ in what the flavour lets the gateway ask of the server.
         "backends": {"tgi": {"base_url": url, "model": "m-scripted", "flavor": "tgi"},
-                     "vllm": {"base_url": url, "model": "m-scripted", "flavor": "vllm", "apis": ["chat"]}},
+                     "vllm": {"base_url": url, "model": "m-scripted", "flavor": "vllm", "apis": ["chat"]},
+                     "openai": {"base_url": url, "model": "m-scripted", "flavor": "openai", "apis": ["chat"]}},
         "reliability": NO_BREAKER,
-        "models": {"tgi": {"backends": ["tgi"], "retry": {"max_attempts": 1}},
-                   "vllm": {"backends": ["vllm"], "retry": {"max_attempts": 1}}},
+        "models": {name: {"backends": [name], "retry": {"max_attempts": 1}} for name in ("tgi", "vllm", "openai")},
     }
     tmp = tmp_path_factory.mktemp("messages-chat-gw")
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
@@ -89,3 +91,114 @@ def test_a_whole_answer_reports_the_prompt(gateway):
     gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}, usage=USAGE))
     message = gateway.anthropic().messages.create(model="tgi", max_tokens=16, messages=ASK)
     assert (message.usage.input_tokens, message.usage.output_tokens) == (42, 3)
+
+
+# --- request fields a chat backend has no place for ----------------------------------------------------------------
+# Each is mapped where chat has the same knob, refused where ignoring it would change the answer the client relies
+# on, and otherwise accepted and named in the answer's x-slipstream-ignored-fields header: never dropped unseen.
+
+def _create(gateway: Gateway, alias: str, **fields) -> tuple[anthropic.types.Message, str | None, dict]:
+    """One whole answer: the message, the ignored-fields header, and the body the chat backend received."""
+    gateway.backend.queue(Json(SUNNY))
+    raw = gateway.anthropic().messages.with_raw_response.create(model=alias, max_tokens=16, messages=ASK, **fields)
+    return raw.parse(), raw.headers.get(IGNORED), gateway.backend.bodies[-1]
+
+
+@pytest.mark.parametrize(("alias", "asked", "sent"), [
+    ("openai", "max", "max"),  # OpenAI's reasoning_effort takes Anthropic's five values
+    ("openai", "low", "low"),
+    ("vllm", "max", "high"),  # self-hosted servers know low / medium / high: the most they give
+    ("vllm", "xhigh", "high"),
+    ("vllm", "medium", "medium"),
+])
+def test_effort_is_chats_reasoning_effort(gateway, alias, asked, sent):
+    # Dropped, a client asking for the most (or least) reasoning got the server's default without a word.
+    _, ignored, body = _create(gateway, alias, output_config={"effort": asked})
+    assert body["reasoning_effort"] == sent
+    assert ignored is None
+
+
+def test_effort_where_the_server_has_no_such_knob_is_named_as_ignored(gateway):
+    # TGI reads no reasoning effort (and ignores fields it does not know): not sent, and the answer says so.
+    _, ignored, body = _create(gateway, "tgi", output_config={"effort": "high"})
+    assert "reasoning_effort" not in body
+    assert ignored == "output_config.effort"
+
+
+@pytest.mark.parametrize(("fields", "tier"), [
+    ({"service_tier": "standard_only"}, "default"),  # standard capacity, in OpenAI's word
+    ({"service_tier": "auto"}, "auto"),
+    ({"speed": "fast"}, "fast"),  # OpenAI's fast mode
+    ({"speed": "standard"}, None),
+])
+def test_service_tier_and_speed_reach_the_hosted_openai_api_as_its_service_tier(gateway, fields, tier):
+    _, ignored, body = _create(gateway, "openai", **fields)
+    assert body.get("service_tier") == tier
+    assert ignored is None
+
+
+def test_service_tier_and_speed_on_a_self_hosted_server_are_accepted_and_named(gateway):
+    # vLLM has no capacity tiers nor a fast mode: nothing to ask of it, and the answer says what it did not honour.
+    message, ignored, body = _create(gateway, "vllm", service_tier="standard_only", speed="fast")
+    assert message.content[0].text == "Sunny."  # type: ignore[union-attr]
+    assert "service_tier" not in body and "speed" not in body
+    assert ignored == "service_tier, speed"
+
+
+def test_hints_with_no_chat_meaning_are_answered_and_named_in_a_whole_answer_and_a_stream(gateway):
+    # A prompt-cache marker, a cache-miss diagnostic and where Anthropic would run inference change nothing in the
+    # answer: accepted, named, and the backend sees none of them.
+    hints = {"diagnostics": {"previous_message_id": None}, "inference_geo": "us",
+             "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Paris?",
+                                                        "cache_control": {"type": "ephemeral"}}]}]}
+    gateway.backend.queue(Json(SUNNY), Chunks([{"role": "assistant", "content": "Sunny."}]))
+    client = gateway.anthropic()
+    raw = client.messages.with_raw_response.create(model="tgi", max_tokens=16, **hints)  # type: ignore[arg-type]
+    with client.messages.stream(model="tgi", max_tokens=16, **hints) as stream:  # type: ignore[arg-type]
+        streamed = stream.get_final_message()
+        stream_ignored = stream.response.headers.get(IGNORED)
+    assert raw.parse().content[0].text == streamed.content[0].text == "Sunny."  # type: ignore[union-attr]
+    assert raw.headers.get(IGNORED) == stream_ignored == "diagnostics, inference_geo, cache_control"
+    for body in gateway.backend.bodies:
+        assert not {"diagnostics", "inference_geo", "cache_control"} & body.keys()
+        assert "cache_control" not in str(body["messages"])
+
+
+def test_context_management_from_the_beta_api_is_accepted_and_named(gateway):
+    # Claude Code sends clear_thinking with thinking on. Its edits only shorten what the model reads; unapplied, the
+    # model reads the conversation as sent (and over chat earlier thinking is dropped anyway).
+    gateway.backend.queue(Json(SUNNY))
+    raw = gateway.anthropic().beta.messages.with_raw_response.create(
+        model="tgi", max_tokens=2048, messages=ASK, thinking={"type": "enabled", "budget_tokens": 1024},
+        context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"},
+                                      {"type": "clear_tool_uses_20250919"}]},
+        betas=["context-management-2025-06-27"])
+    assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
+    assert raw.headers.get(IGNORED) == "context_management"
+    assert "context_management" not in gateway.backend.bodies[0]
+
+
+def test_a_request_with_nothing_ignored_says_nothing(gateway):
+    _, ignored, _ = _create(gateway, "vllm", metadata={"user_id": "u-1"})
+    assert ignored is None
+    assert gateway.backend.bodies[0]["user"] == "u-1"
+
+
+def test_a_compaction_request_is_refused_naming_it(gateway):
+    # A compaction request's answer is a summary block that later requests send in place of the history; a chat
+    # backend would answer the conversation instead, which the client would then send back as its summary.
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        gateway.anthropic().beta.messages.create(model="tgi", max_tokens=64, messages=ASK,
+                                                 compaction={"type": "summarize"}, betas=["compact-2026-01-12"])
+    assert exc.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "compaction" in exc.value.message
+    assert gateway.backend.bodies == []
+
+
+def test_thinking_asked_for_with_its_display_omitted_leaves_the_reasoning_out(gateway):
+    # display: omitted asks for the answer without the thinking's text; relayed, the reasoning was shown anyway.
+    gateway.backend.queue(Json({"role": "assistant", "reasoning_content": "Let me think.", "content": "Sunny."}))
+    message = gateway.anthropic().messages.create(model="vllm", max_tokens=2048, messages=ASK,
+                                                  thinking={"type": "enabled", "budget_tokens": 1024,
+                                                            "display": "omitted"})
+    assert [b.type for b in message.content] == ["text"]

@@ -26,7 +26,10 @@ arrivals came at 0.62 req/s for 0.41 asked, with 329 words a prompt for 275 expe
 for 70 % ran at ~1.3x the measured capacity, with queues of ~20 s). NAME@base runs strategy NAME on
 a second gateway started from --base-tree (another commit's checkout) over the same two servers,
 warmed by a closed-loop burst as long as the calibration (the first gateway's warm-up), and timed
-on the same schedule between the others.
+on the same schedule between the others. With --base-held that gateway caps each server at its --slots
+requests and holds the rest in its own wait queue, where the first slot to free, on either server, takes the
+first request waiting (late binding, bench/dispatch_frontier.py's late_bound(0)): with --base-tree naming
+this checkout, an A/B of holding at the gateway against sending at once, on the same commit.
 
 With --json, TTFT figures are the streams' and the E2E error is also given for the JSON requests alone.
 
@@ -340,6 +343,9 @@ async def main() -> None:
     ap.add_argument("--base-tree", default=None,
                     help="a checkout of another commit (a git worktree): NAME@base runs strategy NAME on a second "
                          "gateway started from there, over the same servers and schedule (an A/B in one run)")
+    ap.add_argument("--base-held", action="store_true",
+                    help="the NAME@base gateway takes at most --slots requests a server and holds the rest in its own "
+                         "queue, each taking the first slot to free (late binding; --base-tree may be this checkout)")
     ap.add_argument("--burst", type=float, default=0.0,
                     help="seconds of closed loop through each strategy's gateway right before each of its runs")
     ap.add_argument("--first-token-s", type=float, default=None,
@@ -378,12 +384,14 @@ async def main() -> None:
 
         timeouts = {"timeouts": {"first_token_s": args.first_token_s}} if args.first_token_s else {}
 
-        def config(port: int, names: set[str]) -> dict:
+        def config(port: int, names: set[str], held: bool = False) -> dict:
+            # --base-held: at most --slots requests on each server from this gateway, the rest wait in its queue.
+            cap = {"max_concurrency": args.slots} if held else {}
             return {
                 "server": {"host": "127.0.0.1", "port": port, "log_level": "warning", "queue_timeout_s": 60},
                 "auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]},
-                "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp", **timeouts},
-                             "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp", **timeouts}},
+                "backends": {"quick": {"base_url": quick.url, "model": "smol", "flavor": "llamacpp", **timeouts, **cap},
+                             "throttled": {"base_url": slow.url, "model": "smol", "flavor": "llamacpp", **timeouts, **cap}},
                 "models": {s.partition("@")[0]: alias(s) for s in names},
                 "telemetry": {"scrape_interval_s": 1.0},
             }
@@ -396,7 +404,7 @@ async def main() -> None:
         base_url = url
         if based:
             base_port = free_port()
-            path = write_yaml(tmp / "gateway-base.yaml", config(base_port, {*based, "least_inflight"}))
+            path = write_yaml(tmp / "gateway-base.yaml", config(base_port, {*based, "least_inflight"}, held=args.base_held))
             base_gw = _spawn(["serve", "--config", str(path)], tmp / "gateway-base.log", None, cwd=Path(args.base_tree))
             owned.callback(Proc(base_gw, "").stop)
             wait_listening(base_port, base_gw)
@@ -413,7 +421,8 @@ async def main() -> None:
             # The other gateway's models learn from a burst like the first one's calibration.
             again = await calibrate(base_url, args.calibrate_s, 2 * args.slots * 2, args.max_tokens, calib_rng,
                                     mixed=args.workload == "mixed")
-            print(f"base gateway ({args.base_tree}) warmed by the same burst: {again:.2f} req/s", flush=True)
+            held = ", holding at the gateway (--base-held)" if args.base_held else ""
+            print(f"base gateway ({args.base_tree}{held}) warmed by the same burst: {again:.2f} req/s", flush=True)
         rate = capacity * args.load
         n = max(10, int(rate * args.seconds))
         arrivals, lengths = schedule(rng, rate, n, args.workload)  # one schedule for every strategy

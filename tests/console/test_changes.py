@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from app.config import load_config
-from app.http.console.changes import ChangeRefused, ConfigChanges, deep_merge, digest
+from app.http.console.changes import ChangeRefused, ConfigChanges, NotWritable, deep_merge, digest
 from tests.support import ROOT
 
 
@@ -96,3 +96,76 @@ def test_deep_merge_merges_mappings_replaces_the_rest_and_none_deletes():
     base = {"a": {"b": 1, "c": [1, 2]}, "d": 1}
     assert deep_merge(base, {"a": {"c": [3]}, "d": None}) == {"a": {"b": 1, "c": [3]}}
     assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 1}, "the base is not changed"
+
+
+# --- where the file cannot be written -------------------------------------------------------------
+# Mode bits count, not only access: these tests run as root, whom access alone lets write anything.
+
+
+def test_a_writable_config_says_so(config):
+    assert ConfigChanges(config).why_not_writable() is None
+
+
+def test_a_read_only_file_is_known_up_front_and_apply_and_rollback_refuse_it(config):
+    changes = ConfigChanges(config)
+    changes.apply({"models": {"llama-70b": {"strategy": "round_robin"}}}, "admin key a")
+    before, versions = config.read_text(), sorted(changes.versions.iterdir())
+    config.chmod(0o444)
+    assert changes.why_not_writable() == f"the config file is read-only (mode 0444, {config})"
+    with pytest.raises(NotWritable, match="read-only"):
+        changes.apply({"models": {"llama-70b": {"strategy": "least_inflight"}}}, "admin key a")
+    with pytest.raises(NotWritable, match="read-only"):
+        changes.rollback("admin key a")
+    # Refused before anything was written: the file (a rename would have replaced it), versions, audit.
+    assert config.read_text() == before and sorted(changes.versions.iterdir()) == versions
+    assert [e["action"] for e in changes.audit()] == ["apply"]
+
+
+def test_a_folder_that_cannot_be_written_is_known_up_front(config):
+    changes = ConfigChanges(config)
+    config.parent.chmod(0o555)
+    try:
+        reason = changes.why_not_writable()
+        with pytest.raises(NotWritable):
+            changes.apply({"models": {"llama-70b": {"strategy": "round_robin"}}}, "admin key a")
+    finally:
+        config.parent.chmod(0o755)
+    assert reason is not None and reason.startswith(f"the folder {config.parent} is not writable (mode 0555)")
+    assert not changes.versions.exists()
+
+
+def test_a_kubernetes_configmap_mount_is_known_up_front(tmp_path):
+    # The kubelet's layout: gateway.yaml -> ..data/gateway.yaml, ..data -> ..<timestamp>/, all read-only.
+    (tmp_path / "..2026_12_07_04_00_00.1").mkdir()
+    (tmp_path / "..2026_12_07_04_00_00.1" / "gateway.yaml").write_text((ROOT / "config/demo.yaml").read_text())
+    (tmp_path / "..data").symlink_to("..2026_12_07_04_00_00.1")
+    (tmp_path / "gateway.yaml").symlink_to("..data/gateway.yaml")
+    changes = ConfigChanges(tmp_path / "gateway.yaml")
+    assert "mounted from a Kubernetes ConfigMap" in changes.why_not_writable()
+    with pytest.raises(NotWritable, match="ConfigMap"):
+        changes.apply({"models": {"llama-70b": {"strategy": "round_robin"}}}, "admin key a")
+    assert (tmp_path / "gateway.yaml").is_symlink()
+
+
+def test_a_symbolic_link_is_not_replaced_by_a_copy(config, tmp_path):
+    link = tmp_path / "linked.yaml"
+    link.symlink_to(config)
+    changes = ConfigChanges(link)
+    assert changes.why_not_writable().startswith(f"the config file is a symbolic link (to {config})")
+    with pytest.raises(NotWritable):
+        changes.apply({"models": {"llama-70b": {"strategy": "round_robin"}}}, "admin key a")
+    assert link.is_symlink()
+    assert ConfigChanges(config).why_not_writable() is None, "the file it points to may be changed by its own name"
+
+
+def test_a_read_only_filesystem_is_known_up_front(config, monkeypatch):
+    import os
+
+    real = os.statvfs
+
+    def read_only(path):
+        stat = real(path)
+        return os.statvfs_result((*stat[:8], stat.f_flag | os.ST_RDONLY, stat.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", read_only)
+    assert ConfigChanges(config).why_not_writable() == f"the config file is on a read-only filesystem ({config.parent})"

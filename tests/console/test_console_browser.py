@@ -228,3 +228,22 @@ def test_whatif_compares_policies_then_apply_takes_effect_and_rolls_back(drv, de
     assert strategy_now() == before
     wait_for(lambda: f"llama-70b: {before}" in drv.find_element(By.ID, "whatif-hint").text, what="the running policy, back")
     assert "rollback" in drv.find_element(By.ID, "audit-table").text
+
+
+def test_where_the_config_cannot_be_written_apply_is_not_offered_and_the_page_says_why(drv, demo):
+    base, path = demo
+    path.chmod(0o444)
+    try:
+        open_page(drv, base, "whatif")
+        drv.refresh()  # a fresh page load, as an operator opening it (the page may have been open before)
+        reason = wait_for(lambda: drv.find_element(By.ID, "wi-readonly"), what="the reason")
+        wait_for(lambda: reason.is_displayed(), what="the reason, shown")
+        assert reason.text == f"Apply and roll back are off: the config file is read-only (mode 0444, {path})."
+        for button in ("wi-apply", "wi-rollback"):
+            assert not drv.find_element(By.ID, button).is_enabled(), button
+        assert drv.find_element(By.ID, "wi-run").is_enabled(), "a what-if only reads the file: still offered"
+    finally:
+        path.chmod(0o644)
+    drv.refresh()
+    wait_for(lambda: drv.find_element(By.ID, "wi-apply").is_enabled(), what="Apply, offered again")
+    assert drv.find_element(By.ID, "wi-rollback").is_enabled() and not drv.find_element(By.ID, "wi-readonly").is_displayed()

@@ -211,3 +211,56 @@ def test_a_pasted_body_may_be_a_json_object_or_its_text_and_anything_else_is_ref
         error = r.json()["error"]
         assert (r.status_code, error["type"], error["param"]) == (400, "invalid_request_error", "body"), (body, r.text)
         assert error["message"].startswith("'body' ") and says in error["message"], (body, error["message"])
+
+
+def test_the_console_knows_up_front_where_the_config_cannot_be_written_and_the_server_refuses_a_write(tmp_path):
+    # The policy view the what-if page reads says whether Apply can write the file, and why not; apply and
+    # roll back are still refused on the server, in words, and nothing is written.
+    from tests.console.browser import start_demo
+
+    proc, base, path = start_demo(tmp_path, capture_content=False)
+    client = httpx.Client(base_url=base, headers=ADMIN, timeout=30)
+    change = {"patch": {"models": {"llama-70b": {"strategy": "round_robin"}}}}
+    try:
+        policy = client.get("/console/api/policy").json()
+        assert (policy["writable"], policy["why_not_writable"]) == (True, None)
+        before = path.read_text()
+        for mode, folder_mode, reason in ((0o444, 0o755, f"the config file is read-only (mode 0444, {path})"),
+                                          (0o644, 0o555, f"the folder {path.parent} is not writable (mode 0555)")):
+            path.chmod(mode)
+            path.parent.chmod(folder_mode)
+            try:
+                policy = client.get("/console/api/policy").json()
+                applied = client.post("/console/api/apply", json=change)
+                rolled_back = client.post("/console/api/rollback", json={})
+            finally:
+                path.chmod(0o644)
+                path.parent.chmod(0o755)
+            assert policy["writable"] is False and policy["why_not_writable"].startswith(reason), policy
+            for r, what in ((applied, "not applied"), (rolled_back, "not rolled back")):
+                assert r.status_code == 409 and r.json()["error"]["code"] == "config_read_only", r.text
+                assert r.json()["error"]["message"].startswith(f"{what}: {reason}"), r.text
+            assert path.read_text() == before and not list(path.parent.glob(".gateway.yaml.*"))
+        r = client.post("/console/api/apply", json=change)
+        assert r.status_code == 200 and r.json()["applied"], "writable again: applied"
+    finally:
+        proc.stop()
+
+
+def test_a_gateway_started_without_a_config_file_says_why_it_cannot_apply():
+    import asyncio
+
+    from app.config import load_config
+    from app.http.server import create_app
+    from tests.support import ROOT
+
+    async def policy() -> dict:
+        front = create_app(load_config(ROOT / "config/demo.yaml"))  # an embedded app: no file behind it
+        async with front.app.router.lifespan_context(front.app):
+            # From this machine, where the demo admin key is accepted; no backend is needed to read the policy.
+            transport = httpx.ASGITransport(front, client=("127.0.0.1", 50000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+                return (await client.get("/console/api/policy", headers=ADMIN)).json()
+
+    answer = asyncio.run(policy())
+    assert (answer["writable"], answer["why_not_writable"]) == (False, "this gateway was not started from a config file")

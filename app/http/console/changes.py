@@ -29,6 +29,10 @@ class ChangeRefused(ValueError):
     """The change was not applied; the message says why (for the operator)."""
 
 
+class NotWritable(ChangeRefused):
+    """The config file cannot be changed from here at all, whatever the change; the message says why."""
+
+
 def deep_merge(base: dict, patch: dict) -> dict:
     """`patch` over `base`: mappings merge key by key, anything else replaces; a None value deletes."""
     out = dict(base)
@@ -85,6 +89,40 @@ class ConfigChanges:
                 continue  # a torn last line from a crash: the rest still reads
         return out
 
+    def why_not_writable(self) -> str | None:
+        """Why a change could not be written here (None: it could), known before any is tried: the console
+        shows it and offers no Apply. Mode bits count as well as access, so that a file or folder made
+        read-only on purpose stays so for a gateway running as root (which access alone lets write)."""
+        path, folder = self.path, self.path.parent
+        if path.is_symlink():
+            target = os.readlink(path)
+            if target.startswith("..data/") or (folder / "..data").is_symlink():
+                # The kubelet's layout for a ConfigMap (or Secret) volume: files link through ..data.
+                return (f"the config file is mounted from a Kubernetes ConfigMap ({folder}): change the ConfigMap "
+                        f"(the chart's values, then helm upgrade); the pods roll when it changes")
+            return (f"the config file is a symbolic link (to {target}): a write would replace the link with a copy; "
+                    f"start the gateway with --config {path.resolve()} to change it from here")
+        try:
+            if os.statvfs(folder).f_flag & os.ST_RDONLY:
+                return f"the config file is on a read-only filesystem ({folder})"
+            mode = path.stat().st_mode
+        except OSError as exc:
+            return f"the config file cannot be read ({exc.strerror or exc})"
+        if _read_only(path, os.W_OK):
+            return f"the config file is read-only (mode {mode & 0o777:04o}, {path})"
+        for kept in (folder, self.versions):
+            if kept.exists() and _read_only(kept, os.W_OK | os.X_OK):
+                return (f"the folder {kept} is not writable (mode {kept.stat().st_mode & 0o777:04o}): a change is "
+                        f"written beside the config file and renamed over it, its versions kept in {self.versions.name}")
+        if self.audit_path.exists() and _read_only(self.audit_path, os.W_OK):
+            return f"the audit log {self.audit_path} is read-only"
+        return None
+
+    def _writable(self) -> None:
+        reason = self.why_not_writable()
+        if reason is not None:
+            raise NotWritable(reason)
+
     # --- checking -----------------------------------------------------------------------------
     def candidate(self, patch: dict) -> tuple[dict, str]:
         """The merged config and its YAML text, validated as start-up validates (or ChangeRefused)."""
@@ -105,12 +143,14 @@ class ConfigChanges:
 
     # --- changing -----------------------------------------------------------------------------
     def apply(self, patch: dict, who: str, note: str = "") -> Applied:
+        self._writable()
         _, text = self.candidate(patch)
         return self._write(text, who, "apply", {"patch": patch, "note": note[:500]})
 
     def rollback(self, who: str) -> Applied:
         """Undo the newest console change still in effect: back to the version before it. Rollbacks
         stack (each undoes one apply further back), as an editor's undo does."""
+        self._writable()
         current = digest(self.current_text())
         undone = 0
         for entry in self.audit(limit=1000):
@@ -154,6 +194,10 @@ class ConfigChanges:
         kept = sorted(self.versions.glob("*.yaml"), key=lambda p: p.stat().st_mtime)
         for p in kept[:-KEEP_VERSIONS]:
             p.unlink(missing_ok=True)
+
+
+def _read_only(path: Path, access: int) -> bool:
+    return not path.stat().st_mode & 0o222 or not os.access(path, access)
 
 
 def _atomic_write(path: Path, text: str) -> None:

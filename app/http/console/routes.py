@@ -22,7 +22,7 @@ from app.config import ModelAlias
 from app.errors import GatewayError, InvalidRequest, NotFound, PermissionDenied, Unauthorized
 from app.http.admin import explain_body, tenants_view
 from app.http.console import views
-from app.http.console.changes import ChangeRefused, ConfigChanges, deep_merge
+from app.http.console.changes import ChangeRefused, ConfigChanges, NotWritable, deep_merge
 from app.http.console.session import (
     COOKIE,
     SESSION_S,
@@ -287,11 +287,15 @@ async def current_policy(request: Request) -> Response:
     operator(request)
     gw = request.app.state.gateway
     changes = _changes(request)
+    why_not = None if changes is None else changes.why_not_writable()
     return _json({"models": {a: {**m.model_dump(mode="json", include={"strategy", "hedge", "slo_ms", "ttft_slo_ms", "tpot_slo_ms",
                                                                       "ttft_tolerance_ms", "backends", "fallbacks"}),
                                  "stream_objective": m.ranks_streams_by()}
                              for a, m in gw.config.models.items()},
                   "config_file": None if changes is None else changes.path.name,
+                  # Whether Apply and Roll back can write the file, and if not why: the page offers neither then.
+                  "writable": changes is not None and why_not is None,
+                  "why_not_writable": "this gateway was not started from a config file" if changes is None else why_not,
                   "audit": [] if changes is None else changes.audit(20)})
 
 
@@ -349,6 +353,8 @@ async def apply(request: Request) -> Response:
     patch = _patch_of(ask)
     try:
         applied = changes.apply(patch, _who(who), str(ask.get("note") or ""))
+    except NotWritable as exc:
+        raise _not_writable("not applied", exc) from None
     except ChangeRefused as exc:
         raise InvalidRequest(f"not applied: {exc}", code="change_refused") from None
     except OSError as exc:
@@ -362,9 +368,16 @@ async def rollback(request: Request) -> Response:
     changes = _need_changes(request)
     try:
         applied = changes.rollback(_who(who))
+    except NotWritable as exc:
+        raise _not_writable("not rolled back", exc) from None
     except ChangeRefused as exc:
         raise InvalidRequest(f"not rolled back: {exc}", code="change_refused") from None
     return await _reload(request, changes, applied, who)
+
+
+def _not_writable(what: str, exc: NotWritable) -> GatewayError:
+    # 409: the request is fine; the config file's state refuses it (the policy view says so up front).
+    return InvalidRequest(f"{what}: {exc}", code="config_read_only", status=409)
 
 
 def _who(who: Operator) -> str:

@@ -393,7 +393,7 @@ async function applyChange() {
   try { patch = buildPatch(); } catch (e) { wiStatus("the change is not JSON: " + e.message, true); return; }
   if (!confirm("Apply this change to the running gateway?\n" + JSON.stringify(patch))) return;
   try { const r = await api("apply", { body: { patch } }); wiStatus(`applied: version ${r.version} (previous ${r.previous})`); renderAudit(r.audit); loadPolicy(); }
-  catch (e) { wiStatus(e.message, true); }
+  catch (e) { wiStatus(e.message, true); loadPolicy().catch(() => {}); }
 }
 async function rollback() {
   if (!confirm("Roll back the last change?")) return;
@@ -413,6 +413,11 @@ async function loadPolicy() {
   $("whatif-hint").textContent = `Running policy: ` + Object.entries(p.models).map(([a, m]) =>
     `${a}: ${m.strategy}${m.hedge && m.hedge.enabled ? ", hedging" : ""}${m.ttft_slo_ms ? ", TTFT target " + m.ttft_slo_ms + " ms" : ""}`).join(" · ") +
     (p.config_file ? ` (from ${p.config_file})` : " (not started from a config file: apply is off)");
+  // Known before anyone tries: where the file cannot be written, neither button is offered, and the page says why.
+  const off = p.writable ? "" : "Apply and roll back are off: " + p.why_not_writable + ".";
+  for (const id of ["wi-apply", "wi-rollback"]) { $(id).disabled = !p.writable; $(id).title = off; }
+  $("wi-readonly").textContent = off;
+  $("wi-readonly").hidden = p.writable;
   $("wi-alias").value = alias;
   renderAudit(p.audit);
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -200,6 +201,50 @@ def test_any_route_still_running_past_the_grace_gets_a_retryable_503_never_a_500
     for name, r in answers.items():
         assert r.headers["x-should-retry"] == "true" and r.headers["retry-after"] == "1", name
         assert (r.json()["error"]["type"], r.json()["error"]["code"]) == ("api_error", "request_interrupted"), name
+    assert "Exception in ASGI application" not in gw.process.log()
+
+
+def test_a_call_still_sending_its_body_past_the_grace_gets_a_retryable_503_never_a_500(fleet, tmp_path):
+    # Clients that have sent their headers and part of their body when SIGTERM comes, and send no more before the
+    # grace period ends: uvicorn cancels each while it waits for the rest. A proxied route answered uvicorn's
+    # plain-text 500 there, even after the 503s of calls stopped later.
+    from tests.conftest import ACME_KEY, ADMIN_KEY, gateway_config
+    from tests.support import free_port
+
+    gw = start_gateway(tmp_path, fleet, gateway_config(fleet, free_port(), shutdown_grace_s=0.5))
+    calls = {  # path, credentials and API headers, and whose error shape the answer is in
+        "chat": (b"/v1/chat/completions", b"authorization: Bearer " + ACME_KEY.encode(), "openai"),
+        "messages": (b"/v1/messages", b"x-api-key: " + ACME_KEY.encode() + b"\r\nanthropic-version: 2023-06-01", "anthropic"),
+        "admin explain": (b"/admin/route/explain", b"authorization: Bearer " + ADMIN_KEY.encode(), "openai"),
+    }
+    clients = {}
+    for name, (path, credentials, _) in calls.items():
+        client = socket.create_connection(("127.0.0.1", gw.port), timeout=15)
+        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n")  # the server has taken the connection
+        assert client.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        client.sendall(b"POST %s HTTP/1.1\r\nhost: gateway\r\n%s\r\ncontent-type: application/json\r\n"
+                       b"content-length: 200\r\n\r\n{\"model\": \"chat\"," % (path, credentials))
+        clients[name] = client
+    time.sleep(0.5)  # the heads and first bytes are read (a request not begun would be closed without a word)
+    gw.process.proc.send_signal(signal.SIGTERM)
+    answers = {}
+    for name, client in clients.items():
+        received = b""
+        while chunk := client.recv(65536):
+            received += chunk
+        client.close()
+        head, _, body = received.partition(b"\r\n\r\n")
+        answers[name] = (head.split(b"\r\n")[0], {k.lower(): v for k, _, v in
+                                                 (line.partition(b": ") for line in head.split(b"\r\n")[1:])}, body)
+    assert gw.process.proc.wait(timeout=10) in (0, -signal.SIGTERM)
+    assert {name: status for name, (status, _, _) in answers.items()} == dict.fromkeys(calls, b"HTTP/1.1 503 Service Unavailable")
+    for name, (_, headers, body) in answers.items():
+        assert headers[b"x-should-retry"] == b"true" and headers[b"retry-after"] == b"1", name
+        error = json.loads(body)
+        if calls[name][2] == "anthropic":
+            assert (error["type"], error["error"]["type"]) == ("error", "api_error"), body
+        else:
+            assert (error["error"]["type"], error["error"]["code"]) == ("api_error", "request_interrupted"), body
     assert "Exception in ASGI application" not in gw.process.log()
 
 

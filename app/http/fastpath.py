@@ -62,6 +62,12 @@ class FastPath:
                 return  # the client left before its answer began: the call was cancelled, nothing to send
         except GatewayError as err:
             response = error_response(err, protocol)
+        except asyncio.CancelledError:
+            # Only the body's read gets here (the call's own cancellation is answered in `_unless_gone`): the
+            # server stopped the request while its body was still arriving, past the shutdown grace period.
+            if not _stopped_by_the_server(scope):
+                return  # the client is gone as well: nobody to answer
+            response = error_response(Interrupted(_STOPPED), protocol)
         except Exception:
             # The traceback goes to the log, never to the client.
             log.exception("unhandled error on POST %s", scope["path"])
@@ -137,14 +143,21 @@ async def _other_route(app: Starlette, scope: Scope, receive: Receive, send: Sen
     try:
         await app(scope, receive, watched)
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if started or task is None:
+        if started:
             raise  # an answer already begun cannot take another status: uvicorn closes the connection
-        task.uncancel()
-        gone = client_gone_of(scope)
-        if gone is not None and gone.lost:
-            return  # nobody is waiting for it
-        await error_response(Interrupted(_STOPPED), api_of(scope))(scope, receive, send)
+        if _stopped_by_the_server(scope):
+            await error_response(Interrupted(_STOPPED), api_of(scope))(scope, receive, send)
+
+
+def _stopped_by_the_server(scope: Scope) -> bool:
+    """In a request's task that was cancelled and has not sent its answer: take the cancellation back and
+    say whether the client still waits for an answer (it is then the server's doing: nothing in the front
+    cancels a request whose client is there). False with the client gone: nobody to answer."""
+    task = asyncio.current_task()
+    assert task is not None  # called from the request's own task
+    task.uncancel()
+    gone = client_gone_of(scope)
+    return gone is None or not gone.lost
 
 
 def api_of(scope: Scope) -> ClientProtocol:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.cache.conftest import cache_config
+from tests.cache.test_cache import settle
 from tests.conftest import start_gateway
 from tests.support import wait_until
 
@@ -33,7 +34,7 @@ def test_three_replicas_share_one_redis(replicas):
     first = replicas[0].client().chat.completions.with_raw_response.create(
         model="cached", messages=[{"role": "user", "content": q}], temperature=0)
     assert first.headers["x-slipstream-cache"] == "miss"
-    time.sleep(0.2)
+    settle(replicas[0])  # the write happens after the response: wait until it is in Redis
     for gw in replicas[1:]:
         raw = gw.client().chat.completions.with_raw_response.create(
             model="cached", messages=[{"role": "user", "content": q}], temperature=0)

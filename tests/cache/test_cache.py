@@ -250,7 +250,8 @@ def test_broken_streams_and_errors_are_not_cached(cached_gateway, flaky):
 def test_stale_answer_stands_in_when_every_backend_fails(cached_gateway, flaky):
     q = unique("Stale but useful")
     _, r1 = ask(cached_gateway, q, model="cached-flaky", headers={"x-slipstream-cache-ttl": "1"})
-    time.sleep(1.1)
+    settle(cached_gateway)
+    time.sleep(1.1)  # past the entry's TTL
     set_faults(flaky, error_rate=1.0)
     h, r2 = ask(cached_gateway, q, model="cached-flaky")
     assert h["x-slipstream-cache"] == "stale"

@@ -5,11 +5,12 @@ official SDKs against a real gateway process and a loopback chat backend whose a
 from __future__ import annotations
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from app.admission.auth import hash_key
-from tests.conftest import ACME_KEY, NO_BREAKER
+from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.support import Process, free_port, write_yaml
 
@@ -28,6 +29,12 @@ class Gateway:
     def openai(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=ACME_KEY, max_retries=0)
 
+    def settle(self) -> None:
+        """The cache is written after the answer, in the background: wait until every entry is stored, or the
+        next request may miss and reach a backend with no answer left to give."""
+        r = httpx.post(f"{self.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+        assert r.status_code == 200, r.text
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
@@ -35,7 +42,8 @@ def gateway(tmp_path_factory):
     port = free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": port},
-        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
         # TGI's flavour speaks chat completions only: Messages and Responses are translated for it.
         "backends": {"chat": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
                               "flavor": "tgi"}},
@@ -388,6 +396,7 @@ def test_a_cached_answer_with_thinking_replays_the_same_as_json_and_as_a_stream(
     ask = {"model": "cached", "max_tokens": 4096, "thinking": THINK, "messages": ASK,
            "extra_body": {"temperature": 0}}  # only a deterministic answer is cached
     first = client.messages.create(**ask)
+    gateway.settle()
     again = client.messages.create(**ask)
     with client.messages.stream(**ask) as stream:
         streamed = stream.get_final_message()

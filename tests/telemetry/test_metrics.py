@@ -9,6 +9,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cache.test_cache import settle
 from tests.conftest import ACME_KEY, gateway_config, start_gateway
 from tests.support import wait_until
 
@@ -206,7 +207,6 @@ def _series_matching(selector: str, samples: list) -> list:
 
 def test_dashboard_end_to_end_panel_keeps_cache_hits_and_errors_apart(fleet, tmp_path):
     import json
-    import time
 
     from tests.support import ROOT
 
@@ -218,7 +218,7 @@ def test_dashboard_end_to_end_panel_keeps_cache_hits_and_errors_apart(fleet, tmp
         question = [{"role": "user", "content": "dashboard"}]
         for _ in range(2):  # a miss that reaches the backend, then an exact hit
             client.chat.completions.create(model="chat", messages=question, max_tokens=200, temperature=0)
-            time.sleep(0.2)  # the cache write happens after the response
+            settle(gw)  # the cache write happens after the response: wait until it is stored
         with pytest.raises(openai.APIStatusError):
             client.chat.completions.create(model="dead", messages=question)
         families = scrape(gw.url)

@@ -105,12 +105,11 @@ def test_the_semantic_cache_serves_the_same_last_user_turn(gw):
     assert first.headers["x-slipstream-cache"] == "miss"
     stored = first.parse()
 
-    def served():
-        raw = gw.client().responses.with_raw_response.create(
-            model="semantic", input="Please, how can I reset the password of my Router model zx81?", temperature=0)
-        return raw if raw.headers["x-slipstream-cache"] == "semantic-hit" else None
-
-    assert wait_until(served, 10)  # the entry is written in the background
-    hit = served()
+    # The entry is written in the background: wait until it is stored.
+    r = httpx.post(f"{gw.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+    assert r.status_code == 200, r.text
+    hit = gw.client().responses.with_raw_response.create(
+        model="semantic", input="Please, how can I reset the password of my Router model zx81?", temperature=0)
+    assert hit.headers["x-slipstream-cache"] == "semantic-hit"
     assert hit.parse().output_text == stored.output_text and hit.parse().usage.input_tokens == 0
     assert hit.parse().id != stored.id

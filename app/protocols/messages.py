@@ -243,7 +243,8 @@ class MessagesProtocol(ClientProtocol):
         if backend.speaks("messages"):
             return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
         count_only = not self.streams
-        body = messages_chat.chat_body(req, backend.model, req.stream, count_only, backend.flavor)
+        body = messages_chat.chat_body(req, backend.model, req.stream, count_only, backend.flavor,
+                                         backend.stream_usage)
         alias, thinking = req.alias, messages_chat.thinks(req.body)
         ignored = messages_chat.ignored_fields(req.body, backend.flavor)
         return Upstream("chat/completions", body, {},

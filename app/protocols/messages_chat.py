@@ -27,7 +27,8 @@ What maps (request):
 | thinking.display omitted                  | the reasoning is not relayed                               |
 | stream                                    | stream, with stream_options.include_usage                  |
 |                                           |   (and continuous_usage_stats for vLLM: message_start then |
-|                                           |   has the prompt's count from the first chunk)             |
+|                                           |   has the prompt's count from the first chunk); none for a |
+|                                           |   backend with stream_usage: false (usage then 0, unknown) |
 | cache_control on any block                | dropped (a caching hint; backends cache prefixes anyway)   |
 | thinking enabled / adaptive               | nothing: reasoning models (vLLM with a reasoning parser,   |
 |                                           |   llama.cpp, DeepSeek) reason by default; budget_tokens    |
@@ -115,9 +116,9 @@ _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning:
 
 
 def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: bool = False,
-              flavor: str | None = None) -> bytes:
+              flavor: str | None = None, stream_usage: bool = True) -> bytes:
     """The chat-completions body for this Messages request, or InvalidRequest for what cannot map (`flavor`: the
-    backend's server kind, where a field maps only onto some)."""
+    backend's server kind, where a field maps only onto some; `stream_usage`: the backend takes stream_options)."""
     body = req.body
     _check_budget(body.get("thinking"))
     for name in _REFUSED_FIELDS:
@@ -173,6 +174,7 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
                 out["parallel_tool_calls"] = False
     if stream and not count_only:
         out["stream"] = True
+    if stream and not count_only and stream_usage:  # off for servers that refuse stream_options (backends.<name>)
         # vLLM's continuous usage puts the prompt's count on the first chunk already, so message_start can say
         # it (Anthropic's does); other servers report usage at the end only, and message_delta carries it.
         out["stream_options"] = {"include_usage": True, "continuous_usage_stats": True} if flavor == "vllm" \
@@ -580,6 +582,10 @@ class TranslatedMessagesStream(TranslatedStream):
     def __init__(self, inner: EventStream, alias: str, thinking: bool = False) -> None:
         super().__init__(inner)
         self.translator = StreamTranslator(alias, thinking)
+
+    @property
+    def usage_reported(self) -> bool:  # type: ignore[override]
+        return self.translator.usage is not None
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         translator = self.translator

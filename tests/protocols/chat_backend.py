@@ -53,7 +53,10 @@ def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = N
 
 
 class ChatBackend:
-    def __init__(self) -> None:
+    def __init__(self, rejects_stream_options: bool = False) -> None:
+        # A server that knows no stream_options (older OpenAI-compatible servers and proxies): it refuses a body
+        # carrying them as OpenAI refuses an unknown parameter, and its streams carry no usage.
+        self.rejects_stream_options = rejects_stream_options
         self.answers: deque[Json | Chunks] = deque()
         self.bodies: list[dict] = []
         self.port = 0
@@ -87,6 +90,10 @@ class ChatBackend:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
+        if self.rejects_stream_options and "stream_options" in body:
+            return web.json_response({"error": {"message": "Unknown parameter: 'stream_options'.",
+                                                "type": "invalid_request_error", "param": "stream_options",
+                                                "code": "unknown_parameter"}}, status=400)
         if not self.answers:
             return web.json_response({"error": {"message": "no answer queued", "type": "server_error"}}, status=500)
         answer = self.answers.popleft()
@@ -111,7 +118,8 @@ class ChatBackend:
             await response.write(b'data: {"error": {"message": "the engine died", "type": "server_error", "code": 500}}\n\n')
         else:
             await response.write(_chunk({}, answer.finish_reason, extra=answer.extra))
-            await response.write(_chunk(None, usage=answer.usage))
+            if not self.rejects_stream_options:
+                await response.write(_chunk(None, usage=answer.usage))
             await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

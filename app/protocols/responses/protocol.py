@@ -163,6 +163,8 @@ class ResponsesProtocol(OpenAIProtocol):
             return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
         chat = to_chat(req.body, as_items(req.body["input"]))
         chat["model"] = backend.model
+        if not backend.stream_usage:  # a server that refuses stream_options (backends.<name>.stream_usage: false)
+            chat.pop("stream_options", None)
         answer = shell(new_id("resp"), req.alias, req.body)
         return Upstream("chat/completions", orjson.dumps(chat), {}, lambda result: translated(result, answer))
 

@@ -1,0 +1,105 @@
+"""A chat backend that refuses `stream_options` (`backends.<name>.stream_usage: false`, for servers that do) behind the
+gateway's translations: Messages and Responses streams reach it without them, and the client is told no usage
+rather than a made-up one. Driven with the official SDKs against a real gateway process; the backend is a loopback
+chat server that refuses the field as OpenAI refuses an unknown parameter (tests/protocols/chat_backend.py)."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from app.admission.auth import hash_key
+from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
+from tests.protocols.chat_backend import ChatBackend, Chunks
+from tests.support import Process, free_port, wait_until, write_yaml
+
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+SUNNY = Chunks([{"role": "assistant", "content": ""}, {"content": "Sunny"}, {"content": "."}])
+FLAVOURS = ["tgi", "vllm"]  # vLLM's translated streams otherwise ask for continuous usage as well
+
+
+class Gateway:
+    def __init__(self, url: str, backend: ChatBackend) -> None:
+        self.url, self.backend = url, backend
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
+
+    def openai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=ACME_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    backend = ChatBackend(rejects_stream_options=True).start()
+    port = free_port()
+    url = f"http://127.0.0.1:{backend.port}/v1"
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},
+        "limits": {"tenants": {"acme": {"limits": {"token_budget": {"tokens": 10**6, "period": "day"}}}}},
+        # Both speak chat completions only here: Messages and Responses are translated for them.
+        "backends": {name: {"base_url": url, "model": "m-scripted", "flavor": name, "apis": ["chat"],
+                            "stream_usage": False} for name in FLAVOURS},
+        "reliability": NO_BREAKER,
+        "models": {name: {"backends": [name], "retry": {"max_attempts": 1}} for name in FLAVOURS},
+    }
+    tmp = tmp_path_factory.mktemp("stream-usage-off-gw")
+    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
+    proc.wait_listening(port)
+    yield Gateway(f"http://127.0.0.1:{port}", backend)
+    proc.stop()
+    backend.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(gateway):
+    gateway.backend.answers.clear()
+    gateway.backend.bodies.clear()
+
+
+def _used(gateway: Gateway) -> int:
+    """The tokens the tenant's budget has counted so far (/admin/tenants)."""
+    r = httpx.get(f"{gateway.url}/admin/tenants", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=5)
+    return next(t for t in r.json()["tenants"] if t["tenant"] == "acme")["usage"]["tenant acme"]["token_budget"]["used"]
+
+
+@pytest.mark.parametrize("alias", FLAVOURS)
+def test_a_messages_stream_reaches_a_backend_that_refuses_stream_options_without_them(gateway, alias):
+    # It was refused (the backend's 400, as an invalid_request_error) on every translated stream.
+    gateway.backend.queue(SUNNY)
+    before = _used(gateway)
+    with gateway.anthropic().messages.stream(model=alias, max_tokens=16, messages=ASK) as stream:
+        final = stream.get_final_message()
+    assert "stream_options" not in gateway.backend.bodies[0] and gateway.backend.bodies[0]["stream"] is True
+    assert final.content[0].text == "Sunny." and final.stop_reason == "end_turn"
+    # The backend reported no usage: 0 tokens (Anthropic's usage needs a number; nothing was counted), never an
+    # estimate shown as the backend's count.
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (0, 0)
+    # Those zeros are not a count: the tenant's budget keeps the admission estimate (the prompt's estimate and
+    # max_tokens), as for any answer without usage, not 0 tokens for a whole answer.
+    assert wait_until(lambda: _used(gateway) - before >= 16, 5), _used(gateway) - before
+
+
+@pytest.mark.parametrize("alias", FLAVOURS)
+def test_a_responses_stream_reaches_a_backend_that_refuses_stream_options_without_them(gateway, alias):
+    gateway.backend.queue(SUNNY)
+    before = _used(gateway)
+    events = list(gateway.openai().responses.create(model=alias, input="Weather in Paris?", stream=True,
+                                                    max_output_tokens=16))
+    assert "stream_options" not in gateway.backend.bodies[0] and gateway.backend.bodies[0]["stream"] is True
+    final = events[-1]
+    assert final.type == "response.completed" and final.response.output_text == "Sunny."
+    assert final.response.usage is None  # none reported: none given (Response.usage is optional)
+    assert wait_until(lambda: _used(gateway) - before >= 16, 5), _used(gateway) - before  # the estimate stands
+
+
+def test_a_chat_stream_passes_through_as_the_client_sent_it(gateway):
+    # The chat path already honoured the setting: the gateway adds no stream_options of its own.
+    gateway.backend.queue(SUNNY)
+    chunks = list(gateway.openai().chat.completions.create(model="tgi", messages=ASK, stream=True))
+    assert "stream_options" not in gateway.backend.bodies[0]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Sunny."

@@ -30,7 +30,8 @@ from app.protocols.base import (
     positive_int,
 )
 from app.protocols.chat import SEP, plain_text
-from app.protocols.messages_chat import event, system_text
+from app.protocols.messages_chat import event, named_ignored, system_text
+from app.protocols.messages_native import native_body
 from app.record import Usage
 
 if TYPE_CHECKING:
@@ -241,7 +242,14 @@ class MessagesProtocol(ClientProtocol):
         the client's anthropic-version and anthropic-beta headers; any other gets it as chat completions,
         and its answer is translated back (app/protocols/messages_chat.py)."""
         if backend.speaks("messages"):
-            return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
+            native = native_body(req.body)
+            if native is None:
+                return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
+            # The gateway's own (unsigned) thinking blocks from a chat backend's turns are left out: Anthropic
+            # refuses them (app/protocols/messages_native.py).
+            kept, dropped = native
+            return Upstream(self.value, orjson.dumps({**kept, "model": backend.model}), req.headers,
+                            (lambda result: named_ignored(result, dropped)) if dropped else None)
         count_only = not self.streams
         body = messages_chat.chat_body(req, backend.model, req.stream, count_only, backend.flavor,
                                          backend.stream_usage)

@@ -69,6 +69,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import TypeVar
 
 import orjson
 
@@ -609,15 +610,22 @@ def _data_only(event: bytes) -> bytes:
     return event[event.index(b"\n") + 1:-2]
 
 
+_R = TypeVar("_R", JsonReply, EventStream, TranslatedMessagesStream)
+
+
 def translated(result: JsonReply | EventStream, alias: str, count_only: bool = False,
                thinking: bool = False, ignored: list[str] | None = None) -> JsonReply | TranslatedMessagesStream:
     """A chat backend's answer as the Messages (or count_tokens) answer it stands for (`thinking`: the request
     asked for it, and the backend's reasoning is relayed; `ignored`: the request's fields named in IGNORED_HEADER)."""
-    headers = {**result.headers, IGNORED_HEADER: ", ".join(ignored)} if ignored else result.headers
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
         body = count_body(chat) if count_only else message_body(chat, alias, thinking)
-        return replace(result, body=orjson.dumps(body), data=body, headers=headers)
-    stream = TranslatedMessagesStream(result, alias, thinking)
-    stream.headers = headers
-    return stream
+        return named_ignored(replace(result, body=orjson.dumps(body), data=body), ignored)
+    return named_ignored(TranslatedMessagesStream(result, alias, thinking), ignored)
+
+
+def named_ignored(result: _R, ignored: list[str] | None) -> _R:
+    """The answer with the request's fields it did not honour named in IGNORED_HEADER (none: unchanged)."""
+    if ignored:
+        result.headers = {**result.headers, IGNORED_HEADER: ", ".join(ignored)}
+    return result

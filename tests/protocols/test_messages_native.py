@@ -1,0 +1,195 @@
+"""A conversation begun on a chat backend and carried on by a backend that speaks Messages natively (an alias that
+mixes both kinds), driven by the official anthropic SDK against a real gateway process.
+
+The native backend is a loopback server standing in for Anthropic's API: a real Anthropic backend cannot run here,
+and what matters is what Anthropic refuses, which this server checks as Anthropic does (its words in its errors):
+every thinking block in the history must carry a signature it issued ("Invalid `signature` in `thinking` block"),
+and with thinking on, the final assistant turn of a tool-use loop must begin with a thinking block. The gateway's
+choice of backend is made per attempt, so two aliases, one per backend, place the turns where a mixed alias might.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+
+import anthropic
+import pytest
+from aiohttp import web
+
+from app.admission.auth import hash_key
+from tests.conftest import ACME_KEY, NO_BREAKER
+from tests.protocols.chat_backend import ChatBackend, Json
+from tests.support import Process, free_port, write_yaml
+
+WEATHER = {"name": "weather", "description": "The weather in a city.",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+THINK = {"type": "enabled", "budget_tokens": 1024}
+IGNORED = "x-slipstream-ignored-fields"
+
+
+def _sign(thinking: str) -> str:
+    return "sig-" + hashlib.sha256(b"stand-in secret" + thinking.encode()).hexdigest()[:32]
+
+
+def _refusal(where: str, message: str) -> web.Response:
+    return web.json_response({"type": "error", "error": {"type": "invalid_request_error",
+                                                         "message": f"{where}: {message}"}}, status=400)
+
+
+class AnthropicStandIn:
+    """POST /v1/messages, validated as Anthropic validates thinking blocks; answers a signed thinking block (thinking
+    on) and a tool call (tools given, the last turn a question) or text. Keeps each body it accepted."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    def start(self) -> AnthropicStandIn:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._messages)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        messages = body["messages"]
+        for i, m in enumerate(messages):
+            for j, b in enumerate(m["content"] if isinstance(m["content"], list) else ()):
+                if b["type"] == "thinking" and b.get("signature") != _sign(b.get("thinking", "")):
+                    return _refusal(f"messages.{i}.content.{j}", "Invalid `signature` in `thinking` block")
+        thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        last = messages[-1]["content"]
+        in_loop = isinstance(last, list) and any(b["type"] == "tool_result" for b in last)
+        if thinking and in_loop:
+            first = messages[-2]["content"][0]["type"]
+            if first not in ("thinking", "redacted_thinking"):
+                return _refusal(f"messages.{len(messages) - 2}.content.0.type",
+                                f"Expected `thinking` or `redacted_thinking`, but found `{first}`. When `thinking` is "
+                                "enabled, a final `assistant` message must start with a thinking block (preceeding "
+                                "the lastmost set of `tool_use` and `tool_result` blocks). To avoid this requirement, "
+                                "disable `thinking`.")
+        self.bodies.append(body)
+        content: list[dict] = []
+        if thinking:
+            content.append({"type": "thinking", "thinking": "The user asks.", "signature": _sign("The user asks.")})
+        if body.get("tools") and not in_loop:
+            content.append({"type": "tool_use", "id": "toolu_native", "name": "weather", "input": {"city": "Paris"}})
+            stop = "tool_use"
+        else:
+            content.append({"type": "text", "text": "Sunny."})
+            stop = "end_turn"
+        return web.json_response({"id": "msg_native", "type": "message", "role": "assistant", "model": body["model"],
+                                  "content": content, "stop_reason": stop, "stop_sequence": None,
+                                  "usage": {"input_tokens": 20, "output_tokens": 5}})
+
+
+class Gateway:
+    def __init__(self, url: str, chat: ChatBackend, native: AnthropicStandIn) -> None:
+        self.url, self.chat, self.native = url, chat, native
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    chat, native = ChatBackend().start(), AnthropicStandIn().start()
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
+        "backends": {"chat": {"base_url": f"http://127.0.0.1:{chat.port}/v1", "model": "m-chat", "flavor": "tgi"},
+                     "anthropic": {"base_url": f"http://127.0.0.1:{native.port}/v1", "model": "claude-stand-in",
+                                   "apis": ["messages"]}},
+        "reliability": NO_BREAKER,
+        "models": {"on-chat": {"backends": ["chat"], "retry": {"max_attempts": 1}},
+                   "on-anthropic": {"backends": ["anthropic"], "retry": {"max_attempts": 1}}},
+    }
+    tmp = tmp_path_factory.mktemp("messages-native-gw")
+    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
+    proc.wait_listening(port)
+    yield Gateway(f"http://127.0.0.1:{port}", chat, native)
+    proc.stop()
+    chat.stop()
+    native.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(gateway):
+    gateway.chat.answers.clear()
+    gateway.chat.bodies.clear()
+    gateway.native.bodies.clear()
+
+
+def _as_param(message: anthropic.types.Message) -> dict:
+    """An answer as the assistant turn a client sends back (Claude Code sends thinking blocks back as they came)."""
+    return {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}
+
+
+def test_a_conversation_begun_on_a_chat_backend_goes_on_on_anthropic(gateway):
+    gateway.chat.queue(Json({"role": "assistant", "reasoning_content": "Paris is in France.", "content": "Sunny."}))
+    client = gateway.anthropic()
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.messages.create(model="on-chat", max_tokens=2048, thinking=THINK, messages=ask)
+    assert [(b.type, getattr(b, "signature", None)) for b in first.content] == [("thinking", ""), ("text", None)]
+    raw = client.messages.with_raw_response.create(model="on-anthropic", max_tokens=2048, thinking=THINK, messages=[
+        *ask, _as_param(first), {"role": "user", "content": "And tomorrow?"}])  # type: ignore[list-item]
+    # Anthropic refused the unsigned block; an earlier turn's thinking may be left out, and the gateway's is.
+    assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
+    assert gateway.native.bodies[0]["messages"][1]["content"] == [{"type": "text", "text": "Sunny."}]
+    assert gateway.native.bodies[0]["thinking"] == THINK  # thinking stays on
+    assert raw.headers.get(IGNORED) is None
+
+
+def test_a_tool_loop_begun_on_a_chat_backend_goes_on_on_anthropic_without_thinking_for_that_turn(gateway):
+    # The final assistant turn of a tool loop must begin with a signed thinking block when thinking is on, and the
+    # chat backend's cannot be signed: that request goes without thinking (Anthropic's advice for the case), and
+    # the answer names `thinking` as not honoured.
+    gateway.chat.queue(Json({"role": "assistant", "reasoning_content": "I need the weather tool.", "content": None,
+                             "tool_calls": [{"id": "call_1", "type": "function",
+                                             "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+                            "tool_calls"))
+    client = gateway.anthropic()
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    call = client.messages.create(model="on-chat", max_tokens=2048, thinking=THINK, tools=[WEATHER], messages=ask)
+    assert [b.type for b in call.content] == ["thinking", "tool_use"]
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "18C, sun"}]}
+    raw = client.messages.with_raw_response.create(model="on-anthropic", max_tokens=2048, thinking=THINK,
+                                                   tools=[WEATHER], messages=[*ask, _as_param(call), result])  # type: ignore[list-item]
+    assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
+    assert raw.headers.get(IGNORED) == "thinking"
+    sent = gateway.native.bodies[0]
+    assert "thinking" not in sent
+    assert [b["type"] for b in sent["messages"][1]["content"]] == ["tool_use"]
+
+
+def test_anthropics_own_signed_thinking_goes_back_to_it_unchanged(gateway):
+    client = gateway.anthropic()
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    call = client.messages.create(model="on-anthropic", max_tokens=2048, thinking=THINK, tools=[WEATHER], messages=ask)
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_native", "content": "18C"}]}
+    raw = client.messages.with_raw_response.create(model="on-anthropic", max_tokens=2048, thinking=THINK,
+                                                   tools=[WEATHER], messages=[*ask, _as_param(call), result])  # type: ignore[list-item]
+    assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
+    assert gateway.native.bodies[1]["messages"][1] == _as_param(call)
+    assert gateway.native.bodies[1]["thinking"] == THINK
+    assert raw.headers.get(IGNORED) is None

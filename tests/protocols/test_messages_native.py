@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from app.admission.auth import hash_key
+from app.protocols.messages import message_events
 from tests.conftest import ACME_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Json
 from tests.support import Process, free_port, write_yaml
@@ -97,9 +98,12 @@ class AnthropicStandIn:
         else:
             content.append({"type": "text", "text": "Sunny."})
             stop = "end_turn"
-        return web.json_response({"id": "msg_native", "type": "message", "role": "assistant", "model": body["model"],
-                                  "content": content, "stop_reason": stop, "stop_sequence": None,
-                                  "usage": {"input_tokens": 20, "output_tokens": 5}})
+        message = {"id": "msg_native", "type": "message", "role": "assistant", "model": body["model"],
+                   "content": content, "stop_reason": stop, "stop_sequence": None,
+                   "usage": {"input_tokens": 20, "output_tokens": 5}}
+        if not body.get("stream"):
+            return web.json_response(message)
+        return web.Response(body=b"".join(message_events(message)), content_type="text/event-stream")
 
 
 class Gateway:
@@ -160,7 +164,8 @@ def test_a_conversation_begun_on_a_chat_backend_goes_on_on_anthropic(gateway):
     assert raw.headers.get(IGNORED) is None
 
 
-def test_a_tool_loop_begun_on_a_chat_backend_goes_on_on_anthropic_without_thinking_for_that_turn(gateway):
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_tool_loop_begun_on_a_chat_backend_goes_on_on_anthropic_without_thinking_for_that_turn(gateway, stream):
     # The final assistant turn of a tool loop must begin with a signed thinking block when thinking is on, and the
     # chat backend's cannot be signed: that request goes without thinking (Anthropic's advice for the case), and
     # the answer names `thinking` as not honoured.
@@ -173,10 +178,16 @@ def test_a_tool_loop_begun_on_a_chat_backend_goes_on_on_anthropic_without_thinki
     call = client.messages.create(model="on-chat", max_tokens=2048, thinking=THINK, tools=[WEATHER], messages=ask)
     assert [b.type for b in call.content] == ["thinking", "tool_use"]
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "18C, sun"}]}
-    raw = client.messages.with_raw_response.create(model="on-anthropic", max_tokens=2048, thinking=THINK,
-                                                   tools=[WEATHER], messages=[*ask, _as_param(call), result])  # type: ignore[list-item]
-    assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
-    assert raw.headers.get(IGNORED) == "thinking"
+    again = {"model": "on-anthropic", "max_tokens": 2048, "thinking": THINK, "tools": [WEATHER],
+             "messages": [*ask, _as_param(call), result]}
+    if stream:
+        with client.messages.stream(**again) as events:  # type: ignore[arg-type]
+            answer, ignored = events.get_final_message(), events.response.headers.get(IGNORED)
+    else:
+        raw = client.messages.with_raw_response.create(**again)  # type: ignore[arg-type]
+        answer, ignored = raw.parse(), raw.headers.get(IGNORED)
+    assert answer.content[-1].text == "Sunny."  # type: ignore[union-attr]
+    assert ignored == "thinking"
     sent = gateway.native.bodies[0]
     assert "thinking" not in sent
     assert [b["type"] for b in sent["messages"][1]["content"]] == ["tool_use"]

@@ -17,7 +17,7 @@ The interface, by the stage that asks:
 - Cache: `cache_turns(body)` (the last user turn's text and the earlier turns, or None: not eligible for
   the semantic cache), `user_texts(body)` (every user turn's text, for the question's category),
   `replay(body, include_usage)` (a stored answer as the API's stream events),
-  `served_again(body, suffix, semantic)` (a stored answer made honest: fresh id, usage), `assembler()`
+  `served_again(body, suffix, semantic)` (a stored answer made honest: fresh ids, usage), `assembler()`
   (a stream rebuilt into its JSON answer, to store it).
 - Dispatch: `upstream(req, backend, streamed) -> Upstream` (path, body, headers, and an `adapt` that
   turns the backend's answer into this API's: passthrough to a backend whose `apis` include this API,

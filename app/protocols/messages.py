@@ -30,6 +30,7 @@ from app.protocols.base import (
     positive_int,
 )
 from app.protocols.chat import SEP, plain_text
+from app.protocols.fresh_ids import fresh_message_ids
 from app.protocols.messages_chat import event, named_ignored, system_text
 from app.protocols.messages_native import native_body
 from app.record import Usage
@@ -384,6 +385,7 @@ class MessagesProtocol(ClientProtocol):
 
     def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         body["id"] = f"msg_cache_{suffix}"
+        fresh_message_ids(body)  # its tool_use blocks'
         usage = body.get("usage")
         if not isinstance(usage, dict):
             return

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.errors import GatewayError, InvalidRequest, sse_error_event
 from app.protocols.base import ClientProtocol, EventKind, LimitFigure, is_int, positive_int
+from app.protocols.fresh_ids import fresh_chat_ids
 from app.record import Usage
 
 _DONE = b"[DONE]"
@@ -160,6 +161,7 @@ class OpenAIProtocol(ClientProtocol):
     def served_again(self, body: dict, suffix: str, semantic: bool, asked: dict | None = None) -> None:
         body["id"] = f"{self.id_prefix}-cache-{suffix}"
         body["created"] = int(time.time())
+        fresh_chat_ids(body)  # its tool calls' ids (completions have none)
         usage = body.get("usage")
         if not isinstance(usage, dict):
             return

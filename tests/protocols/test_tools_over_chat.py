@@ -50,7 +50,11 @@ def gateway(tmp_path_factory):
         "reliability": NO_BREAKER,
         "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}},
                    "cached": {"backends": ["chat"], "retry": {"max_attempts": 1},
-                              "cache": {"exact": {"enabled": True, "ttl_s": 300}}}},
+                              "cache": {"exact": {"enabled": True, "ttl_s": 300}}},
+                   # Answers that call a tool are cached too: they carry the tool calls' ids.
+                   "cached-calls": {"backends": ["chat"], "retry": {"max_attempts": 1},
+                                    "cache": {"exact": {"enabled": True, "ttl_s": 300},
+                                              "finish_reasons": ["stop", "tool_calls"]}}},
     }
     tmp = tmp_path_factory.mktemp("tools-gw")
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
@@ -404,6 +408,58 @@ def test_a_cached_answer_with_thinking_replays_the_same_as_json_and_as_a_stream(
     assert [b.model_dump() for b in first.content] == [b.model_dump() for b in again.content] \
         == [b.model_dump() for b in streamed.content]
     assert first.content[0].type == "thinking"
+
+
+CALLS_PARIS = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_first", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}},
+    {"id": "call_second", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Lyon"}'}}]}
+
+
+def test_a_cached_chat_completion_replays_its_tool_calls_with_ids_of_their_own(gateway):
+    # A client answers each tool call by its id (the tool message's tool_call_id) and keeps the calls of every
+    # answer it got: two answers naming the same call_ ids are one set of calls twice. OpenAI's ids are unique
+    # to one answer, so a cache hit (JSON or streamed) gets new ones, as it gets a message id of its own.
+    gateway.backend.queue(Json(CALLS_PARIS, "tool_calls"))
+    client = gateway.openai()
+    tool = {"type": "function", "function": {"name": "weather", "parameters": WEATHER["input_schema"]}}
+    ask = {"model": "cached-calls", "messages": ASK, "tools": [tool], "temperature": 0}
+    first = client.chat.completions.create(**ask)
+    gateway.settle()
+    raw = client.chat.completions.with_raw_response.create(**ask)
+    assert raw.headers["x-slipstream-cache"] == "hit"
+    again = raw.parse()
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    assert len(gateway.backend.bodies) == 1  # both answered from the cache
+    streamed = [c.id for chunk in chunks if chunk.choices for c in chunk.choices[0].delta.tool_calls or () if c.id]
+    answers = [[c.id for c in first.choices[0].message.tool_calls], [c.id for c in again.choices[0].message.tool_calls],
+               streamed]
+    assert answers[0] == ["call_first", "call_second"]
+    assert len({i for ids in answers for i in ids}) == 6 and all(i.startswith("call_") for ids in answers for i in ids)
+    # The rest of each call is the answer the cache holds.
+    assert [(c.function.name, c.function.arguments) for c in again.choices[0].message.tool_calls] == \
+        [("weather", '{"city": "Paris"}'), ("weather", '{"city": "Lyon"}')]
+
+
+def test_a_cached_message_replays_its_tool_use_blocks_with_ids_of_their_own(gateway):
+    # Anthropic's tool_use ids are unique to one message; a client pairs each tool_result with its tool_use by it.
+    gateway.backend.queue(Json(CALLS_PARIS, "tool_calls"))
+    client = gateway.anthropic()
+    ask = {"model": "cached-calls", "max_tokens": 64, "messages": ASK, "tools": [WEATHER],
+           "extra_body": {"temperature": 0}}  # only a deterministic answer is cached
+    first = client.messages.create(**ask)
+    gateway.settle()
+    raw = client.messages.with_raw_response.create(**ask)
+    assert raw.headers["x-slipstream-cache"] == "hit"
+    again = raw.parse()
+    with client.messages.stream(**ask) as stream:
+        streamed = stream.get_final_message()
+    assert len(gateway.backend.bodies) == 1  # both answered from the cache
+    answers = [[b.id for b in m.content if b.type == "tool_use"] for m in (first, again, streamed)]
+    assert answers[0] == ["call_first", "call_second"]  # the backend's ids, as a chat backend named them
+    assert len({i for ids in answers for i in ids}) == 6 and all(len(ids) == 2 for ids in answers)
+    assert [(b.name, b.input) for b in streamed.content if b.type == "tool_use"] == \
+        [("weather", {"city": "Paris"}), ("weather", {"city": "Lyon"})]
+    assert streamed.stop_reason == again.stop_reason == "tool_use"
 
 
 PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

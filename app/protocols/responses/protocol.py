@@ -18,6 +18,7 @@ from app.config import BackendConfig
 from app.errors import GatewayError, UpstreamProtocolError
 from app.protocols.base import EventKind, ParsedRequest, Upstream, positive_int, user_turn_texts
 from app.protocols.chat import SEP, plain_text
+from app.protocols.fresh_ids import fresh_output_ids
 from app.protocols.openai import OpenAIProtocol
 from app.protocols.responses import request
 from app.protocols.responses.from_chat import ChatStreamTranslator, event, from_chat, new_id, shell
@@ -231,7 +232,7 @@ class ResponsesProtocol(OpenAIProtocol):
         body["created_at"] = int(time.time())
         if "completed_at" in body:
             body["completed_at"] = body["created_at"]
-        _fresh_item_ids(body.get("output"))
+        fresh_output_ids(body.get("output"))
         if asked is not None:
             # The response echoes these request fields, and the cache key leaves them out (they do not change
             # the answer): the entry's would be the first caller's (another end user's metadata and id).
@@ -250,23 +251,6 @@ class ResponsesProtocol(OpenAIProtocol):
 
     def answer_text(self, body: dict) -> str | None:
         return output_text(body)
-
-
-
-def _fresh_item_ids(output: object) -> None:
-    """A served-again answer's items with ids of their own (msg_, fc_, rs_ ... and each call's call_id): every
-    response OpenAI gives has its own, and clients dedupe items and pair tool outputs by them; the first
-    answer's ids, replayed, made two responses share items. The stored replay and any chain from it take
-    these ids, as the client saw them. (The cache key never holds an answer's ids: it is the request's.)"""
-    for item in output if isinstance(output, list) else ():
-        if not isinstance(item, dict):
-            continue
-        old = item.get("id")
-        if isinstance(old, str):
-            head, sep, _ = old.partition("_")
-            item["id"] = new_id(head if sep and head else "item")
-        if isinstance(item.get("call_id"), str):
-            item["call_id"] = new_id("call")
 
 
 def _reason(response: dict) -> str | None:

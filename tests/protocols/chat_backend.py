@@ -10,6 +10,7 @@ import asyncio
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Self
 
 import orjson
 from aiohttp import web
@@ -52,22 +53,20 @@ def _chunk(delta: dict | None, finish: str | None = None, usage: dict | None = N
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
-class ChatBackend:
-    def __init__(self, rejects_stream_options: bool = False) -> None:
-        # A server that knows no stream_options (older OpenAI-compatible servers and proxies): it refuses a body
-        # carrying them as OpenAI refuses an unknown parameter, and its streams carry no usage.
-        self.rejects_stream_options = rejects_stream_options
-        self.answers: deque[Json | Chunks] = deque()
-        self.bodies: list[dict] = []
+class LoopbackServer:
+    """An aiohttp app (`routes`) on a thread and event loop of its own, listening on a free loopback port: a real
+    HTTP server for a gateway process to call."""
+
+    def __init__(self) -> None:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
 
-    def queue(self, *answers: Json | Chunks) -> None:
-        self.answers.extend(answers)
+    def routes(self) -> list[web.RouteDef]:
+        raise NotImplementedError
 
-    def start(self) -> ChatBackend:
+    def start(self) -> Self:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
         return self
@@ -80,12 +79,28 @@ class ChatBackend:
 
     async def _start(self) -> None:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
+        app.add_routes(self.routes())
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+class ChatBackend(LoopbackServer):
+    def __init__(self, rejects_stream_options: bool = False) -> None:
+        # A server that knows no stream_options (older OpenAI-compatible servers and proxies): it refuses a body
+        # carrying them as OpenAI refuses an unknown parameter, and its streams carry no usage.
+        self.rejects_stream_options = rejects_stream_options
+        self.answers: deque[Json | Chunks] = deque()
+        self.bodies: list[dict] = []
+        super().__init__()
+
+    def queue(self, *answers: Json | Chunks) -> None:
+        self.answers.extend(answers)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/chat/completions", self._chat)]
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -10,7 +10,7 @@ import pytest
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
-from tests.support import Process, free_port, write_yaml
+from tests.protocols.chat_gateway import ChatGateway, serve
 
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 IGNORED = "x-slipstream-ignored-fields"
@@ -18,21 +18,11 @@ SUNNY = {"role": "assistant", "content": "Sunny."}
 USAGE = {"prompt_tokens": 42, "completion_tokens": 3, "total_tokens": 45}
 
 
-class Gateway:
-    def __init__(self, url: str, backend: ChatBackend) -> None:
-        self.url, self.backend = url, backend
-
-    def anthropic(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     backend = ChatBackend().start()
-    port = free_port()
     url = f"http://127.0.0.1:{backend.port}/v1"
     config = {
-        "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
         # All speak chat completions only here (TGI's flavour does anyway; the others are told so): Messages is
         # translated for them. They differ in what the flavour lets the gateway ask of the server.
@@ -42,12 +32,7 @@ def gateway(tmp_path_factory):
         "reliability": NO_BREAKER,
         "models": {name: {"backends": [name], "retry": {"max_attempts": 1}} for name in ("tgi", "vllm", "openai")},
     }
-    tmp = tmp_path_factory.mktemp("messages-chat-gw")
-    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
-    proc.wait_listening(port)
-    yield Gateway(f"http://127.0.0.1:{port}", backend)
-    proc.stop()
-    backend.stop()
+    yield from serve(tmp_path_factory.mktemp("messages-chat-gw"), backend, config)
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +43,7 @@ def _fresh(gateway):
 
 # --- usage ------------------------------------------------------------------------------------------------------
 
-def _streamed(gateway: Gateway, alias: str) -> tuple[anthropic.types.Message, anthropic.types.Message]:
+def _streamed(gateway: ChatGateway, alias: str) -> tuple[anthropic.types.Message, anthropic.types.Message]:
     """The message_start event's message and the SDK's final message of one streamed answer."""
     gateway.backend.queue(Chunks([{"role": "assistant", "content": ""}, {"content": "Sunny"}, {"content": "."}],
                                  usage=USAGE))
@@ -97,7 +82,7 @@ def test_a_whole_answer_reports_the_prompt(gateway):
 # Each is mapped where chat has the same knob, refused where ignoring it would change the answer the client relies
 # on, and otherwise accepted and named in the answer's x-slipstream-ignored-fields header: never dropped unseen.
 
-def _create(gateway: Gateway, alias: str, **fields) -> tuple[anthropic.types.Message, str | None, dict]:
+def _create(gateway: ChatGateway, alias: str, **fields) -> tuple[anthropic.types.Message, str | None, dict]:
     """One whole answer: the message, the ignored-fields header, and the body the chat backend received."""
     gateway.backend.queue(Json(SUNNY))
     raw = gateway.anthropic().messages.with_raw_response.create(model=alias, max_tokens=16, messages=ASK, **fields)

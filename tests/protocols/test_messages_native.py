@@ -10,9 +10,7 @@ choice of backend is made per attempt, so two aliases, one per backend, place th
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 
 import anthropic
 import pytest
@@ -21,7 +19,7 @@ from aiohttp import web
 from app.admission.auth import hash_key
 from app.protocols.messages import message_events
 from tests.conftest import ACME_KEY, NO_BREAKER
-from tests.protocols.chat_backend import ChatBackend, Json
+from tests.protocols.chat_backend import ChatBackend, Json, LoopbackServer
 from tests.support import Process, free_port, write_yaml
 
 WEATHER = {"name": "weather", "description": "The weather in a city.",
@@ -39,36 +37,16 @@ def _refusal(where: str, message: str) -> web.Response:
                                                          "message": f"{where}: {message}"}}, status=400)
 
 
-class AnthropicStandIn:
+class AnthropicStandIn(LoopbackServer):
     """POST /v1/messages, validated as Anthropic validates thinking blocks; answers a signed thinking block (thinking
     on) and a tool call (tools given, the last turn a question) or text. Keeps each body it accepted."""
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
+        super().__init__()
 
-    def start(self) -> AnthropicStandIn:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-        return self
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/messages", self._messages)]
 
     async def _messages(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -5,39 +5,25 @@ chat server that refuses the field as OpenAI refuses an unknown parameter (tests
 
 from __future__ import annotations
 
-import anthropic
 import httpx
-import openai
 import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks
-from tests.support import Process, free_port, wait_until, write_yaml
+from tests.protocols.chat_gateway import ChatGateway, serve
+from tests.support import wait_until
 
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 SUNNY = Chunks([{"role": "assistant", "content": ""}, {"content": "Sunny"}, {"content": "."}])
 FLAVOURS = ["tgi", "vllm"]  # vLLM's translated streams otherwise ask for continuous usage as well
 
 
-class Gateway:
-    def __init__(self, url: str, backend: ChatBackend) -> None:
-        self.url, self.backend = url, backend
-
-    def anthropic(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
-
-    def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=ACME_KEY, max_retries=0)
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     backend = ChatBackend(rejects_stream_options=True).start()
-    port = free_port()
     url = f"http://127.0.0.1:{backend.port}/v1"
     config = {
-        "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
                  "admin_keys": [hash_key(ADMIN_KEY)]},
         "limits": {"tenants": {"acme": {"limits": {"token_budget": {"tokens": 10**6, "period": "day"}}}}},
@@ -47,12 +33,7 @@ def gateway(tmp_path_factory):
         "reliability": NO_BREAKER,
         "models": {name: {"backends": [name], "retry": {"max_attempts": 1}} for name in FLAVOURS},
     }
-    tmp = tmp_path_factory.mktemp("stream-usage-off-gw")
-    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
-    proc.wait_listening(port)
-    yield Gateway(f"http://127.0.0.1:{port}", backend)
-    proc.stop()
-    backend.stop()
+    yield from serve(tmp_path_factory.mktemp("stream-usage-off-gw"), backend, config)
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +42,7 @@ def _fresh(gateway):
     gateway.backend.bodies.clear()
 
 
-def _used(gateway: Gateway) -> int:
+def _used(gateway: ChatGateway) -> int:
     """The tokens the tenant's budget has counted so far (/admin/tenants)."""
     r = httpx.get(f"{gateway.url}/admin/tenants", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=5)
     return next(t for t in r.json()["tenants"] if t["tenant"] == "acme")["usage"]["tenant acme"]["token_budget"]["used"]

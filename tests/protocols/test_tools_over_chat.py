@@ -5,43 +5,23 @@ official SDKs against a real gateway process and a loopback chat backend whose a
 from __future__ import annotations
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
-from tests.support import Process, free_port, write_yaml
+from tests.protocols.chat_gateway import serve
 
 WEATHER = {"name": "weather", "description": "The weather in a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-class Gateway:
-    def __init__(self, url: str, backend: ChatBackend) -> None:
-        self.url, self.backend = url, backend
-
-    def anthropic(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
-
-    def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=ACME_KEY, max_retries=0)
-
-    def settle(self) -> None:
-        """The cache is written after the answer, in the background: wait until every entry is stored, or the
-        next request may miss and reach a backend with no answer left to give."""
-        r = httpx.post(f"{self.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
-        assert r.status_code == 200, r.text
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     backend = ChatBackend().start()
-    port = free_port()
     config = {
-        "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
                  "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
         # TGI's flavour speaks chat completions only: Messages and Responses are translated for it.
@@ -56,12 +36,7 @@ def gateway(tmp_path_factory):
                                     "cache": {"exact": {"enabled": True, "ttl_s": 300},
                                               "finish_reasons": ["stop", "tool_calls"]}}},
     }
-    tmp = tmp_path_factory.mktemp("tools-gw")
-    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
-    proc.wait_listening(port)
-    yield Gateway(f"http://127.0.0.1:{port}", backend)
-    proc.stop()
-    backend.stop()
+    yield from serve(tmp_path_factory.mktemp("tools-gw"), backend, config)
 
 
 @pytest.fixture(autouse=True)

@@ -3,33 +3,22 @@ driven with the official openai SDK against a real gateway process: what a model
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
-from tests.support import Process, free_port, write_yaml
+from tests.protocols.chat_gateway import serve
 
 WEATHER = {"type": "function", "name": "weather", "description": "The weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-class Gateway:
-    def __init__(self, url: str, backend: ChatBackend) -> None:
-        self.url, self.backend = url, backend
-
-    def client(self, key: str = ACME_KEY) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
     backend = ChatBackend().start()
-    port = free_port()
     config = {
-        "server": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)},
                                              {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY)}],
                  "admin_keys": [hash_key(ADMIN_KEY)]},
@@ -42,12 +31,7 @@ def gateway(tmp_path_factory):
                               "cache": {"exact": {"enabled": True, "ttl_s": 300},
                                         "finish_reasons": ["stop", "tool_calls"]}}},
     }
-    tmp = tmp_path_factory.mktemp("responses-over-chat")
-    proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
-    proc.wait_listening(port)
-    yield Gateway(f"http://127.0.0.1:{port}", backend)
-    proc.stop()
-    backend.stop()
+    yield from serve(tmp_path_factory.mktemp("responses-over-chat"), backend, config)
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +52,7 @@ def test_a_call_cut_by_max_output_tokens_is_an_incomplete_item_after_a_completed
     # item the cut fell in `incomplete` (ResponseFunctionToolCall.status): a client that runs completed calls
     # must not run this one.
     gateway.backend.queue(Json(REASONED_CALL_CUT, "length"))
-    client = gateway.client()
+    client = gateway.openai()
     r = client.responses.create(model="tools", input="Weather in Paris?", tools=[WEATHER], max_output_tokens=8)
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert [(i.type, i.status) for i in r.output] == [("reasoning", "completed"), ("function_call", "incomplete")]
@@ -80,7 +64,7 @@ def test_a_streamed_call_cut_by_max_output_tokens_is_done_incomplete_in_every_ev
                                   {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                                                    "function": {"name": "weather", "arguments": '{"ci'}}]}],
                                  finish_reason="length"))
-    client = gateway.client()
+    client = gateway.openai()
     events = list(client.responses.create(model="tools", input="Weather in Paris?", tools=[WEATHER],
                                           max_output_tokens=8, stream=True))
     done = [(e.item.type, e.item.status) for e in events if e.type == "response.output_item.done"]
@@ -93,7 +77,7 @@ def test_a_streamed_call_cut_by_max_output_tokens_is_done_incomplete_in_every_ev
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_message_a_content_filter_stopped_is_incomplete_for_that_reason(gateway, stream):
-    client = gateway.client()
+    client = gateway.openai()
     if stream:
         gateway.backend.queue(Chunks([{"role": "assistant", "content": "Here is how to"}], finish_reason="content_filter"))
         r = list(client.responses.create(model="tools", input="Tell me.", stream=True))[-1].response
@@ -117,17 +101,15 @@ def _ids(response) -> list[str]:
 
 def _first_answer_cached(gateway, question: str):
     gateway.backend.queue(Json(ANSWER_WITH_EVERY_ITEM, "tool_calls"))
-    first = gateway.client().responses.create(model="cached", input=question, tools=[WEATHER], temperature=0)
-    # The cache is written after the response, in the background: wait until the entry is stored.
-    r = httpx.post(f"{gateway.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
-    assert r.status_code == 200, r.text
+    first = gateway.openai().responses.create(model="cached", input=question, tools=[WEATHER], temperature=0)
+    gateway.settle()
     return first
 
 
 def test_a_cache_hit_is_a_response_with_ids_of_its_own_as_json_and_as_a_stream(gateway):
     # Clients dedupe output items and pair tool outputs by their ids (msg_, fc_, rs_, call_): two responses that
     # share them are one response twice, to a client. OpenAI never gives two responses the same ids.
-    client = gateway.client()
+    client = gateway.openai()
     first = _first_answer_cached(gateway, "Weather in Paris, please?")
     raw = client.responses.with_raw_response.create(model="cached", input="Weather in Paris, please?", tools=[WEATHER],
                                                     temperature=0)
@@ -149,14 +131,14 @@ def test_a_cache_hit_is_a_response_with_ids_of_its_own_as_json_and_as_a_stream(g
 
 
 def test_a_stored_cache_hit_is_retrieved_and_chained_by_its_own_ids_for_its_tenant_only(gateway):
-    client = gateway.client()
+    client = gateway.openai()
     first = _first_answer_cached(gateway, "Weather in Paris, now?")
     again = client.responses.create(model="cached", input="Weather in Paris, now?", tools=[WEATHER], temperature=0)
     stored = client.responses.retrieve(again.id)
     assert _ids(stored) == _ids(again) and _ids(client.responses.retrieve(first.id)) == _ids(first)
     assert not set(_ids(stored)) & set(_ids(first))
     with pytest.raises(openai.NotFoundError):
-        gateway.client(GLOBEX_KEY).responses.retrieve(again.id)
+        gateway.openai(GLOBEX_KEY).responses.retrieve(again.id)
     # The client answers the call it saw, by the replay's call_id: the chain sends that call and its output.
     call = again.output[-1]
     gateway.backend.queue(Json({"role": "assistant", "content": "Sunny in Paris."}))
@@ -187,7 +169,7 @@ def test_a_tools_images_reach_a_chat_backend_in_a_user_message_after_the_tool_me
     # there): the tool's text stays in its tool message, and its images follow the run of tool messages in a
     # user message that names the call they came from, never dropped.
     gateway.backend.queue(Json({"role": "assistant", "content": "Page a shows a black pixel."}))
-    r = gateway.client().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
+    r = gateway.openai().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
         {"type": "function_call_output", "call_id": "call_a",
          "output": [{"type": "input_text", "text": "Screenshot of a."}, {"type": "input_image", "image_url": PIXEL}]},
         {"type": "function_call_output", "call_id": "call_b", "output": "Page b did not load."},
@@ -206,7 +188,7 @@ def test_a_tools_images_reach_a_chat_backend_in_a_user_message_after_the_tool_me
 def test_images_that_end_the_input_follow_every_tool_message_of_the_turn(gateway):
     gateway.backend.queue(Chunks([{"role": "assistant", "content": "Two pixels."}]))
     image = {"type": "input_image", "image_url": PIXEL, "detail": "low"}
-    with gateway.client().responses.stream(model="tools", tools=[SCREENSHOT], input=_calls_then([
+    with gateway.openai().responses.stream(model="tools", tools=[SCREENSHOT], input=_calls_then([
             {"type": "function_call_output", "call_id": "call_a", "output": [image]},
             {"type": "function_call_output", "call_id": "call_b", "output": [image, image]}])) as stream:
         assert stream.get_final_response().output_text == "Two pixels."
@@ -221,7 +203,7 @@ def test_images_that_end_the_input_follow_every_tool_message_of_the_turn(gateway
 def test_a_file_in_a_function_call_output_is_refused_naming_it_as_a_file_in_a_user_turn_is(gateway):
     # A chat backend takes no file part in either place: refused in OpenAI's error shape, the backend never asked.
     with pytest.raises(openai.BadRequestError) as exc:
-        gateway.client().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
+        gateway.openai().responses.create(model="tools", tools=[SCREENSHOT], input=_calls_then([
             {"type": "function_call_output", "call_id": "call_a", "output": [
                 {"type": "input_text", "text": "Saved."}, {"type": "input_file", "file_url": "https://example.com/a.pdf"}]},
             {"type": "function_call_output", "call_id": "call_b", "output": "ok"}]))

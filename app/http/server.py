@@ -20,8 +20,8 @@ from app.gateway import Gateway
 from app.http import admin, anthropic_models, intake, responses
 from app.http.admin import require_ops_key
 from app.http.console import routes as console
-from app.http.fastpath import FastPath, error_response
-from app.protocols import CHAT, MESSAGES
+from app.http.fastpath import FastPath, api_of, error_response
+from app.protocols import MESSAGES
 from app.reload import Reloader
 from app.telemetry.metrics import Metrics
 
@@ -136,21 +136,30 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     return FastPath(app, config.server.max_body_bytes)
 
 
+def _error(request: Request, err: GatewayError) -> Response:
+    """An error in the shape of the API the route belongs to (an Anthropic client reads errors only in its own:
+    fastpath.api_of, the one rule for every route). The console's errors carry the headers its pages do
+    (nosniff, no-store, no framing), as its answers do."""
+    response = error_response(err, api_of(request.scope))
+    if request.url.path.startswith("/console"):
+        response.headers.update(console.SAFE_HEADERS)
+    return response
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
-    async def gateway_error(_: Request, err: GatewayError) -> Response:
-        return error_response(err)
+    async def gateway_error(request: Request, err: GatewayError) -> Response:
+        return _error(request, err)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         path = request.url.path
-        # An Anthropic client (batches, a wrong method) reads errors only in its own API's shape.
-        api = MESSAGES if path == "/v1/messages" or path.startswith("/v1/messages/") else CHAT
         if exc.status_code == 404:
-            return error_response(NotFound(f"no route for {request.method} {path}"), api)
+            return _error(request, NotFound(f"no route for {request.method} {path}"))
         if exc.status_code == 405:
-            return error_response(InvalidRequest(f"method {request.method} not allowed on {path}", code="method_not_allowed", status=405), api)
-        return error_response(GatewayError(str(exc.detail), status=exc.status_code), api)
+            return _error(request, InvalidRequest(f"method {request.method} not allowed on {path}",
+                                                  code="method_not_allowed", status=405))
+        return _error(request, GatewayError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:

@@ -264,3 +264,15 @@ def test_a_gateway_started_without_a_config_file_says_why_it_cannot_apply():
 
     answer = asyncio.run(policy())
     assert (answer["writable"], answer["why_not_writable"]) == (False, "this gateway was not started from a config file")
+
+
+@pytest.mark.parametrize("method,path,status", [("POST", "/console/api/explain", 400),  # a body it refuses
+                                                 ("GET", "/console/api/no-such-view", 404),
+                                                 ("PUT", "/console/api/policy", 405)])
+def test_its_errors_carry_the_headers_its_pages_do(gw, method, path, status):
+    # Not sniffed, not stored, not framed: an error page is a page of the console's too.
+    r = httpx.request(method, gw + path, headers=ADMIN, json={"body": 42} if method == "POST" else None)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["message"]
+    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["cache-control"] == "no-store"
+    assert r.headers["x-frame-options"] == "DENY"

@@ -45,7 +45,7 @@ _PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src '
 _LOGIN_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` on a form post, which
 # the cross-site check (app.http.console.session.same_origin) must refuse.
-_SAFE = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "same-origin",
+SAFE_HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "same-origin",
          "cache-control": "no-store"}
 
 
@@ -72,7 +72,7 @@ def _asset(name: str) -> bytes:
 
 
 def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status, headers=_SAFE, media_type="application/json")
+    return Response(orjson.dumps(data), status, headers=SAFE_HEADERS, media_type="application/json")
 
 
 async def _cached(request: Request, name: str, build) -> Response:
@@ -90,13 +90,13 @@ async def _cached(request: Request, name: str, build) -> Response:
             data = await data
         hit = st.views[name] = (now, orjson.dumps(data))
         cost, cpu = time.perf_counter() - t0, time.thread_time() - c0
-    return Response(hit[1], headers={**_SAFE, "server-timing": f"build;dur={cost * 1000:.3f}, cpu;dur={cpu * 1000:.3f}"},
+    return Response(hit[1], headers={**SAFE_HEADERS, "server-timing": f"build;dur={cost * 1000:.3f}, cpu;dur={cpu * 1000:.3f}"},
                     media_type="application/json")
 
 
 def _login_page(message: str = "", status: int = 401) -> Response:
     body = _asset("login.html").replace(b"{{message}}", html.escape(message).encode())
-    return Response(body, status, headers={**_SAFE, "content-security-policy": _LOGIN_CSP}, media_type="text/html; charset=utf-8")
+    return Response(body, status, headers={**SAFE_HEADERS, "content-security-policy": _LOGIN_CSP}, media_type="text/html; charset=utf-8")
 
 
 # --- the page -----------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ async def page(request: Request) -> Response:
         operator(request)
     except Unauthorized:
         return _login_page()
-    return Response(_asset("index.html"), headers={**_SAFE, "content-security-policy": _PAGE_CSP},
+    return Response(_asset("index.html"), headers={**SAFE_HEADERS, "content-security-policy": _PAGE_CSP},
                     media_type="text/html; charset=utf-8")
 
 
@@ -122,7 +122,7 @@ async def login(request: Request) -> Response:
         if key and check_key(request.app.state.gateway.config.auth.admin_keys, key) is not None:
             return _login_page("The demo admin key works only from this machine: set your own in auth.admin_keys.")
         return _login_page("That is not an admin key of this gateway.")
-    response = RedirectResponse("/console", 303, headers=_SAFE)
+    response = RedirectResponse("/console", 303, headers=SAFE_HEADERS)
     response.set_cookie(COOKIE, session_cookie(digest, signing_secret(request.app.state.gateway.config.auth)), max_age=SESSION_S, path="/console", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
     return response
@@ -141,7 +141,7 @@ async def static(name: str, request: Request) -> Response:
     operator(request)
     if name not in _STATIC:
         raise NotFound(f"no console asset {name!r}")
-    return Response(_asset(name), headers={**_SAFE, "cache-control": "private, max-age=60"}, media_type=_STATIC[name])
+    return Response(_asset(name), headers={**SAFE_HEADERS, "cache-control": "private, max-age=60"}, media_type=_STATIC[name])
 
 
 # --- what the pages read ------------------------------------------------------------------------

@@ -52,6 +52,14 @@ def usage_of(chat_usage: dict | None) -> dict | None:
             "total_tokens": inp + out}
 
 
+def _reason_of(value: object) -> str | None:
+    """A chat choice's finish_reason. One that is not a string (a list or an object, from servers that put one there)
+    still says the answer ended, not why: "other", neither a cut nor a filter."""
+    if value is None or value == "":
+        return None
+    return value if isinstance(value, str) else "other"
+
+
 def _finish(response: dict, finish_reason: str | None) -> None:
     reason = _INCOMPLETE.get(finish_reason or "")
     response["status"] = "incomplete" if reason else "completed"
@@ -79,10 +87,11 @@ def from_chat(chat: dict, response: dict) -> dict:
         fn = call.get("function") or {}
         output.append(_call_item(new_id("fc"), call.get("id") or new_id("call"), fn.get("name") or "",
                                  fn.get("arguments") or "", "completed"))
-    if output and choice.get("finish_reason") in _INCOMPLETE:
+    finish_reason = _reason_of(choice.get("finish_reason"))
+    if output and finish_reason in _INCOMPLETE:
         output[-1]["status"] = "incomplete"  # the item the cut fell in (the last one generated), as OpenAI marks it
     out = {**response, "output": output, "usage": usage_of(chat.get("usage"))}
-    _finish(out, choice.get("finish_reason"))
+    _finish(out, finish_reason)
     return out
 
 
@@ -189,8 +198,8 @@ class ChatStreamTranslator:
                 out.append(self._text("refusal", refusal))
             for call in delta.get("tool_calls") or ():
                 out.append(self._call_delta(call))
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
+            if reason := _reason_of(choice.get("finish_reason")):
+                self._finish_reason = reason
         return b"".join(out)
 
     def _text(self, kind: str, text: str, logprobs: list | None = None) -> bytes:

@@ -209,3 +209,17 @@ def test_a_file_in_a_function_call_output_is_refused_naming_it_as_a_file_in_a_us
             {"type": "function_call_output", "call_id": "call_b", "output": "ok"}]))
     assert exc.value.body["param"] == "input[3].output[1].type" and exc.value.body["type"] == "invalid_request_error"
     assert gateway.backend.bodies == []
+
+
+# --- a backend's malformed finish_reason ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reason", [["stop"], {"type": "length"}, 7])
+def test_a_finish_reason_that_is_not_a_string_still_ends_the_answer_as_completed(gateway, reason):
+    # Servers have put a list or an object there: the answer ended, not cut, and it completes as it was said.
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}, reason),
+                          Chunks([{"role": "assistant", "content": ""}, {"content": "Sunny."}], reason))
+    client = gateway.openai()
+    r = client.responses.create(model="tools", input="Weather in Paris?")
+    assert (r.status, r.output_text) == ("completed", "Sunny.")
+    events = list(client.responses.create(model="tools", input="Weather in Paris?", stream=True))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "Sunny."

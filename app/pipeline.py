@@ -297,7 +297,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
         if result.finished:
             record.first_token, record.finished = result.first_token, result.finished
             record.response_model, record.usage, record.finish_reasons = result.response_model, result.usage, result.finish_reasons
-            if not getattr(stream, "usage_reported", True):
+            if not stream.usage_reported:
                 record.usage = None  # a translation's placeholder zeros, not counts: the admission estimate stands
             if response.interrupted:
                 # The gateway cut it (shutdown past its grace period) and the client got the error event:

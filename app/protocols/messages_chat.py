@@ -585,7 +585,7 @@ class TranslatedMessagesStream(TranslatedStream):
         self.translator = StreamTranslator(alias, thinking)
 
     @property
-    def usage_reported(self) -> bool:  # type: ignore[override]
+    def usage_reported(self) -> bool:
         return self.translator.usage is not None
 
     async def batches(self) -> AsyncIterator[list[bytes]]:

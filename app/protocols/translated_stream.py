@@ -22,15 +22,17 @@ def another_call(call_id: object, known: str | None) -> bool:
 
 
 class TranslatedStream:
-    # Whether the backend reported usage for the translation to carry. An API whose events must hold numbers (Messages)
-    # says 0 where none came; those zeros are not counts, and the pipeline keeps the admission estimate instead.
-    usage_reported = True
-
     def __init__(self, inner: EventStream) -> None:
         self.inner = inner
         self.backend = inner.backend
         self.headers = inner.headers
         self.timing = inner.timing
+
+    @property
+    def usage_reported(self) -> bool:
+        """Whether the backend reported usage for the translation to carry. An API whose events must hold numbers
+        (Messages) says 0 where none came; those zeros are not counts (EventStream.usage_reported)."""
+        return True
 
     def chat_data(self, batch: list[bytes]) -> Iterator[bytes]:
         """The data of the batch's chat events, in order."""

@@ -78,6 +78,10 @@ class EventStream:
     _idle_s: float
     _end: float  # time.monotonic() by which the attempt must be over (total timeout or deadline)
     _deadline_bound: bool = field(default=False)
+    # Whether the usage the relay reads in it is the backend's count: always, for a backend's own stream. A
+    # translation (app.protocols.translated_stream) may have had none to carry; the pipeline then keeps the
+    # admission estimate rather than record its placeholder zeros.
+    usage_reported = True
 
     async def batches(self) -> AsyncIterator[list[bytes]]:
         """The complete SSE events of each read, as the backend sends them; raises a GatewayError if the

@@ -156,6 +156,8 @@ class ScriptedTransport:
 class ScriptedStream:
     """The EventStream interface (batches, close) over a Stream step."""
 
+    usage_reported = True  # what the script's events say is the backend's count (EventStream.usage_reported)
+
     def __init__(self, backend: Backend, headers: dict[str, str], timing: AttemptTiming, step: Stream,
                  owner: ScriptedTransport, end: float, idle_s: float) -> None:
         self.backend, self.headers, self.timing = backend, headers, timing

@@ -238,7 +238,7 @@ def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan
     body = reply.data
     payload = reply.body
     if body is not None:
-        _note_answer(record, body, reply.backend, req.protocol)
+        _note_answer(record, body, reply.backend, req.protocol, reply.usage_reported)
         if record.body is not None:  # content capture is on
             record.output_text = req.protocol.answer_text(body)
         # The body's report (llama.cpp timings, cached tokens) completed by the headers' (TGI, OpenAI).
@@ -372,8 +372,9 @@ def _gateway_s(record: RequestRecord, now: float, upstream_s: float) -> float:
     return max(0.0, now - record.received - (_cache_s(record) or 0.0) - upstream_s)
 
 
-def _note_answer(record: RequestRecord, body: dict, backend, protocol: ClientProtocol) -> None:
-    usage = protocol.usage(body)
+def _note_answer(record: RequestRecord, body: dict, backend, protocol: ClientProtocol, usage_reported: bool) -> None:
+    # A translation's placeholder zeros are no count: the admission estimate stands (JsonReply.usage_reported).
+    usage = protocol.usage(body) if usage_reported else None
     if usage is not None:
         record.usage = usage
     record.response_model = backend.adapter.reported_model(body.get("model"), backend.config.model)

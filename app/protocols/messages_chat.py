@@ -620,7 +620,8 @@ def translated(result: JsonReply | EventStream, alias: str, count_only: bool = F
     if isinstance(result, JsonReply):
         chat = result.data if result.data is not None else json_object(result.body, result.backend)
         body = count_body(chat) if count_only else message_body(chat, alias, thinking)
-        return named_ignored(replace(result, body=orjson.dumps(body), data=body), ignored)
+        reported = count_only or isinstance(chat.get("usage"), dict)  # else message_body's zeros stand in for it
+        return named_ignored(replace(result, body=orjson.dumps(body), data=body, usage_reported=reported), ignored)
     return named_ignored(TranslatedMessagesStream(result, alias, thinking), ignored)
 
 

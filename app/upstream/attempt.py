@@ -60,6 +60,9 @@ class JsonReply:
     timing: AttemptTiming
     report: BackendReport = NO_REPORT  # from the backend's timing headers; body reports are parsed later
     data: dict | None = None  # the body, parsed once (call_json checks that it is a JSON object)
+    # Whether the body's usage is the backend's count: always, for a backend's own answer. A translation to an
+    # API whose usage is required (Messages) writes zeros where the backend reported none; those are no count.
+    usage_reported: bool = True
 
     def close(self) -> None:
         """Nothing to give back: the body was read whole and the connection returned to the pool."""

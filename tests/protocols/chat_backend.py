@@ -22,7 +22,8 @@ class Json:
 
     message: dict
     finish_reason: str = "stop"
-    usage: dict = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+    # None: the answer says `"usage": null`, as a server that counts nothing does.
+    usage: dict | None = field(default_factory=lambda: {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
     extra: dict = field(default_factory=dict)  # more of the choice's fields (vLLM's stop_reason)
 
 

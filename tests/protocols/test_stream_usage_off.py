@@ -10,7 +10,7 @@ import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
-from tests.protocols.chat_backend import ChatBackend, Chunks
+from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.protocols.chat_gateway import ChatGateway, serve
 from tests.support import wait_until
 
@@ -76,6 +76,27 @@ def test_a_responses_stream_reaches_a_backend_that_refuses_stream_options_withou
     assert final.type == "response.completed" and final.response.output_text == "Sunny."
     assert final.response.usage is None  # none reported: none given (Response.usage is optional)
     assert wait_until(lambda: _used(gateway) - before >= 16, 5), _used(gateway) - before  # the estimate stands
+
+
+@pytest.mark.parametrize("alias", FLAVOURS)
+def test_a_messages_answer_without_usage_is_charged_the_estimate_not_zero(gateway, alias):
+    # The JSON twin of the stream case above: the translation's zeros were recorded as the answer's usage, so the
+    # tenant's budget counted 0 tokens for it.
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}, usage=None))
+    before = _used(gateway)
+    message = gateway.anthropic().messages.create(model=alias, max_tokens=16, messages=ASK)
+    assert message.content[0].text == "Sunny." and message.stop_reason == "end_turn"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (0, 0)  # nothing reported: no count made up
+    assert wait_until(lambda: _used(gateway) - before >= 16, 5), _used(gateway) - before
+
+
+def test_a_messages_answer_with_usage_is_charged_its_count(gateway):
+    # A guard for the above: where the backend counted, its count is what the budget takes (12 + 5).
+    gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}))
+    before = _used(gateway)
+    message = gateway.anthropic().messages.create(model="tgi", max_tokens=16, messages=ASK)
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (12, 5)
+    assert wait_until(lambda: _used(gateway) - before == 17, 5), _used(gateway) - before
 
 
 def test_a_chat_stream_passes_through_as_the_client_sent_it(gateway):

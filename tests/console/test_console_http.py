@@ -211,6 +211,12 @@ def test_a_pasted_body_may_be_a_json_object_or_its_text_and_anything_else_is_ref
         error = r.json()["error"]
         assert (r.status_code, error["type"], error["param"]) == (400, "invalid_request_error", "body"), (body, r.text)
         assert error["message"].startswith("'body' ") and says in error["message"], (body, error["message"])
+    # A fault inside the pasted request is named where it sits in this call (`body.model`), not as if the
+    # explain call itself had a `model` field.
+    for body, status, param in (({**pasted, "model": "no-such-model"}, 404, "body.model"),
+                                ({"model": "llama-8b"}, 400, "body.messages")):
+        r = httpx.post(f"{gw}/console/api/explain", headers=ADMIN, json={"body": body})
+        assert (r.status_code, r.json()["error"]["param"]) == (status, param), r.text
 
 
 def test_the_console_knows_up_front_where_the_config_cannot_be_written_and_the_server_refuses_a_write(tmp_path):

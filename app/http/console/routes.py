@@ -197,6 +197,7 @@ async def explain(request: Request) -> Response:
     gw = request.app.state.gateway
     ask = _object(await request.body())
     note = None
+    pasted = False
     if ask.get("request_id"):
         r = gw.telemetry.recent.find(str(ask["request_id"]))
         if r is None:
@@ -215,10 +216,15 @@ async def explain(request: Request) -> Response:
             note = (f"a /v1/{r.endpoint} request: explained as a chat request of the same estimated length "
                     f"({r.prompt_tokens_hint} tokens); prefix matches need its text")
     elif ask.get("body") is not None:
-        raw = _pasted(ask["body"])
+        raw, pasted = _pasted(ask["body"]), True
     else:
         raise InvalidRequest("send request_id or body")
-    out = explain_body(gw, raw, request.headers)
+    try:
+        out = explain_body(gw, raw, request.headers)
+    except GatewayError as exc:
+        if pasted and exc.param:  # a fault inside the pasted request, named where it sits in this call
+            exc.param = f"body.{exc.param}"
+        raise
     out["note"] = note
     out["at"] = round(time.time(), 3)
     return _json(out)

@@ -21,7 +21,6 @@ from app.http import admin, anthropic_models, intake, responses
 from app.http.admin import require_ops_key
 from app.http.console import routes as console
 from app.http.fastpath import FastPath, api_of, error_response
-from app.protocols import MESSAGES
 from app.reload import Reloader
 from app.telemetry.metrics import Metrics
 
@@ -74,14 +73,12 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         gateway = request.app.state.gateway
+        # Errors take the Anthropic shape for an Anthropic client here through the app's handler (fastpath.api_of).
         if anthropic_models.asks(request):
-            try:
-                allowed = gateway.auth.authenticate(anthropic_models.credentials(request)).models
-                listed = [anthropic_models.model_object(m) for m in gateway.model_objects
-                          if allowed is None or m["id"] in allowed]
-                return Response(anthropic_models.page(listed, request.query_params), media_type=_JSON)
-            except GatewayError as err:
-                return error_response(err, MESSAGES)
+            allowed = gateway.auth.authenticate(anthropic_models.credentials(request)).models
+            listed = [anthropic_models.model_object(m) for m in gateway.model_objects
+                      if allowed is None or m["id"] in allowed]
+            return Response(anthropic_models.page(listed, request.query_params), media_type=_JSON)
         tenant = gateway.auth.authenticate(authorization_of(request))
         return Response(gateway.models_body_for(tenant.models), media_type=_JSON)
 
@@ -90,17 +87,12 @@ def create_app(config: GatewayConfig, span_exporter=None, config_path: str | Non
         # `client.models.retrieve`: one alias, shaped as in the list; ids may contain slashes.
         gateway = request.app.state.gateway
         anthropic = anthropic_models.asks(request)
-        try:
-            tenant = gateway.auth.authenticate(anthropic_models.credentials(request) if anthropic
-                                               else authorization_of(request))
-            body = gateway.model_bodies.get(model_id)
-            # An alias this key may not use is not in its list either: the same 404 as an unknown one.
-            if body is None or (tenant.models is not None and model_id not in tenant.models):
-                raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
-        except GatewayError as err:
-            if anthropic:
-                return error_response(err, MESSAGES)
-            raise
+        tenant = gateway.auth.authenticate(anthropic_models.credentials(request) if anthropic
+                                           else authorization_of(request))
+        body = gateway.model_bodies.get(model_id)
+        # An alias this key may not use is not in its list either: the same 404 as an unknown one.
+        if body is None or (tenant.models is not None and model_id not in tenant.models):
+            raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
         if anthropic:
             body = orjson.dumps(anthropic_models.model_object(next(m for m in gateway.model_objects
                                                                    if m["id"] == model_id)))

@@ -195,3 +195,38 @@ def test_a_backend_that_keeps_sending_is_never_cut_by_the_idle_limit_however_lon
         model="slow", messages=MSG, max_tokens=40, stream=True, extra_body={"ignore_eos": True})
     assert sum(1 for c in stream if c.choices and c.choices[0].delta.content) == 40
     assert time.monotonic() - started > 1.0
+
+
+def test_an_unexpected_failure_and_a_typed_parameter_refused_answer_in_the_shape_of_the_clients_api():
+    # No route of the gateway is known to raise, nor takes a parameter FastAPI validates, so routes that do are
+    # added (the only way to reach those two handlers); the app is the real one, in-process.
+    import asyncio
+
+    from app.config import load_config
+    from app.http.server import create_app
+    from tests.support import ROOT
+
+    def crash() -> None:
+        raise RuntimeError("secret-ish detail from deep inside")
+
+    def typed(limit: int) -> None:
+        return None
+
+    async def answers() -> tuple[httpx.Response, ...]:
+        front = create_app(load_config(ROOT / "config/demo.yaml"))
+        front.app.add_api_route("/v1/messages/crash", crash)
+        front.app.add_api_route("/v1/crash", crash)
+        front.app.add_api_route("/v1/messages/typed", typed)
+        transport = httpx.ASGITransport(front, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            return (await client.get("/v1/messages/crash"), await client.get("/v1/crash"),
+                    await client.get("/v1/messages/typed?limit=ten"))
+
+    anthropic_shaped, openai_shaped, refused = asyncio.run(answers())
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"
+    assert refused.json()["type"] == "error" and refused.json()["error"]["message"].startswith("invalid request:")
+    assert anthropic_shaped.status_code == 500 and openai_shaped.status_code == 500
+    assert anthropic_shaped.json() == {"type": "error", "error": {"type": "api_error",
+                                                                 "message": "internal gateway error"}}
+    assert error_of(openai_shaped)["code"] == "internal_error"
+    assert "secret-ish" not in anthropic_shaped.text + openai_shaped.text

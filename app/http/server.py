@@ -154,11 +154,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(request, GatewayError(str(exc.detail), status=exc.status_code))
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> Response:
-        return error_response(InvalidRequest(f"invalid request: {exc.errors()[0].get('msg', 'bad input')}"))
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        return _error(request, InvalidRequest(f"invalid request: {exc.errors()[0].get('msg', 'bad input')}"))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         # The traceback goes to the log, never to the client.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(GatewayError("internal gateway error", code="internal_error"))
+        return _error(request, GatewayError("internal gateway error", code="internal_error"))

@@ -266,7 +266,9 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     def usage_extension() -> dict:
         now = time.perf_counter()  # the attempt is not over yet: its stages so far
         stages = attempt_stages(record, attempt, model, end=now)
-        return timing_summary(stages, _cache_s(record), _gateway_s(record, now, now - attempt.start))
+        waits = _waits(record)
+        return timing_summary(stages, _cache_s(record), _gateway_s(record, now, now - attempt.start + sum(waits.values())),
+                              waits)
 
     # The relay's filter chain, in order (app.relay.filters): built once, only with the filters that have
     # work to do for this request.
@@ -350,17 +352,29 @@ def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow:
 
 def _server_timing(record: RequestRecord, stages: list[Stage], now: float) -> str:
     upstream = sum(s.duration for s in stages)
-    extra = {}
+    waits = _waits(record)
+    return server_timing(stages, _cache_s(record), _gateway_s(record, now, upstream + sum(waits.values())), waits)
+
+
+def _waits(record: RequestRecord) -> dict[str, float]:
+    """The measured time before the answering attempt was sent that was neither a backend's nor the gateway's
+    own work: each said apart, so that `gateway` stays the gateway's overhead."""
+    waits: dict[str, float] = {}
     answered = record.answered_by
-    if answered is not None and record.attempts > 1:
-        # Failed attempts and the backoff between them, before the attempt that answered (a hedge's
-        # first attempt may be the one that answered: then nothing came before it).
-        extra["retries"] = answered.start - min(a.start for a in record.attempt_log)
-    if answered is not None and answered.burst_wait_s > 0:
+    if answered is None:
+        return waits
+    if answered.slot_wait_s > 0:
+        # Every backend of the alias was at its max_concurrency: the request waited in the gateway's queue.
+        waits["slot_wait"] = answered.slot_wait_s
+    if answered.burst_wait_s > 0:
         # Held back by the router for a sibling prefilling the same prefix on the chosen backend: a
         # deliberate wait for cache reuse, measured, and not the gateway's own overhead.
-        extra["prefix_wait"] = answered.burst_wait_s
-    return server_timing(stages, _cache_s(record), _gateway_s(record, now, upstream + sum(extra.values())), extra)
+        waits["prefix_wait"] = answered.burst_wait_s
+    if record.attempts > 1:
+        # Failed attempts and the backoff between them, before the attempt that answered (a hedge's
+        # first attempt may be the one that answered: then nothing came before it), less its own waits.
+        waits["retries"] = max(0.0, answered.routed - min(a.routed for a in record.attempt_log))
+    return waits
 
 
 def _cache_s(record: RequestRecord) -> float | None:

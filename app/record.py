@@ -85,7 +85,14 @@ class AttemptRecord:
     # the time spent waiting for a sibling to prefill it, and the cached tokens the backend reported.
     prefix: Any = None  # app.routing.prefix_routing.PrefixMatch
     burst_wait_s: float = 0.0
+    # Before it was sent: the seconds it waited at the gateway for a free slot (every backend full).
+    slot_wait_s: float = 0.0
     cached_reported: int | None = None
+
+    @property
+    def routed(self) -> float:
+        """When it began to wait for its backend (a free slot, a sibling's prefix): its start less those waits."""
+        return self.start - self.slot_wait_s - self.burst_wait_s
 
 
 @dataclass(slots=True)

@@ -253,12 +253,12 @@ def _close(dispatched: Dispatched) -> None:
 
 
 async def _wait_for_prefix(gw: Gateway, alias: str, lease: Lease, avoid: set[str] | frozenset[str], ctx: RouteContext,
-                           deadline: Deadline, queue: QueueContext | None, log: DispatchLog) -> tuple[Lease, float]:
+                           deadline: Deadline, queue: QueueContext | None, log: DispatchLog) -> tuple[Lease, float, float]:
     """Hold the lease back while a sibling computes the prompt's prefix on its backend; returns the lease to
-    send on and the seconds waited. A copy that will not come (its request ended without it, or it is far
+    send on, the seconds waited, and the seconds its re-routes waited for a free slot. A copy that will not come (its request ended without it, or it is far
     overdue on a timed backend) is not waited for again: the request is routed once more with what is
     known now, away from a backend that failed the copy or is stuck on it, and sent where that lands."""
-    waited = 0.0
+    waited = queued = 0.0
     for rerouted in range(_PREFIX_REROUTES + 1):
         if not lease.burst_wait_s:
             break
@@ -275,7 +275,8 @@ async def _wait_for_prefix(gw: Gateway, alias: str, lease: Lease, avoid: set[str
         again = avoid | {lease.backend.name} if stuck else avoid
         lease.release(failed=True)
         lease = await gw.router.acquire(alias, again, ctx, deadline, queue)
-    return lease, waited
+        queued += lease.queued_s
+    return lease, waited, queued
 
 
 async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, alias: str, deadline: Deadline,
@@ -292,17 +293,18 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
         log.attempts += 1
         routed_at = time.perf_counter()
         lease = await gw.router.acquire(alias, failed | also_avoid, ctx, deadline, queue)
-        waited = 0.0
+        waited, queued = 0.0, lease.queued_s
         if lease.burst_wait_s:
             # A sibling is prefilling this prompt's prefix on the chosen backend: sent now, it would
             # compute the prefix a second time.
-            lease, waited = await _wait_for_prefix(gw, alias, lease, failed | also_avoid, ctx, deadline, queue, log)
+            lease, waited, requeued = await _wait_for_prefix(gw, alias, lease, failed | also_avoid, ctx, deadline, queue, log)
+            queued += requeued
         backend = lease.backend
         tried.append(backend.name)
         now = time.perf_counter()
         a = AttemptRecord(log.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.estimate,
-                          prefix=lease.prefix, burst_wait_s=waited, sent=lease.state.sent)
+                          prefix=lease.prefix, burst_wait_s=waited, slot_wait_s=queued, sent=lease.state.sent)
         log.attempt_log.append(a)
         owner = Attempt(gw.router, lease, a, log.events, ctx.prompt_tokens, ctx.prefix)
         try:

@@ -93,6 +93,7 @@ class Lease:
         "estimate",
         "held_s",
         "prefix",
+        "queued_s",
         "scores",
         "shape",
         "state",
@@ -108,6 +109,9 @@ class Lease:
         # What the prefix index believed this backend holds of the prompt when it was chosen.
         self.prefix: PrefixMatch | None = None
         self.burst_wait_s = 0.0
+        # Set by the router when the request waited in its wait queue for this slot (every backend of the
+        # alias was full): measured, and neither the backend's time nor the gateway's own.
+        self.queued_s = 0.0
         self._margin_s = 0.0
         # Set at release: the seconds other requests on the backend decoded while this one did (summed
         # over them; None: it reported no first token), the batch its answer decoded in.

@@ -193,11 +193,13 @@ class Router:
                     headers={"retry-after": "1"},
                 ) from None
             raise
+        queued_s = time.monotonic() - queued_at
         if qc is not None and qc.note is not None:
-            qc.note("queued", time.monotonic() - queued_at, {"slipstream.backend": handed.name})
+            qc.note("queued", queued_s, {"slipstream.backend": handed.name})
         ctx = self._for_decision(alias, ctx or RouteContext())
         # The slot was handed over with this request already counted in flight.
         lease = Lease(self, handed, ctx, handed.inflight - 1)
+        lease.queued_s = queued_s
         lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
         return lease
 

@@ -30,7 +30,7 @@ _EVENTS = 20
 # events) is kept as JSON bytes instead; the final attempt's figures the fleet view reads are flat.
 (ID, ENDPOINT, RECEIVED, FINISHED, TENANT, ALIAS, BACKEND, STREAM, STATUS, OUTCOME, ERROR, CACHE, ATTEMPTS, RETRIES,
  FALLBACK, TARGET, PROMPT_HINT, USAGE_PROMPT, USAGE_COMPLETION, CACHE_START, CACHE_END, MAX_TOKENS, BODY, ANSWER,
- TRACE_ID, FIRST_START, LAST_BACKEND, LAST_STREAM, LAST_START, LAST_FIRST, LAST_END, LAST_ERROR, PRED_TTFT, PRED_E2E,
+ TRACE_ID, FIRST_ROUTED, LAST_BACKEND, LAST_STREAM, LAST_START, LAST_FIRST, LAST_END, LAST_ERROR, PRED_TTFT, PRED_E2E,
  ATTEMPT_LOG, ROUTES, EVENTS, ANSWERED) = range(38)
 
 Entry = tuple
@@ -46,7 +46,8 @@ def _attempt(a: AttemptRecord) -> list:
             a.load, None if p is None else [p.queue_s, p.ttft_s, p.e2e_s, p.decode_tokens],
             None if a.prefix is None else [a.prefix.blocks, a.prefix.matched_tokens, a.prefix.tokens], a.cached_reported,
             None if r is NO_REPORT else [r.queue_s, r.prefill_s, r.decode_s, r.prompt_tokens, r.output_tokens,
-                                         r.prompt_processed, r.prompt_cached, r.server_s, r.source]]
+                                         r.prompt_processed, r.prompt_cached, r.server_s, r.source],
+            a.slot_wait_s, a.burst_wait_s]
 
 
 def _ended(a: AttemptRecord) -> float:
@@ -78,7 +79,7 @@ def summarise(record: RequestRecord) -> Entry:
         record.fallback, record.target_result, record.prompt_tokens_hint,
         None if u is None else u.prompt_tokens, None if u is None else u.completion_tokens, record.cache_start, record.cache_end,
         max_tokens if isinstance(max_tokens, int) else None, body, answer, trace_id,
-        log[0].start if log else 0.0,
+        log[0].routed if log else 0.0,
         None if last is None else last.backend, last is not None and last.stream, 0.0 if last is None else last.start,
         0.0 if last is None else last.first_event, 0.0 if last is None else last.end, None if last is None else last.error_type,
         None if p is None else p.ttft_s, None if p is None else p.e2e_s,
@@ -98,9 +99,10 @@ def revive(e: Entry) -> RequestRecord:
                          first_event=first, end=end, status=status, error_type=error, cached_reported=cached,
                          predicted=None if predicted is None else Estimate(*predicted),
                          prefix=None if prefix is None else PrefixMatch(*prefix),
-                         report=NO_REPORT if report is None else BackendReport(*report))
+                         report=NO_REPORT if report is None else BackendReport(*report), slot_wait_s=slot_wait,
+                         burst_wait_s=burst_wait)
            for (number, alias, backend, flavor, stream, start, headers, first, end, status, error, load, predicted, prefix,
-                cached, report) in orjson.loads(e[ATTEMPT_LOG])]
+                cached, report, slot_wait, burst_wait) in orjson.loads(e[ATTEMPT_LOG])]
     return RequestRecord(e[ID], e[ENDPOINT], e[RECEIVED], tenant=e[TENANT], alias=e[ALIAS], backend=e[BACKEND], stream=e[STREAM],
                          status=e[STATUS], outcome=Outcome(e[OUTCOME]), error_type=e[ERROR], finished=e[FINISHED],
                          attempts=e[ATTEMPTS], retries=e[RETRIES], fallback=e[FALLBACK], cache=e[CACHE],

@@ -19,11 +19,14 @@ def server_timing(stages: list[Stage], cache_s: float | None, gateway_s: float |
     return ", ".join(parts)
 
 
-def timing_summary(stages: list[Stage], cache_s: float | None, gateway_s: float | None) -> dict:
+def timing_summary(stages: list[Stage], cache_s: float | None, gateway_s: float | None,
+                   extra: dict[str, float] | None = None) -> dict:
     """The same figures as a JSON object, for the opt-in final usage extension of a stream."""
     out: dict = {s.name: {"ms": round(s.duration * 1000, 3), "source": s.source} for s in stages}
     if cache_s is not None:
         out["cache"] = {"ms": round(cache_s * 1000, 3), "source": "measured"}
+    for name, seconds in (extra or {}).items():
+        out[name] = {"ms": round(seconds * 1000, 3), "source": "measured"}
     if gateway_s is not None:
         out["gateway"] = {"ms": round(gateway_s * 1000, 3), "source": "measured"}
     return out

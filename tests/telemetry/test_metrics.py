@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -122,6 +123,44 @@ def test_server_timing_on_a_stream_says_what_is_known_at_the_first_byte(gateway)
         r.read()
     # TGI sends a stream's headers at once: the wait for the first event is queue and prefill together.
     assert list(t) == ["network", "queue_prefill", "gateway"]
+
+
+def test_a_wait_for_a_free_slot_is_its_own_measured_stage_not_the_gateways_time(gateway):
+    # "slow" takes two requests at a time (max_concurrency 2), each ~0.3 s of decode: of three sent together,
+    # one waits at the gateway until a slot frees.
+    body = {"model": "slow", "messages": [{"role": "user", "content": "w"}], "max_tokens": 8, "ignore_eos": True}
+    with ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: httpx.post(f"{gateway.url}/v1/chat/completions", headers=AUTH, json=body,
+                                                     timeout=10), range(3)))
+    assert [r.status_code for r in answers] == [200, 200, 200]
+    waited = [t for t in (timings(r.headers["server-timing"]) for r in answers) if "slot_wait" in t]
+    assert waited, [r.headers["server-timing"] for r in answers]
+    for t in waited:
+        assert t["slot_wait"][1] == "measured" and t["slot_wait"][0] > 100
+        assert t["gateway"][0] < 50, t  # the gateway's own time, not the wait
+    # The console's request view draws the wait as its own bar, and leaves it out of the gateway's time.
+    from tests.conftest import ADMIN_KEY
+
+    waited_id = next(r.headers["x-request-id"] for r in answers if "slot_wait" in r.headers["server-timing"])
+    view = httpx.get(f"{gateway.url}/console/api/requests/{waited_id}",
+                     headers={"authorization": f"Bearer {ADMIN_KEY}"}).json()
+    bars = {s["name"]: s for s in view["stages"]}
+    assert bars["slot_wait"]["source"] == "measured" and bars["slot_wait"]["end_ms"] - bars["slot_wait"]["start_ms"] > 100
+    assert view["gateway_ms"] < 50, view["gateway_ms"]
+
+    client = gateway.client()
+
+    def streamed(_):
+        chunks = list(client.chat.completions.create(
+            model="slow", messages=body["messages"], max_tokens=8, stream=True, stream_options={"include_usage": True},
+            extra_headers={"x-slipstream-server-timing": "usage"}, extra_body={"ignore_eos": True}))
+        return chunks[-1].usage.model_extra["slipstream_timing"]
+
+    with ThreadPoolExecutor(3) as pool:
+        summaries = list(pool.map(streamed, range(3)))
+    waited_streams = [s for s in summaries if "slot_wait" in s]
+    assert waited_streams, summaries
+    assert all(s["slot_wait"]["ms"] > 100 and s["gateway"]["ms"] < 50 for s in waited_streams), waited_streams
 
 
 def test_opt_in_timing_summary_in_the_usage_chunk(gateway):

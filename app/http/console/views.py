@@ -54,13 +54,14 @@ def wall_clock(record_instant: float, now_perf: float, now_wall: float) -> float
 
 
 def gateway_added_s(record: RequestRecord) -> float | None:
-    """Total minus upstream (all attempts and the waits between them) minus the cache: the gateway's
-    own time, measured. None when no upstream call finished (a cache hit has its own figure)."""
+    """Total minus upstream (all attempts, the waits between them and before each for a free slot or a
+    sibling's prefix) minus the cache: the gateway's own time, measured. None when no upstream call
+    finished (a cache hit has its own figure)."""
     log = record.attempt_log
     if not record.finished or not log or not all(a.end for a in log):
         return None
     cache = record.cache_end - record.cache_start if record.cache_end else 0.0
-    return max(0.0, record.duration_s - cache - (max(a.end for a in log) - min(a.start for a in log)))
+    return max(0.0, record.duration_s - cache - (max(a.end for a in log) - min(a.routed for a in log)))
 
 
 def _measured(e: Entry) -> tuple[float | None, float | None]:
@@ -79,7 +80,7 @@ def _entry_added_s(e: Entry) -> float | None:
     if not e[R.FINISHED] or e[R.LAST_BACKEND] is None or not e[R.LAST_END]:
         return None
     cache = e[R.CACHE_END] - e[R.CACHE_START] if e[R.CACHE_END] else 0.0
-    return max(0.0, e[R.FINISHED] - e[R.RECEIVED] - cache - (e[R.LAST_END] - e[R.FIRST_START]))
+    return max(0.0, e[R.FINISHED] - e[R.RECEIVED] - cache - (e[R.LAST_END] - e[R.FIRST_ROUTED]))
 
 
 def _recent(gw: Gateway, now: float) -> list[Entry]:
@@ -256,6 +257,11 @@ def request_detail(gw: Gateway, request_id: str) -> dict | None:
         stages.append({"name": "cache", "start_ms": off(r.cache_start), "end_ms": off(r.cache_end), "source": "measured"})
     attempts = []
     for a in r.attempt_log:
+        # Measured waits before it was sent, each its own bar: not the gateway's own time.
+        for name, waited in (("slot_wait", a.slot_wait_s), ("prefix_wait", a.burst_wait_s)):
+            if waited > 0:
+                end = a.start - (a.burst_wait_s if name == "slot_wait" else 0.0)
+                stages.append({"name": name, "start_ms": off(end - waited), "end_ms": off(end), "source": "measured"})
         attempts.append({
             "number": a.number, "alias": a.alias, "backend": a.backend, "status": a.status, "error": a.error_type,
             "load": a.load, "start_ms": off(a.start), "end_ms": off(a.end) if a.end else None,

@@ -37,9 +37,16 @@ class StoreUnavailable(GatewayError):
     code = "response_store_unavailable"
 
 
-def not_found(response_id: str, param: str | None = None) -> NotFound:
+class PreviousResponseNotFound(InvalidRequest):
+    """A chain from a turn the tenant has no stored response for: OpenAI's 400 with this code (a 404 is for the
+    stored-response routes only). Clients key on it: Codex and others resend the whole conversation on it."""
+
+    code = "previous_response_not_found"
+
+
+def not_found(response_id: str) -> NotFound:
     # The same words for an id that never existed, expired, was deleted, or is another tenant's.
-    return NotFound(f"Response with id '{response_id}' not found.", param=param)
+    return NotFound(f"Response with id '{response_id}' not found.")
 
 
 class Conversations:
@@ -62,10 +69,12 @@ class Conversations:
         return Turn(self, tenant, items, body.get("store", True) is not False, previous_id, req.alias)
 
     async def previous(self, tenant: str, response_id: str) -> StoredResponse:
-        """The turn a request chains from; 404 naming previous_response_id when the tenant has none by that id."""
+        """The turn a request chains from; OpenAI's 400 `previous_response_not_found` when the tenant has none by
+        that id (never stored, store=false, expired, deleted, or another tenant's: the same words for each)."""
         turn = await self._call(self.store.get(tenant, response_id), "read")
         if turn is None:
-            raise not_found(response_id, "previous_response_id")
+            raise PreviousResponseNotFound(f"Previous response with id '{response_id}' not found.",
+                                           param="previous_response_id")
         return turn
 
     def check_size(self, items: list) -> bytes:

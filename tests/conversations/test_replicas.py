@@ -39,8 +39,9 @@ def test_tenants_are_isolated_across_replicas(replicas):
             with pytest.raises(openai.NotFoundError) as err:
                 theirs.responses.retrieve(rid)
             messages.append(err.value.body["message"].replace(rid, "ID"))
-            with pytest.raises(openai.NotFoundError):
+            with pytest.raises(openai.BadRequestError) as chained:
                 theirs.responses.create(model="native", input="x", previous_response_id=rid)
+            assert chained.value.code == "previous_response_not_found"
             with pytest.raises(openai.NotFoundError):
                 theirs.responses.input_items.list(rid)
         assert messages[0] == messages[1]

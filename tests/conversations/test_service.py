@@ -1,4 +1,4 @@
-"""The conversations service: 404s that cannot tell another tenant's id from none, a bound that refuses, never cuts."""
+"""The conversations service: not-found answers that cannot tell another tenant's id from none, a bound that refuses, never cuts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import pytest
 
 from app.config import ResponsesConfig
 from app.conversations.chain import ChainTooLong
-from app.conversations.service import Conversations, StoreUnavailable, input_items_page
+from app.conversations.service import Conversations, PreviousResponseNotFound, StoreUnavailable, input_items_page
 from app.conversations.store import MemoryResponseStore, StoredResponse
-from app.errors import NotFound
 
 
 def service(**config) -> Conversations:
@@ -25,11 +24,12 @@ def test_a_kept_turn_is_the_previous_of_the_next_for_its_tenant_only():
         conv = service()
         assert await conv.keep("acme", [{"role": "user", "content": "hi"}], RESPONSE)
         assert (await conv.previous("acme", "resp_1")).output == RESPONSE["output"]
-        with pytest.raises(NotFound) as other:
+        with pytest.raises(PreviousResponseNotFound) as other:
             await conv.previous("globex", "resp_1")
-        with pytest.raises(NotFound) as unknown:
+        with pytest.raises(PreviousResponseNotFound) as unknown:
             await conv.previous("acme", "resp_nope")
         assert other.value.param == unknown.value.param == "previous_response_id"
+        assert other.value.status == 400 and other.value.code == "previous_response_not_found"
         assert other.value.message.replace("resp_1", "X") == unknown.value.message.replace("resp_nope", "X")
     asyncio.run(go())
 

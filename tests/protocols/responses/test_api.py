@@ -92,15 +92,16 @@ def test_input_items_of_a_chained_turn_list_the_whole_chain(client):
     assert [getattr(i, "role", None) for i in items.data] == ["user", "assistant", "user"]
 
 
-def test_another_tenants_id_answers_404_exactly_as_an_unknown_one(responses_gateway):
+def test_another_tenants_id_answers_exactly_as_an_unknown_one(responses_gateway):
     mine = responses_gateway.client(ACME_KEY).responses.create(model="native", input="secret")
     theirs = responses_gateway.client(GLOBEX_KEY)
     answers = []
     for rid in (mine.id, "resp_" + "0" * 32):
-        for call in (lambda r=rid: theirs.responses.retrieve(r),
-                     lambda r=rid: theirs.responses.create(model="native", input="x", previous_response_id=r),
-                     lambda r=rid: theirs.responses.delete(r)):
-            with pytest.raises(openai.NotFoundError) as err:
+        for call, error in ((lambda r=rid: theirs.responses.retrieve(r), openai.NotFoundError),
+                            (lambda r=rid: theirs.responses.create(model="native", input="x", previous_response_id=r),
+                             openai.BadRequestError),
+                            (lambda r=rid: theirs.responses.delete(r), openai.NotFoundError)):
+            with pytest.raises(error) as err:
                 call()
             answers.append(err.value.body["message"].replace(rid, "ID"))
     assert answers[:3] == answers[3:]
@@ -153,10 +154,24 @@ def test_bad_input_is_a_400_naming_the_param(responses_gateway, body, param):
     assert r.json()["error"]["param"] == param
 
 
-def test_an_unknown_previous_response_is_a_404_naming_it(client):
-    with pytest.raises(openai.NotFoundError) as err:
-        client.responses.create(model="native", input="x", previous_response_id="resp_nope")
-    assert err.value.body["param"] == "previous_response_id"
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chain_from_a_response_not_held_is_openais_400_previous_response_not_found(client, model, stream):
+    # OpenAI answers a previous_response_id it does not hold (never made, made with store=false, deleted) with a
+    # 400 invalid_request_error, code previous_response_not_found: clients key on it (Codex resends the whole
+    # conversation without the id), where a 404 reads as a wrong URL. GET and DELETE of the id stay 404s.
+    unstored = client.responses.create(model=model, input="forget me", store=False)
+    deleted = client.responses.create(model=model, input="then delete me")
+    client.responses.delete(deleted.id)
+    for rid in ("resp_nope", unstored.id, deleted.id):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(model=model, input="and then?", previous_response_id=rid, stream=stream)
+        assert err.value.status_code == 400
+        assert err.value.body == {"message": f"Previous response with id '{rid}' not found.",
+                                  "type": "invalid_request_error", "param": "previous_response_id",
+                                  "code": "previous_response_not_found"}
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(rid)
 
 
 def test_the_exact_cache_replays_a_stream_as_responses_events(client, responses_gateway):

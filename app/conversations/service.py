@@ -220,10 +220,8 @@ def input_items_page(turn: StoredResponse, limit: int, order: str, after: str | 
     """GET /v1/responses/{id}/input_items: the turn's input (its chain included), as OpenAI lists them.
 
     Items stored without an id get a stable one from their position, so pages can follow `after`."""
-    items = [item if isinstance(item.get("id"), str) else {"id": f"{turn.id}_in_{i}", **item}
+    items = [_listed(item if isinstance(item.get("id"), str) else {"id": f"{turn.id}_in_{i}", **item})
              for i, item in enumerate(turn.input)]
-    for item in items:
-        item.setdefault("type", "message")
     if order == "desc":
         items.reverse()
     if after is not None:
@@ -234,3 +232,22 @@ def input_items_page(turn: StoredResponse, limit: int, order: str, after: str | 
     page = items[:limit]
     return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+
+# The item types whose listed form carries a status (the openai SDK's ResponseInputMessageItem, ResponseOutputMessage,
+# ResponseFunctionToolCallItem, ResponseFunctionToolCallOutputItem: "populated when items are returned via API").
+_WITH_STATUS = ("message", "function_call", "function_call_output")
+
+
+def _listed(item: dict) -> dict:
+    """An input item as OpenAI lists it: an easy message (`"content": "text"`) as the message it stands for, its
+    text one `input_text` part (`output_text` for an assistant's), and a status. The SDK types a listed message's
+    content as a list of parts: a string there left `item.content[0].text` to fail in the client."""
+    item.setdefault("type", "message")
+    if item["type"] == "message" and isinstance(item.get("content"), str):
+        text = item["content"]
+        item["content"] = ([{"type": "output_text", "text": text, "annotations": []}] if item.get("role") == "assistant"
+                           else [{"type": "input_text", "text": text}])
+    if item["type"] in _WITH_STATUS and item.get("status") is None:
+        item["status"] = "completed"
+    return item

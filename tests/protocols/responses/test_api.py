@@ -8,7 +8,7 @@ import json
 import httpx
 import openai
 import pytest
-from openai.types.responses import ResponseErrorEvent
+from openai.types.responses import ResponseErrorEvent, ResponseInputMessageItem, ResponseOutputMessage
 
 from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY
 from tests.protocols.responses.conftest import LIMITED_KEY
@@ -90,6 +90,24 @@ def test_input_items_of_a_chained_turn_list_the_whole_chain(client):
     items = client.responses.input_items.list(second.id, order="asc")
     assert [i.type for i in items.data] == ["message", "message", "message"]
     assert [getattr(i, "role", None) for i in items.data] == ["user", "assistant", "user"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_input_items_are_listed_as_the_sdks_item_types_with_their_text_as_parts(client, model):
+    # OpenAI lists an easy message ("content": "text") as the message it stands for: content is a list of parts
+    # (the SDK's ResponseInputMessageItem / ResponseOutputMessage), and every listed item has a status.
+    first = client.responses.create(model=model, input="Hi, I am Ada.")
+    r = client.responses.create(model=model, previous_response_id=first.id, input=[
+        {"role": "assistant", "content": "You said so before."},
+        {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+        {"role": "user", "content": "Who am I?"}])
+    items = client.responses.input_items.list(r.id, order="asc").data
+    assert [type(i) for i in items] == [ResponseInputMessageItem, ResponseOutputMessage, ResponseOutputMessage,
+                                        ResponseInputMessageItem, ResponseInputMessageItem]
+    assert [i.content[0].text for i in items] == [
+        "Hi, I am Ada.", first.output_text, "You said so before.", "Be brief.", "Who am I?"]
+    assert [i.content[0].type for i in items] == ["input_text", "output_text", "output_text", "input_text", "input_text"]
+    assert all(i.status == "completed" for i in items)
 
 
 def test_another_tenants_id_answers_exactly_as_an_unknown_one(responses_gateway):

@@ -100,7 +100,7 @@ class Lease:
     )
 
     def __init__(self, router: Router, state: BackendState, ctx: RouteContext, ahead: int,
-                 scores: dict[str, float] | None = None) -> None:
+                 scores: dict[str, float] | None = None, queued_s: float = 0.0) -> None:
         self._router, self.state, self._released = router, state, False
         state.note_sent(time.monotonic())
         # (alias, shape) the answer's length is learned under, set by the router that leased it.
@@ -109,9 +109,9 @@ class Lease:
         # What the prefix index believed this backend holds of the prompt when it was chosen.
         self.prefix: PrefixMatch | None = None
         self.burst_wait_s = 0.0
-        # Set by the router when the request waited in its wait queue for this slot (every backend of the
+        # The seconds the request waited in the router's wait queue for this slot (every backend of the
         # alias was full): measured, and neither the backend's time nor the gateway's own.
-        self.queued_s = 0.0
+        self.queued_s = queued_s
         self._margin_s = 0.0
         # Set at release: the seconds other requests on the backend decoded while this one did (summed
         # over them; None: it reported no first token), the batch its answer decoded in.

@@ -198,8 +198,7 @@ class Router:
             qc.note("queued", queued_s, {"slipstream.backend": handed.name})
         ctx = self._for_decision(alias, ctx or RouteContext())
         # The slot was handed over with this request already counted in flight.
-        lease = Lease(self, handed, ctx, handed.inflight - 1)
-        lease.queued_s = queued_s
+        lease = Lease(self, handed, ctx, handed.inflight - 1, queued_s=queued_s)
         lease.shape = (alias, ctx.shape) if ctx.shape is not None else None
         return lease
 

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import orjson
 
+# A delta's fields the assembler joins itself; any other text field of a delta (llama.cpp's and older vLLM's
+# `reasoning_content`, newer vLLM's `reasoning`, OpenAI's `refusal`) is a text told in pieces too, and is
+# joined the same way into the message's field of that name, as the backend's non-streamed answer has it.
+_DELTA_OWN = frozenset({"role", "content", "tool_calls"})
+# A choice's fields the assembler sets itself; any other (vLLM's `stop_reason`, SGLang's `matched_stop`) is
+# the choice's as its last chunk that names it says it (a list: the chunks' lists joined).
+_CHOICE_OWN = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
+# The answer's own fields, told on every chunk (the first one's are kept).
+_META = ("id", "created", "model", "system_fingerprint", "service_tier")
+
 
 class StreamAssembler:
     """Feed each chunk's JSON data; `result()` gives the equivalent non-streamed body."""
@@ -25,7 +35,7 @@ class StreamAssembler:
             self.broken = True
             return
         if not self.meta:
-            self.meta = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint") if k in chunk}
+            self.meta = {k: chunk.get(k) for k in _META if k in chunk}
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for c in chunk.get("choices") or ():
@@ -33,7 +43,20 @@ class StreamAssembler:
 
     def _merge(self, c: dict) -> None:
         slot = self.choices.setdefault(int(c.get("index", 0)), {"content": [], "tool_calls": {}, "role": None, "finish_reason": None,
-                                                                "logprobs": None})
+                                                                "logprobs": None, "texts": {}, "extra": {}})
+        extra = slot["extra"]
+        for key, value in c.items():
+            if key in _CHOICE_OWN:
+                continue
+            before = extra.get(key)
+            if isinstance(value, list):
+                # Told in pieces (vLLM's `token_ids`): joined in the slot's own copy, linear in a long answer.
+                if isinstance(before, list):
+                    before.extend(value)
+                else:
+                    extra[key] = list(value)
+            elif value is not None or key not in extra:
+                extra[key] = value
         if c.get("finish_reason"):
             slot["finish_reason"] = c["finish_reason"]
         if c.get("logprobs") is not None:
@@ -46,6 +69,9 @@ class StreamAssembler:
             slot["role"] = delta["role"]
         if delta.get("content"):
             slot["content"].append(delta["content"])
+        for key, value in delta.items():
+            if key not in _DELTA_OWN and isinstance(value, str):
+                slot["texts"].setdefault(key, []).append(value)
         for tc in delta.get("tool_calls") or ():
             call = slot["tool_calls"].setdefault(int(tc.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
             if tc.get("id"):
@@ -62,12 +88,16 @@ class StreamAssembler:
         for index, c in sorted(self.choices.items()):
             text = "".join(c["content"])
             if self.chat:
-                message: dict = {"role": c["role"] or "assistant", "content": text if text or not c["tool_calls"] else None}
+                message: dict = {"role": c["role"] or "assistant",
+                                 "content": text if text or not (c["tool_calls"] or c["texts"].get("refusal")) else None}
+                message.update((key, "".join(parts)) for key, parts in c["texts"].items())
                 if c["tool_calls"]:
                     message["tool_calls"] = [v for _, v in sorted(c["tool_calls"].items())]
-                choices.append({"index": index, "message": message, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]})
+                choices.append({"index": index, "message": message, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"],
+                                **c["extra"]})
             else:
-                choices.append({"index": index, "text": text, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"]})
+                choices.append({"index": index, "text": text, "logprobs": c["logprobs"], "finish_reason": c["finish_reason"],
+                                **c["extra"]})
         body = {**self.meta, "object": "chat.completion" if self.chat else "text_completion", "choices": choices}
         if self.usage is not None:
             body["usage"] = self.usage

@@ -1,0 +1,64 @@
+"""Chat completions as the openai SDK reads them through the gateway, in front of a loopback chat backend whose answers
+each test writes (tests/protocols/chat_backend.py): what a reasoning model, a refusal or a tool call looks like when the
+gateway rebuilt the answer from the backend's stream, and when the cache serves it again as a stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.admission.auth import hash_key
+from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
+from tests.protocols.chat_backend import ChatBackend, Chunks
+from tests.protocols.chat_gateway import serve
+
+CACHED = {"exact": {"enabled": True, "ttl_s": 300}, "finish_reasons": ["stop", "tool_calls"]}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    backend = ChatBackend().start()
+    url = f"http://127.0.0.1:{backend.port}/v1"
+    config = {
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
+        # vLLM's flavour: a JSON client's call is streamed upstream and its answer assembled from the chunks (as
+        # for llama.cpp's); the plain one is called as the client calls it.
+        "backends": {"vllm": {"base_url": url, "model": "m-scripted", "flavor": "vllm"},
+                     "plain": {"base_url": url, "model": "m-scripted"}},
+        "reliability": NO_BREAKER,
+        "models": {"streamed": {"backends": ["vllm"], "retry": {"max_attempts": 1}},
+                   "cached": {"backends": ["plain"], "retry": {"max_attempts": 1}, "cache": CACHED}},
+    }
+    yield from serve(tmp_path_factory.mktemp("chat-gw"), backend, config)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(gateway):
+    gateway.backend.answers.clear()
+    gateway.backend.bodies.clear()
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+# vLLM's reasoning parsers answer a JSON call with `message.reasoning_content` (`reasoning` since v0.10.2) and stream
+# it as `delta.reasoning_content` / `delta.reasoning` pieces (docs.vllm.ai, "Reasoning Outputs"); llama.cpp names it
+# `reasoning_content` both ways. The JSON client gets what the backend's own JSON answer would have said.
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_a_json_answer_rebuilt_from_the_backends_stream_keeps_its_reasoning_and_stop_reason(gateway, field):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": ""}, {field: "Six times "}, {field: "seven."},
+                                  {"content": "42"}], extra={"stop_reason": "###"}))
+    answer = gateway.openai().chat.completions.create(model="streamed", messages=ask("6 x 7?"), stop=["###"])
+    assert gateway.backend.bodies[-1]["stream"] is True  # the call was streamed upstream
+    choice = answer.choices[0]
+    assert choice.message.content == "42"
+    assert choice.message.model_extra[field] == "Six times seven."
+    assert choice.model_extra["stop_reason"] == "###"
+
+
+def test_a_refusal_streamed_by_the_backend_is_the_json_answers_refusal(gateway):
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": None, "refusal": ""},
+                                  {"refusal": "I can't "}, {"refusal": "help with that."}]))
+    message = gateway.openai().chat.completions.create(model="streamed", messages=ask("Help me.")).choices[0].message
+    assert (message.content, message.refusal) == (None, "I can't help with that.")

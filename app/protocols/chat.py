@@ -9,6 +9,11 @@ from app.protocols.openai import OpenAIProtocol
 from app.upstream.assemble import StreamAssembler
 
 SEP = "\x1e"
+# A stored answer's fields that every chunk of its replayed stream carries, as a backend's chunks do.
+CHUNK_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
+# A message's fields replayed by name; any other text field (`reasoning_content`, `reasoning`) is replayed as a
+# delta of that name.
+_DELTA_OWN = frozenset({"role", "content", "tool_calls"})
 
 
 class ChatProtocol(OpenAIProtocol):
@@ -49,7 +54,7 @@ class ChatProtocol(OpenAIProtocol):
         return text, messages[:-1]
 
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:
-        base = {k: body[k] for k in ("id", "created", "model") if k in body}
+        base = {k: body[k] for k in CHUNK_FIELDS if k in body}
         base["object"] = "chat.completion.chunk"
         events = []
 
@@ -59,17 +64,31 @@ class ChatProtocol(OpenAIProtocol):
         for choice in body.get("choices", []):
             i = choice.get("index", 0)
             message = choice.get("message") or {}
-            emit([{"index": i, "delta": {"role": message.get("role", "assistant"), "content": ""}, "logprobs": None,
-                   "finish_reason": None}])
-            # The answer's log-probabilities (kept when it was stored) ride with its content, all at once.
-            logprobs = choice.get("logprobs")
-            if message.get("content"):
-                emit([{"index": i, "delta": {"content": message["content"]}, "logprobs": logprobs, "finish_reason": None}])
-                logprobs = None
+            content = message.get("content")
+            # As a backend opens its stream: the role, and `content: null` where the answer has no text (a tool
+            # call, a refusal), so the client's accumulated message has the same `content` as the JSON answer.
+            emit([{"index": i, "delta": {"role": message.get("role", "assistant"), "content": "" if isinstance(content, str) else None},
+                   "logprobs": None, "finish_reason": None}])
+            # The message's other texts (reasoning first, as a reasoning model streams it; a refusal), then its
+            # content and tool calls, each in one delta. The answer's log-probabilities (kept when it was stored)
+            # ride with its content (or refusal, or calls), all at once.
+            deltas: list[dict] = [{key: value} for key, value in message.items()
+                      if key not in _DELTA_OWN and key != "refusal" and isinstance(value, str) and value]
+            if content:
+                deltas.append({"content": content})
+            if isinstance(message.get("refusal"), str) and message["refusal"]:
+                deltas.append({"refusal": message["refusal"]})
             if message.get("tool_calls"):
-                calls = [{"index": k, **tc} for k, tc in enumerate(message["tool_calls"])]
-                emit([{"index": i, "delta": {"tool_calls": calls}, "logprobs": logprobs, "finish_reason": None}])
-            emit([{"index": i, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}])
+                deltas.append({"tool_calls": [{"index": k, **tc} for k, tc in enumerate(message["tool_calls"])]})
+            logprobs = choice.get("logprobs")
+            for delta in deltas:
+                rides = None
+                if next(iter(delta)) in ("content", "refusal", "tool_calls"):
+                    rides, logprobs = logprobs, None
+                emit([{"index": i, "delta": delta, "logprobs": rides, "finish_reason": None}])
+            # The choice's own fields (vLLM's `stop_reason`) come with its finish reason, as on its last chunk.
+            extra = {k: v for k, v in choice.items() if k not in ("index", "message", "logprobs", "finish_reason")}
+            emit([{"index": i, "delta": {}, "logprobs": logprobs, "finish_reason": choice.get("finish_reason"), **extra}])
         if include_usage and isinstance(body.get("usage"), dict):
             emit([], usage=body["usage"])
         events.append(b"data: [DONE]\n\n")

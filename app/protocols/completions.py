@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from app.errors import InvalidRequest
+from app.protocols.chat import CHUNK_FIELDS
 from app.protocols.openai import OpenAIProtocol, is_prompt, prompt_chars
 from app.upstream.assemble import StreamAssembler
 
@@ -45,7 +46,7 @@ class CompletionsProtocol(OpenAIProtocol):
         return [p for p in prompt if isinstance(p, str)] if isinstance(prompt, list) else []
 
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:
-        base = {k: body[k] for k in ("id", "created", "model") if k in body}
+        base = {k: body[k] for k in CHUNK_FIELDS if k in body}
         base["object"] = "text_completion"
         events = []
 
@@ -55,7 +56,9 @@ class CompletionsProtocol(OpenAIProtocol):
         for choice in body.get("choices", []):
             i = choice.get("index", 0)
             emit([{"index": i, "text": choice.get("text", ""), "logprobs": choice.get("logprobs"), "finish_reason": None}])
-            emit([{"index": i, "text": "", "logprobs": None, "finish_reason": choice.get("finish_reason")}])
+            # The choice's own fields (vLLM's `stop_reason`) come with its finish reason, as on its last chunk.
+            extra = {k: v for k, v in choice.items() if k not in ("index", "text", "logprobs", "finish_reason")}
+            emit([{"index": i, "text": "", "logprobs": None, "finish_reason": choice.get("finish_reason"), **extra}])
         if include_usage and isinstance(body.get("usage"), dict):
             emit([], usage=body["usage"])
         events.append(b"data: [DONE]\n\n")

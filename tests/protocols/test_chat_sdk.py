@@ -8,7 +8,7 @@ import pytest
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
-from tests.protocols.chat_backend import ChatBackend, Chunks
+from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.protocols.chat_gateway import serve
 
 CACHED = {"exact": {"enabled": True, "ttl_s": 300}, "finish_reasons": ["stop", "tool_calls"]}
@@ -62,3 +62,35 @@ def test_a_refusal_streamed_by_the_backend_is_the_json_answers_refusal(gateway):
                                   {"refusal": "I can't "}, {"refusal": "help with that."}]))
     message = gateway.openai().chat.completions.create(model="streamed", messages=ask("Help me.")).choices[0].message
     assert (message.content, message.refusal) == (None, "I can't help with that.")
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+
+
+# A hit asked for as a stream is replayed from the stored JSON answer: the SDK's stream helper must end with the
+# message the JSON answer had (its reasoning, its refusal, its content null beside a tool call), and its last chunk
+# the choice's own fields (vLLM's stop_reason).
+@pytest.mark.parametrize("answer", [
+    Json({"role": "assistant", "content": "42", "reasoning_content": "Six times seven."}, extra={"stop_reason": "###"}),
+    Json({"role": "assistant", "content": None, "refusal": "I can't help with that."}),
+    Json({"role": "assistant", "content": None, "tool_calls": [CALL]}, "tool_calls"),
+], ids=["reasoning", "refusal", "tool call"])
+def test_a_streamed_hit_ends_with_the_message_the_json_answer_had(gateway, answer):
+    client = gateway.openai()
+    gateway.backend.queue(answer)
+    question = ask(f"Question {len(answer.message)} {answer.finish_reason} {sorted(answer.message)}")
+    miss = client.chat.completions.create(model="cached", messages=question, tools=TOOLS, temperature=0).choices[0]
+    gateway.settle()
+    raw = client.chat.completions.with_raw_response.create(model="cached", messages=question, tools=TOOLS, temperature=0,
+                                                           stream=True)
+    assert raw.headers["x-slipstream-cache"] == "hit"
+    last = list(raw.parse())[-1].choices[0]  # the choice's own fields come with its finish reason
+    assert (last.finish_reason, last.model_extra) == (miss.finish_reason, miss.model_extra)
+    with client.chat.completions.stream(model="cached", messages=question, tools=TOOLS, temperature=0) as stream:
+        hit = stream.get_final_completion().choices[0]
+    assert len(gateway.backend.bodies) == 1  # both served from the cache
+    assert (hit.message.content, hit.message.refusal) == (miss.message.content, miss.message.refusal)
+    assert hit.message.model_extra.get("reasoning_content") == miss.message.model_extra.get("reasoning_content")
+    assert [(c.function.name, c.function.arguments) for c in hit.message.tool_calls or ()] == \
+           [(c.function.name, c.function.arguments) for c in miss.message.tool_calls or ()]

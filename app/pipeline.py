@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.admission.service import Admitted
 from app.cache.entry import Hit
-from app.cache.replay import SERVED_BY, hit_body, served_by
+from app.cache.replay import answer_headers, hit_body, kept, served_by
 from app.cache.service import CATEGORY_HEADER, CachePlan
 from app.conversations.service import Turn
 from app.deadline import DEADLINE_HEADER, Deadline
@@ -245,7 +245,7 @@ def _json_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, plan
         owner.add_report(reply.backend.adapter.report_from_body(body))
         payload = _name_alias(payload, body, record.alias)
         if not dispatched.fallback:
-            gw.cache.save_later(plan, {**body, SERVED_BY: reply.backend.config.model})
+            gw.cache.save_later(plan, kept(body, reply.backend.config.model, reply.headers))
     # The body is read whole: the slot is free for the next request now.
     owner.end(complete=body is not None, output_tokens=record.usage.completion_tokens if record.usage else 0)
     headers = _base_headers(record, dispatched, plan)
@@ -282,8 +282,8 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
     if capture is not None:
         filters.append(capture)
     if plan.store and not dispatched.fallback:
-        served = stream.backend.config.model
-        filters.append(CacheFill(protocol.assembler(), lambda body: gw.cache.save_later(plan, {**body, SERVED_BY: served})))
+        served, said = stream.backend.config.model, stream.headers
+        filters.append(CacheFill(protocol.assembler(), lambda body: gw.cache.save_later(plan, kept(body, served, said))))
     n = req.body.get("n")
     filters.append(FinishReasons(result, fmt, n if isinstance(n, int) and n > 1 else 1))
     if protocol.relay == "openai":
@@ -331,7 +331,7 @@ def _stream_response(gw: Gateway, req: ParsedRequest, dispatched: Dispatched, pl
 def _serve_hit(gw: Gateway, hit: Hit, req: ParsedRequest, plan: CachePlan, flow: _Flow) -> Response:
     record = flow.record
     body = hit_body(hit, req.protocol, req.body)
-    headers = {"x-request-id": record.request_id, "x-slipstream-cache": plan.status}
+    headers = {**answer_headers(hit), "x-request-id": record.request_id, "x-slipstream-cache": plan.status}
     if plan.category is not None:
         headers[CATEGORY_HEADER] = plan.category  # whose rules this lookup followed
     if hit.similarity is not None:

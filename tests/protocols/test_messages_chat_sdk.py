@@ -5,10 +5,11 @@ backends are loopback chat servers whose answers each test writes (tests/protoco
 from __future__ import annotations
 
 import anthropic
+import httpx
 import pytest
 
 from app.admission.auth import hash_key
-from tests.conftest import ACME_KEY, NO_BREAKER
+from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
 from tests.protocols.chat_gateway import ChatGateway, serve
 
@@ -23,14 +24,17 @@ def gateway(tmp_path_factory):
     backend = ChatBackend().start()
     url = f"http://127.0.0.1:{backend.port}/v1"
     config = {
-        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
         # All speak chat completions only here (TGI's flavour does anyway; the others are told so): Messages is
         # translated for them. They differ in what the flavour lets the gateway ask of the server.
         "backends": {"tgi": {"base_url": url, "model": "m-scripted", "flavor": "tgi"},
                      "vllm": {"base_url": url, "model": "m-scripted", "flavor": "vllm", "apis": ["chat"]},
                      "openai": {"base_url": url, "model": "m-scripted", "flavor": "openai", "apis": ["chat"]}},
         "reliability": NO_BREAKER,
-        "models": {name: {"backends": [name], "retry": {"max_attempts": 1}} for name in ("tgi", "vllm", "openai")},
+        "models": {**{name: {"backends": [name], "retry": {"max_attempts": 1}} for name in ("tgi", "vllm", "openai")},
+                   "cached": {"backends": ["tgi"], "retry": {"max_attempts": 1},
+                              "cache": {"exact": {"enabled": True, "ttl_s": 300}}}},
     }
     yield from serve(tmp_path_factory.mktemp("messages-chat-gw"), backend, config)
 
@@ -161,6 +165,33 @@ def test_context_management_from_the_beta_api_is_accepted_and_named(gateway):
     assert raw.parse().content[-1].text == "Sunny."  # type: ignore[union-attr]
     assert raw.headers.get(IGNORED) == "context_management"
     assert "context_management" not in gateway.backend.bodies[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_from_the_cache_names_what_the_answer_it_replays_ignored(gateway, stream):
+    # The cached answer is the one the backend gave without honouring these fields: served again, it says so again,
+    # as the miss did (a hit said nothing, as if every field had been honoured). Stored from a whole answer and from
+    # a stream, served again the same way.
+    ask = [{"role": "user", "content": f"Weather in Paris? ({'streamed' if stream else 'whole'})"}]  # its own entry
+    hints = {"model": "cached", "max_tokens": 16, "messages": ask, "inference_geo": "us",
+             "extra_body": {"temperature": 0}}  # only a deterministic answer is cached
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "Sunny."}]) if stream else Json(SUNNY))
+    client = gateway.anthropic()
+
+    def answer() -> tuple[anthropic.types.Message, httpx.Headers]:
+        if stream:
+            with client.messages.stream(**hints) as events:  # type: ignore[arg-type]
+                return events.get_final_message(), events.response.headers
+        raw = client.messages.with_raw_response.create(**hints)  # type: ignore[arg-type]
+        return raw.parse(), raw.headers
+
+    _, miss = answer()
+    gateway.settle()
+    hit, again = answer()
+    assert len(gateway.backend.bodies) == 1
+    assert (miss["x-slipstream-cache"], again["x-slipstream-cache"]) == ("miss", "hit")
+    assert hit.content[0].text == "Sunny."  # type: ignore[union-attr]
+    assert again.get(IGNORED) == miss.get(IGNORED) == "inference_geo"
 
 
 def test_a_request_with_nothing_ignored_says_nothing(gateway):

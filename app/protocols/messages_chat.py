@@ -13,7 +13,9 @@ What maps (request):
 | user tool_result blocks                   | `tool` messages (tool_call_id; text content), in order     |
 | image blocks inside a tool_result         | a `user` message after the tool messages, each call's      |
 |                                           |   images named by its id (app.protocols.tool_images)       |
-| max_tokens, temperature, top_p, top_k     | the same (top_k as llama.cpp and vLLM take it)              |
+| max_tokens, temperature, top_p, top_k     | the same (top_k only to vLLM and llama.cpp, which take it;  |
+|                                           |   OpenAI refuses it, TGI and Ollama read none: named as    |
+|                                           |   ignored)                                                 |
 | stop_sequences                            | stop                                                       |
 | tools (name, description, input_schema,   | function tools (parameters = input_schema; strict)         |
 |   strict)                                 |                                                            |
@@ -112,6 +114,9 @@ IGNORED_HEADER = "x-slipstream-ignored-fields"
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # Servers whose chat API has no reasoning effort (TGI reads no such field, and ignores fields it does not know).
 _NO_EFFORT = ("tgi",)
+# Servers whose chat API has no top_k: OpenAI's refuses it (400 "Unrecognized request argument supplied: top_k"), TGI's
+# and Ollama's OpenAI-compatible chat read no such field. vLLM and llama.cpp take it as a sampling parameter.
+_NO_TOP_K = ("openai", "tgi", "ollama")
 _BLOCKS = ("text", "image", "tool_use", "tool_result")
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning: chat backends take none back
 
@@ -139,7 +144,7 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
     else:
         out["max_tokens"] = body["max_tokens"]
         for name in ("temperature", "top_p", "top_k"):
-            if body.get(name) is not None:
+            if body.get(name) is not None and not (name == "top_k" and flavor in _NO_TOP_K):
                 out[name] = body[name]
         stops = body.get("stop_sequences")
         if stops:
@@ -227,6 +232,8 @@ def ignored_fields(body: dict, flavor: str | None) -> list[str]:
         if config.get("effort") is not None and flavor in _NO_EFFORT:
             out.append("output_config.effort")
         out.extend(f"output_config.{k}" for k, v in config.items() if k not in ("format", "effort") and v is not None)
+    if body.get("top_k") is not None and flavor in _NO_TOP_K:
+        out.append("top_k")
     if flavor != "openai":
         if body.get("service_tier") is not None:
             out.append("service_tier")

@@ -114,6 +114,17 @@ def test_effort_where_the_server_has_no_such_knob_is_named_as_ignored(gateway):
     assert ignored == "output_config.effort"
 
 
+@pytest.mark.parametrize(("alias", "sent"), [("vllm", True), ("openai", False), ("tgi", False)])
+def test_top_k_reaches_only_servers_that_sample_by_it_and_is_named_where_it_does_not(gateway, alias, sent):
+    # OpenAI's chat API refuses top_k ("Unrecognized request argument supplied: top_k", a 400 the client got for a
+    # sampling hint), and TGI's reads no such field; vLLM and llama.cpp sample by it. (The SDK has no top_k argument
+    # any more: clients that still send it do so in the body.)
+    message, ignored, body = _create(gateway, alias, extra_body={"top_k": 5})
+    assert message.content[0].text == "Sunny."  # type: ignore[union-attr]
+    assert body.get("top_k") == (5 if sent else None)
+    assert ignored == (None if sent else "top_k")
+
+
 @pytest.mark.parametrize(("fields", "tier"), [
     ({"service_tier": "standard_only"}, "default"),  # standard capacity, in OpenAI's word
     ({"service_tier": "auto"}, "auto"),

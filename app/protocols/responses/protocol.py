@@ -161,7 +161,7 @@ class ResponsesProtocol(OpenAIProtocol):
         """Passthrough first: a backend that speaks Responses gets the body unchanged apart from `model` (and
         the expanded chain); any other gets chat completions, and its answer is translated back."""
         if backend.speaks("responses"):
-            return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers)
+            return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers, mended)
         chat = to_chat(req.body, as_items(req.body["input"]))
         chat["model"] = backend.model
         if not backend.stream_usage:  # a server that refuses stream_options (backends.<name>.stream_usage: false)
@@ -263,6 +263,22 @@ def _reason(response: dict) -> str | None:
         return status if isinstance(status, str) else None
     calls = any(isinstance(i, dict) and i.get("type") == "function_call" for i in response.get("output") or ())
     return "tool_calls" if calls else "stop"
+
+
+def mended(result: JsonReply | EventStream) -> JsonReply | EventStream:
+    """A native backend's answer with the item a cut fell in marked `incomplete`, as OpenAI marks it and the
+    translation does (app.protocols.responses.from_chat): vLLM says `completed` on every item of a response cut by
+    max_output_tokens (vllm-project/vllm#57998), and a client that runs completed calls would run a cut one. The
+    JSON answer only, already parsed (one look at its status); a stream is relayed as it comes."""
+    if not isinstance(result, JsonReply) or result.data is None or result.data.get("status") != "incomplete":
+        return result
+    data = result.data
+    output = data.get("output")
+    last = output[-1] if isinstance(output, list) and output else None
+    if not isinstance(last, dict) or last.get("status") != "completed":
+        return result  # already marked, or an item without a status (OpenAI's reasoning items)
+    last["status"] = "incomplete"
+    return replace(result, body=orjson.dumps(data), data=data)
 
 
 def translated(result: JsonReply | EventStream, answer: dict) -> JsonReply | TranslatedResponsesStream:

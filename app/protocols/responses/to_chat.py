@@ -14,16 +14,16 @@ from app.protocols import tool_images
 
 # Passed on unchanged: the same name and meaning in both APIs.
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "seed", "stop")
-# The gateway's own, or a transport matter: not part of the chat body.
+# The gateway's own, or a transport matter: not part of the chat body. max_tool_calls caps calls to OpenAI's
+# built-in (hosted) tools only; those are refused here (_tool), so over chat it has nothing to cap.
 _GATEWAY = ("model", "input", "instructions", "stream", "store", "previous_response_id", "metadata", "include",
             "truncation", "stream_options", "service_tier", "prompt_cache_key", "safety_identifier",
-            "prompt_cache_retention", "prompt_cache_options")
+            "prompt_cache_retention", "prompt_cache_options", "max_tool_calls")
 # Answer-changing features a chat completions backend has no way to honour.
 _REFUSED = {
     "background": "background responses",
     "conversation": "the Conversations API",
     "prompt": "stored prompt templates",
-    "max_tool_calls": "a cap on built-in tool calls",
 }
 
 
@@ -68,6 +68,8 @@ def to_chat(body: dict, items: list) -> dict:
             fmt = _response_format(value)
             if fmt is not None:
                 out["response_format"] = fmt
+            if isinstance(value, dict) and value.get("verbosity") is not None:
+                out["verbosity"] = value["verbosity"]  # chat's own top-level name for it (OpenAI's chat API)
         elif key == "reasoning":
             effort = value.get("effort") if isinstance(value, dict) else None
             if effort is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+from pydantic import BaseModel
 
 from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY, GLOBEX_KEY, NO_BREAKER
@@ -223,3 +224,37 @@ def test_a_finish_reason_that_is_not_a_string_still_ends_the_answer_as_completed
     assert (r.status, r.output_text) == ("completed", "Sunny.")
     events = list(client.responses.create(model="tools", input="Weather in Paris?", stream=True))
     assert events[-1].type == "response.completed" and events[-1].response.output_text == "Sunny."
+
+
+# --- request fields with a chat meaning, or none to honour ------------------------------------------------------
+
+def test_max_tool_calls_is_answered_since_it_caps_only_built_in_tools_which_never_reach_a_chat_backend(gateway):
+    # OpenAI: "the maximum number of total calls to built-in tools". Hosted tools are refused over chat, so there
+    # is nothing for it to cap: a 400 for it refused a request OpenAI answers (function tools are not counted).
+    gateway.backend.queue(Json({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+        "tool_calls"))
+    r = gateway.openai().responses.create(model="tools", input="Weather in Paris?", tools=[WEATHER], max_tool_calls=1)
+    assert [i.type for i in r.output] == ["function_call"]
+    assert "max_tool_calls" not in gateway.backend.bodies[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_verbosity_reaches_a_chat_backend_as_chats_verbosity(gateway, stream):
+    # openai-agents sends ModelSettings(verbosity=...) as text.verbosity; chat completions names it `verbosity`.
+    # It changes the answer: dropped, the model answered at its default length without a word.
+    class City(BaseModel):
+        name: str
+
+    client = gateway.openai()
+    if stream:
+        gateway.backend.queue(Chunks([{"role": "assistant", "content": '{"name": "Paris"}'}]))
+        with client.responses.stream(model="tools", input="A city?", text_format=City, text={"verbosity": "low"}) as s:
+            parsed = s.get_final_response().output_parsed
+    else:
+        gateway.backend.queue(Json({"role": "assistant", "content": '{"name": "Paris"}'}))
+        parsed = client.responses.parse(model="tools", input="A city?", text_format=City,
+                                        text={"verbosity": "low"}).output_parsed
+    assert parsed == City(name="Paris")
+    sent = gateway.backend.bodies[0]
+    assert sent["verbosity"] == "low" and sent["response_format"]["json_schema"]["name"] == "City"

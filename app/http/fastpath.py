@@ -162,13 +162,14 @@ def _stopped_by_the_server(scope: Scope) -> bool:
 
 def api_of(scope: Scope) -> ClientProtocol:
     """Whose error shape a route that is not proxied answers in: Anthropic's on the Messages paths and for an
-    Anthropic client's model list (it sends anthropic-version), else OpenAI's, which /admin and /console
-    errors use too."""
+    Anthropic client anywhere under /v1 (the anthropic SDK sends anthropic-version on every call: its model list,
+    and the APIs of Anthropic's the gateway does not serve, such as files and the legacy completions), else
+    OpenAI's, which /admin and /console errors use too."""
     path = scope["path"]
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return MESSAGES
-    if path == "/v1/models" or path.startswith("/v1/models/"):
-        return MESSAGES if any(k == b"anthropic-version" for k, _ in scope["headers"]) else CHAT
+    if path.startswith("/v1/") and any(k == b"anthropic-version" for k, _ in scope["headers"]):
+        return MESSAGES
     return RESPONSES if path.startswith("/v1/responses/") else CHAT
 
 

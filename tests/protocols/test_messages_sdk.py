@@ -112,6 +112,21 @@ def test_a_route_under_messages_the_gateway_does_not_serve_answers_in_anthropics
     assert wrong_method.status_code in (404, 405) and wrong_method.json()["type"] == "error"
 
 
+def test_an_anthropic_api_the_gateway_does_not_serve_answers_an_anthropic_client_in_its_shape(gateway):
+    # Files and skills: Anthropic serves them, the gateway does not. The SDK sends anthropic-version on every call,
+    # and reads an error's type and message only in Anthropic's shape; an OpenAI client's call to the same path
+    # (OpenAI has /v1/files too) keeps OpenAI's.
+    client = sdk(gateway)
+    for call, path in [(client.beta.files.list, "GET /v1/files"),
+                       (lambda: client.skills.retrieve("skill_01"), "GET /v1/skills/skill_01")]:
+        with pytest.raises(anthropic.NotFoundError) as info:
+            call()
+        assert info.value.body == {"type": "error", "error": {"type": "not_found_error",
+                                                              "message": f"no route for {path}"}}
+    openai_shaped = httpx.get(f"{gateway.url}/v1/files", headers={"authorization": f"Bearer {ACME_KEY}"})
+    assert openai_shaped.status_code == 404 and openai_shaped.json()["error"]["code"] == "not_found"
+
+
 def test_bad_params_are_named_in_a_400_never_a_500(gateway):
     r = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": ACME_KEY},
                    json={"model": "tgi", "messages": [{"role": "user", "content": "x"}]})

@@ -36,6 +36,9 @@ What maps (request):
 |                                           |   llama.cpp, DeepSeek) reason by default; budget_tokens    |
 |                                           |   maps to no chat field (max_tokens bounds both, as here)  |
 | thinking disabled                         | nothing (as without it; any reasoning is not relayed)      |
+| a final assistant turn (a prefill)        | the last message; vLLM: continue_final_message (and        |
+|                                           |   add_generation_prompt off); llama.cpp continues it       |
+|                                           |   itself; an empty one is left out                         |
 | assistant thinking / redacted_thinking    | dropped: chat backends take no reasoning back (vLLM's docs |
 |   blocks                                  |   say not to send it), as Anthropic ignores earlier turns' |
 |                                           |   thinking                                                 |
@@ -139,6 +142,15 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
     for i, m in enumerate(body["messages"]):
         messages.extend(_turn(m, f"messages.{i}"))
     out["messages"] = messages
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and not last.get("tool_calls"):
+        # A prefill: Anthropic continues the final assistant turn and answers only what follows. An empty one
+        # prefills nothing. vLLM must be asked to continue it (else its template opens a fresh assistant turn
+        # after it); llama.cpp continues a final assistant message by itself (--prefill-assistant, its default).
+        if not last["content"]:
+            messages.pop()
+        elif flavor == "vllm":
+            out["continue_final_message"], out["add_generation_prompt"] = True, False
     if count_only:
         out["max_tokens"] = 1
     else:

@@ -205,6 +205,33 @@ def test_an_answer_from_the_cache_names_what_the_answer_it_replays_ignored(gatew
     assert again.get(IGNORED) == miss.get(IGNORED) == "inference_geo"
 
 
+PREFILLED = [{"role": "user", "content": "Weather in Paris, as JSON?"}, {"role": "assistant", "content": '{"sky": "'}]
+
+
+def test_a_final_assistant_turn_is_continued_by_vllm_not_answered_anew(gateway):
+    # Anthropic continues a final assistant turn (a prefill) and answers only what follows it. vLLM renders the chat
+    # with a fresh assistant header after it unless asked to continue the final message instead (its
+    # continue_final_message, which needs add_generation_prompt off): unasked, the model began a turn of its own.
+    gateway.backend.queue(Json({"role": "assistant", "content": 'sunny"}'}))
+    message = gateway.anthropic().messages.create(model="vllm", max_tokens=16, messages=PREFILLED)
+    assert message.content[0].text == 'sunny"}'  # type: ignore[union-attr]
+    body = gateway.backend.bodies[0]
+    assert body["messages"][-1] == PREFILLED[-1]
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
+
+
+def test_only_a_final_assistant_turn_with_words_in_it_is_a_prefill(gateway):
+    # A last turn from the user is answered as always; an empty final assistant turn (Anthropic allows one) prefills
+    # nothing, and vLLM would refuse to continue a message that is not there: it is left out.
+    gateway.backend.queue(Json(SUNNY), Json(SUNNY))
+    client = gateway.anthropic()
+    client.messages.create(model="vllm", max_tokens=16, messages=ASK)
+    client.messages.create(model="vllm", max_tokens=16, messages=[*ASK, {"role": "assistant", "content": ""}])
+    for body in gateway.backend.bodies:
+        assert body["messages"] == ASK
+        assert "continue_final_message" not in body and "add_generation_prompt" not in body
+
+
 def test_a_request_with_nothing_ignored_says_nothing(gateway):
     _, ignored, _ = _create(gateway, "vllm", metadata={"user_id": "u-1"})
     assert ignored is None

@@ -35,6 +35,9 @@ def shell(response_id: str, alias: str, body: dict, created_at: int | None = Non
         "text": {"format": {"type": "text"}, **text}, "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [], "top_p": body.get("top_p"), "truncation": "disabled",
         "usage": None, "user": body.get("user"), "metadata": body.get("metadata") or {},
+        "top_logprobs": body.get("top_logprobs"), "max_tool_calls": body.get("max_tool_calls"),
+        "safety_identifier": body.get("safety_identifier"), "prompt_cache_key": body.get("prompt_cache_key"),
+        "prompt_cache_retention": body.get("prompt_cache_retention"), "background": False,
     }
 
 

@@ -258,3 +258,22 @@ def test_text_verbosity_reaches_a_chat_backend_as_chats_verbosity(gateway, strea
     assert parsed == City(name="Paris")
     sent = gateway.backend.bodies[0]
     assert sent["verbosity"] == "low" and sent["response_format"]["json_schema"]["name"] == "City"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_answer_echoes_the_request_settings_openai_echoes(gateway, stream):
+    # OpenAI's response object repeats these settings of the request (the SDK's Response fields): a client that
+    # logs or checks them read null for what it had sent.
+    asked = {"top_logprobs": 2, "max_tool_calls": 3, "safety_identifier": "user-7f3a", "prompt_cache_key": "forecasts",
+             "prompt_cache_retention": "24h"}
+    client = gateway.openai()
+    if stream:
+        gateway.backend.queue(Chunks([{"role": "assistant", "content": "Sunny."}]))
+        events = list(client.responses.create(model="tools", input="Weather?", stream=True, **asked))
+        answers = [events[0].response, events[-1].response]
+    else:
+        gateway.backend.queue(Json({"role": "assistant", "content": "Sunny."}))
+        answers = [client.responses.create(model="tools", input="Weather?", **asked)]
+    answers.append(client.responses.retrieve(answers[-1].id))
+    for r in answers:
+        assert {k: getattr(r, k) for k in asked} == asked and r.background is False

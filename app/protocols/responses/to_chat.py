@@ -62,7 +62,7 @@ def to_chat(body: dict, items: list) -> dict:
             if value:
                 out["tools"] = [_tool(t, f"tools[{j}]") for j, t in enumerate(value)]
         elif key == "tool_choice":
-            if value is not None:
+            if value is not None and not _allowed_tools(value):
                 out["tool_choice"] = _tool_choice(value)
         elif key == "text":
             fmt = _response_format(value)
@@ -84,6 +84,8 @@ def to_chat(body: dict, items: list) -> dict:
         else:
             raise InvalidRequest(f"'{key}' is not a Responses parameter this gateway can pass to a chat completions "
                                  "backend", param=key)
+    if _allowed_tools(body.get("tool_choice")):
+        _only_allowed(out, body["tool_choice"])
     include = body.get("include")
     if isinstance(include, list) and "message.output_text.logprobs" in include:
         out["logprobs"] = True  # the sampled tokens' own, with or without top_logprobs
@@ -182,6 +184,39 @@ def _tool_choice(choice: str | dict) -> str | dict:
         return {"type": "function", "function": {"name": choice["name"]}}
     raise InvalidRequest(f"tool_choice type '{choice.get('type')}' has no chat completions equivalent",
                          param="tool_choice")
+
+
+def _allowed_tools(choice: object) -> bool:
+    return isinstance(choice, dict) and choice.get("type") == "allowed_tools"
+
+
+def _only_allowed(out: dict, choice: dict) -> None:
+    """tool_choice allowed_tools: the model may call only the tools it names (`mode` auto or required), while the
+    request keeps its whole tool list (OpenAI's way to keep the prompt cache). Chat backends take no such choice
+    (llama.cpp and vLLM know none), so they are sent the allowed tools alone, with the mode as the tool choice."""
+    mode = choice.get("mode")
+    if mode not in ("auto", "required"):
+        raise InvalidRequest("tool_choice.mode must be 'auto' or 'required'", param="tool_choice.mode")
+    allowed = choice.get("tools")
+    if not isinstance(allowed, list):
+        raise InvalidRequest("tool_choice.tools must be an array of tools", param="tool_choice.tools")
+    names = set()
+    for j, tool in enumerate(allowed):
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            raise InvalidRequest("tool_choice.tools may name function tools only here (hosted tools cannot be passed "
+                                 "to a chat completions backend)", param=f"tool_choice.tools[{j}]")
+        names.add(tool["name"])
+    tools = [t for t in out.get("tools") or () if t["function"]["name"] in names]
+    missing = names - {t["function"]["name"] for t in tools}
+    if missing:
+        raise InvalidRequest(f"tool_choice.tools names '{min(missing)}', which is not one of the request's tools",
+                             param="tool_choice.tools")
+    if tools:
+        out["tools"], out["tool_choice"] = tools, mode
+    elif mode == "required":
+        raise InvalidRequest("tool_choice 'required' with no allowed tools", param="tool_choice.tools")
+    else:
+        out.pop("tools", None)  # no tool allowed: the model answers in text
 
 
 def _response_format(text: dict) -> dict | None:

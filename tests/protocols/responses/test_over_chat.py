@@ -277,3 +277,30 @@ def test_the_answer_echoes_the_request_settings_openai_echoes(gateway, stream):
     answers.append(client.responses.retrieve(answers[-1].id))
     for r in answers:
         assert {k: getattr(r, k) for k in asked} == asked and r.background is False
+
+
+CLOCK = {"type": "function", "name": "clock", "description": "The time in a city.",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_allowed_tools_send_a_chat_backend_only_the_allowed_tools_with_the_mode_as_the_tool_choice(gateway, mode):
+    # OpenAI's tool_choice {"type": "allowed_tools", "mode", "tools"}: the model may call only the named tools, the
+    # request keeping its whole list. A chat backend knows no such choice: it is sent the allowed tools alone.
+    gateway.backend.queue(Json({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+        "tool_calls"))
+    choice = {"type": "allowed_tools", "mode": mode, "tools": [{"type": "function", "name": "weather"}]}
+    r = gateway.openai().responses.create(model="tools", input="Weather in Paris?", tools=[WEATHER, CLOCK],
+                                          tool_choice=choice)
+    assert [i.name for i in r.output] == ["weather"]
+    assert r.tool_choice.type == "allowed_tools" and [t.name for t in r.tools] == ["weather", "clock"]
+    sent = gateway.backend.bodies[0]
+    assert [t["function"]["name"] for t in sent["tools"]] == ["weather"] and sent["tool_choice"] == mode
+
+
+def test_allowed_tools_naming_a_tool_the_request_lacks_is_refused_naming_the_param(gateway):
+    with pytest.raises(openai.BadRequestError) as err:
+        gateway.openai().responses.create(model="tools", input="Time?", tools=[WEATHER], tool_choice={
+            "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "clock"}]})
+    assert err.value.body["param"] == "tool_choice.tools" and gateway.backend.bodies == []

@@ -13,7 +13,9 @@ What maps (request):
 | user tool_result blocks                   | `tool` messages (tool_call_id; text content), in order     |
 | image blocks inside a tool_result         | a `user` message after the tool messages, each call's      |
 |                                           |   images named by its id (app.protocols.tool_images)       |
-| max_tokens, temperature, top_p, top_k     | the same (top_k only to vLLM and llama.cpp, which take it;  |
+| max_tokens                                | max_tokens (OpenAI: max_completion_tokens, which its       |
+|                                           |   reasoning models require)                                |
+| temperature, top_p, top_k                 | the same (top_k only to vLLM and llama.cpp, which take it; |
 |                                           |   OpenAI refuses it, TGI and Ollama read none: named as    |
 |                                           |   ignored)                                                 |
 | stop_sequences                            | stop                                                       |
@@ -151,10 +153,13 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
             messages.pop()
         elif flavor == "vllm":
             out["continue_final_message"], out["add_generation_prompt"] = True, False
+    # OpenAI's chat API replaced max_tokens with max_completion_tokens, and its reasoning models refuse the old name;
+    # self-hosted servers all read max_tokens.
+    cap = "max_completion_tokens" if flavor == "openai" else "max_tokens"
     if count_only:
-        out["max_tokens"] = 1
+        out[cap] = 1
     else:
-        out["max_tokens"] = body["max_tokens"]
+        out[cap] = body["max_tokens"]
         for name in ("temperature", "top_p", "top_k"):
             if body.get(name) is not None and not (name == "top_k" and flavor in _NO_TOP_K):
                 out[name] = body[name]

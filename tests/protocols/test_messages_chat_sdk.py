@@ -114,6 +114,21 @@ def test_effort_where_the_server_has_no_such_knob_is_named_as_ignored(gateway):
     assert ignored == "output_config.effort"
 
 
+@pytest.mark.parametrize(("alias", "field"), [("openai", "max_completion_tokens"), ("vllm", "max_tokens"),
+                                              ("tgi", "max_tokens")])
+def test_the_output_cap_reaches_openai_as_max_completion_tokens(gateway, alias, field):
+    # OpenAI's reasoning models (o-series, gpt-5) refuse max_tokens ("Unsupported parameter: 'max_tokens' is not
+    # supported with this model. Use 'max_completion_tokens' instead.", a 400 for every Anthropic call to such a
+    # model); max_completion_tokens is its replacement, which every OpenAI chat model takes. Self-hosted servers
+    # keep max_tokens, the field they all read. count_tokens' one-token call likewise.
+    _, _, body = _create(gateway, alias)
+    assert body[field] == 16
+    assert {"max_tokens", "max_completion_tokens"} - {field} & body.keys() == set()
+    gateway.backend.queue(Json(SUNNY))
+    gateway.anthropic().messages.count_tokens(model=alias, messages=ASK)
+    assert gateway.backend.bodies[-1][field] == 1
+
+
 @pytest.mark.parametrize(("alias", "sent"), [("vllm", True), ("openai", False), ("tgi", False)])
 def test_top_k_reaches_only_servers_that_sample_by_it_and_is_named_where_it_does_not(gateway, alias, sent):
     # OpenAI's chat API refuses top_k ("Unrecognized request argument supplied: top_k", a 400 the client got for a

@@ -65,9 +65,9 @@ hint whose absence changes nothing the client relies on (see _MAPPED_FIELDS; ign
 Refused with a 400 invalid_request_error naming the param, since a chat backend cannot honour it:
 document and search-result blocks, blocks other than text and images inside a tool_result (images travel
 after the tool messages, above), server tools (a tool with a `type` other than "custom"), `mcp_servers`,
-`container`, `compaction`, and a stop_sequences list longer than 4 (OpenAI's limit on `stop`). Refused alike, as
-Anthropic refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking enabled without an
-integer budget_tokens of at least 1024. Anthropic's other rule, budget_tokens < max_tokens, is not enforced: the
+`container`, `compaction`, and a stop_sequences list longer than 4 for OpenAI and TGI (their limit on `stop`).
+Refused alike, as Anthropic refuses it (the gateway stands in for Anthropic; no backend sees the budget): thinking
+enabled without an integer budget_tokens of at least 1024. Anthropic's other rule, budget_tokens < max_tokens, is not enforced: the
 interleaved-thinking beta that Claude Code sends lifts it.
 """
 
@@ -122,6 +122,9 @@ _NO_EFFORT = ("tgi",)
 # Servers whose chat API has no top_k: OpenAI's refuses it (400 "Unrecognized request argument supplied: top_k"), TGI's
 # and Ollama's OpenAI-compatible chat read no such field. vLLM and llama.cpp take it as a sampling parameter.
 _NO_TOP_K = ("openai", "tgi", "ollama")
+# Servers that take at most 4 stop strings: OpenAI's chat API, and TGI by default (--max-stop-sequences). vLLM,
+# llama.cpp and Ollama take any number, as Anthropic does.
+_FOUR_STOPS = ("openai", "tgi")
 _BLOCKS = ("text", "image", "tool_use", "tool_result")
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # earlier turns' reasoning: chat backends take none back
 
@@ -165,7 +168,7 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
                 out[name] = body[name]
         stops = body.get("stop_sequences")
         if stops:
-            if len(stops) > 4:
+            if len(stops) > 4 and flavor in _FOUR_STOPS:
                 raise InvalidRequest("stop_sequences: at most 4 are supported by this model's chat-completions "
                                      "backends", param="stop_sequences")
             out["stop"] = stops

@@ -129,6 +129,26 @@ def test_the_output_cap_reaches_openai_as_max_completion_tokens(gateway, alias, 
     assert gateway.backend.bodies[-1][field] == 1
 
 
+FIVE_STOPS = ["END", "STOP", "DONE", "FIN", "###"]
+
+
+def test_more_than_four_stop_sequences_reach_a_server_that_takes_them(gateway):
+    # Anthropic takes many stop sequences, and so do vLLM and llama.cpp; only OpenAI's chat API (and TGI by default)
+    # stops at 4. A fifth was refused with a 400 on every alias, a server that would honour it included.
+    message, ignored, body = _create(gateway, "vllm", stop_sequences=FIVE_STOPS)
+    assert message.content[0].text == "Sunny."  # type: ignore[union-attr]
+    assert body["stop"] == FIVE_STOPS
+    assert ignored is None
+
+
+@pytest.mark.parametrize("alias", ["openai", "tgi"])
+def test_more_than_four_stop_sequences_are_refused_naming_them_where_the_server_takes_four(gateway, alias):
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        gateway.anthropic().messages.create(model=alias, max_tokens=16, messages=ASK, stop_sequences=FIVE_STOPS)
+    assert exc.value.body["error"]["message"].startswith("stop_sequences: at most 4")  # type: ignore[index]
+    assert gateway.backend.bodies == []
+
+
 @pytest.mark.parametrize(("alias", "sent"), [("vllm", True), ("openai", False), ("tgi", False)])
 def test_top_k_reaches_only_servers_that_sample_by_it_and_is_named_where_it_does_not(gateway, alias, sent):
     # OpenAI's chat API refuses top_k ("Unrecognized request argument supplied: top_k", a 400 the client got for a

@@ -31,7 +31,12 @@ _WORD_TIME = re.compile(r"\b(one|two|three|four|five|six|seven|eight|nine|ten|el
 _ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")
 _CURRENCY = re.compile(r"([$€£¥])\s*(\d[\d,.]*)")
 _CURRENCY_NAMES = {"$": "dollars", "€": "euros", "£": "pounds", "¥": "yen"}
-_TOKEN = re.compile(r"\d+(?:[.,:]\d+)*(?:am|pm)?|[^\W\d_]+")
+# An operator between two operands ("5 + 3", "10/2", "x^2", "7 > 5", "a == b"; "/" and "x" only between digits,
+# where they are no "and/or" or "km/h" and no letter): a token of its own, as is a letter name a symbol completes
+# ("C++", "C#", "F#"). Without them "What is 5 + 3?" read as "What is 5 - 3?" and "hello world in C++" as "... in C".
+_OPERATOR = re.compile(r"(?<=[\w)])\s*(==|!=|<=|>=|[+*×÷^=<>])\s*(?=[\w(])|(?<=\d)\s*([/x])\s*(?=\d)")
+_OPERATOR_CANON = {"×": "*", "x": "*", "÷": "/"}
+_TOKEN = re.compile(r"\d+(?:[.,:]\d+)*(?:am|pm)?|[^\W\d_]+(?:\+\+|#)?|(?<!\S)(?:==|!=|<=|>=|[+*/^=<>])(?!\S)")
 _DOUBLE_L = frozenset(
     ["cancelled", "cancelling", "travelled", "travelling", "traveller", "travellers", "labelled", "labelling", "modelled", "modelling", "fuelled", "fuelling", "levelled", "levelling", "signalled", "signalling", "totalled", "channelled", "dialled", "dialling", "equalled", "tunnelled", "counselling", "counsellor", "marvelled", "quarrelled"]
 )
@@ -42,7 +47,9 @@ _NEGATIONS = frozenset(["not", "no", "never", "without", "none", "nothing", "nob
 # "HLOOKUP"/"VLOOKUP"; app/cache/normalise.py). "modal": what may be done against what must or should
 # be ("Can I ...?" / "Should I ...?", `_modal_changed`), or either against what is ("Do dogs ...?",
 # `_modal_against_fact`).
-HARD_REASONS = frozenset({"number", "negation", "role", "case", "modal"})
+# "symbol": an arithmetic or comparison operator ("5 + 3" / "5 - 3") or a name a symbol completes ("C" / "C++" /
+# "C#") differs.
+HARD_REASONS = frozenset({"number", "negation", "role", "case", "modal", "symbol"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +179,7 @@ def tokens(text: str) -> tuple[Token, ...]:
     if extraposed != t:
         t = _frames(extraposed)
     t = _ABLE.sub(_can_verb, t)
+    t = _OPERATOR.sub(lambda m: f" {_OPERATOR_CANON.get(op := m.group(1) or m.group(2), op)} ", t)
     words = _numbers(_TOKEN.findall(t))
     out = []
     for w in words:
@@ -661,6 +669,8 @@ def _why(a: str, b: str, only_a: Counter, only_b: Counter) -> str:
         return "negation"
     if any(w[:1].isdigit() for w in words):
         return "number"
+    if any(not w.isalnum() for w in words):
+        return "symbol"  # an operator, or a name a symbol completes ("C" / "C++")
     return "words"
 
 

@@ -51,6 +51,14 @@ from app.cache.guard import is_typo, mismatch
     ("Is it cold in Oslo?", "Is it cold in Oslo in winter?", "words"),  # a rare word is never filler
     ("Does insurance cover theft?", "Is theft covered by insurance?", "words"),  # a role word is never filler
     ("How do I reset my password?", "How do I reset my password without email?", "negation"),
+    # An operator is a word of the question: the tokens once dropped it, and "5 + 3" was served for "5 - 3".
+    ("What is 5 + 3?", "What is 5 - 3?", "symbol"),
+    ("What is 5 + 3?", "What is 5 * 3?", "symbol"),
+    ("What is 10/2?", "What is 10*2?", "symbol"),
+    ("Is 7 > 5?", "Is 7 < 5?", "symbol"),
+    # So is the symbol that makes a letter a language's name.
+    ("How do I print hello world in C?", "How do I print hello world in C++?", "symbol"),
+    ("How do I print hello world in C#?", "How do I print hello world in C?", "symbol"),
 ])
 def test_different_questions_are_caught(a, b, why):
     assert mismatch(a, b) == why
@@ -81,6 +89,7 @@ def test_different_questions_are_caught(a, b, why):
     ("How often should I change my passwords?", "How often should I change passwords?"),
     ("How do I tune a guitar to drop D?", "How do I tune my guitar to drop D?"),
     ("Is it legal to drive barefoot?", "Can I legally drive barefoot?"),  # a prefix the other side lacks: no opposite
+    ("What is 5 x 3?", "What is 5 * 3?"),  # one operator written two ways
 ])
 def test_repeats_pass(a, b):
     assert mismatch(a, b) is None

@@ -318,6 +318,8 @@ def _mismatch(a: str, b: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
         return "role", ()
     if ca != cb and not _one_block_moved(ca, cb) and not _one_block_moved(_heavy(ca), _heavy(cb)):
         return "order", ()
+    if _arguments_swapped(ta, tb):
+        return "role", ()
     meaning = by_meaning(ta, tb, pairs) if pairs else ()
     return ("meaning" if meaning else None), meaning
 
@@ -786,6 +788,32 @@ def _roles(words: list[str]) -> Counter:
             nxt = next((v for v in words[i + 1:] if v not in lx.ROLE_WORDS), None)
             out[(w, nxt)] += 1
     return out
+
+
+def _arguments_swapped(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> bool:
+    """The same words, two of them (nouns, numbers or names) standing the other way round: the arguments of a
+    relation swapped, whose answer is the inverse or a no for a yes ("How many cups in a gallon?" / "How many
+    gallons in a cup?", "1 USD in EUR" / "1 EUR in USD", "Is a square a rectangle?" / "Is a rectangle a
+    square?", "What percentage of 80 is 20?" / "of 20 is 80"). Two words next to each other are one block
+    moved, which a rewording may do, but a rewording that moves a word changes the words around it too ("a
+    remote branch" / "a branch on the remote", "change my passwords" / "passwords be changed"), moves an adverb
+    ("I play mostly blitz" / "I mostly play blitz"), or swaps the sides of an "or" ("tabs or spaces")."""
+    a, b = [t.canon for t in ta], [t.canon for t in tb]
+    if len(a) != len(b):
+        return False
+    differ = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(differ) != 2:
+        return False
+    i, j = differ
+    if (b[i], b[j]) != (a[j], a[i]) or {"or", "and"} & set(a[i + 1:j]):
+        return False
+    return all(_argument(ta[k].surface) for k in (i, j))
+
+
+def _argument(word: str) -> bool:
+    """A word that can be what a relation relates: a number, a noun, or a name or code WordNet does not know
+    ("USD", "EUR")."""
+    return word[:1].isdigit() or wordnet.noun(word) or (word.isalpha() and not wordnet.known(word))
 
 
 def _person_swapped(a: list[str], b: list[str]) -> bool:

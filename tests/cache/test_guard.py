@@ -59,6 +59,12 @@ from app.cache.guard import is_typo, mismatch
     # So is the symbol that makes a letter a language's name.
     ("How do I print hello world in C?", "How do I print hello world in C++?", "symbol"),
     ("How do I print hello world in C#?", "How do I print hello world in C?", "symbol"),
+    # Two nouns, numbers or names the other way round, the words between left in place: the relation's
+    # arguments swapped, an inverse answer (one block moved, which the order check lets a rewording do).
+    ("How many cups in a gallon?", "How many gallons in a cup?", "role"),
+    ("How much is 1 USD in EUR?", "How much is 1 EUR in USD?", "role"),
+    ("Is a square a rectangle?", "Is a rectangle a square?", "role"),
+    ("What percentage of 80 is 20?", "What percentage of 20 is 80?", "role"),
 ])
 def test_different_questions_are_caught(a, b, why):
     assert mismatch(a, b) == why
@@ -90,6 +96,8 @@ def test_different_questions_are_caught(a, b, why):
     ("How do I tune a guitar to drop D?", "How do I tune my guitar to drop D?"),
     ("Is it legal to drive barefoot?", "Can I legally drive barefoot?"),  # a prefix the other side lacks: no opposite
     ("What is 5 x 3?", "What is 5 * 3?"),  # one operator written two ways
+    ("Should I use tabs or spaces?", "Should I use spaces or tabs?"),  # the two sides of an "or"
+    ("I play mostly blitz.", "I mostly play blitz."),  # an adverb moved, not an argument
 ])
 def test_repeats_pass(a, b):
     assert mismatch(a, b) is None

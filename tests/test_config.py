@@ -206,7 +206,7 @@ def test_the_console_trace_link_is_an_http_url_with_the_trace_id_in_it(tmp_path)
 
 
 @pytest.mark.parametrize(("flavor", "apis"), [
-    ("llamacpp", {"chat", "completions", "embeddings", "responses", "messages"}),
+    ("llamacpp", {"chat", "completions", "embeddings", "messages"}),  # its /v1/responses: translated to chat
     ("vllm", {"chat", "completions", "embeddings", "responses", "messages"}),
     ("ollama", {"chat", "completions", "embeddings", "responses", "messages"}),
     ("tgi", {"chat", "completions"}),

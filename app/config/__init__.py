@@ -24,10 +24,14 @@ Flavor = Literal["openai", "vllm", "tgi", "llamacpp", "ollama"]
 # The client APIs a backend may speak natively (app.protocols: chat, completions, embeddings, and the
 # Responses and Anthropic Messages APIs).
 ApiName = Literal["chat", "completions", "embeddings", "responses", "messages"]
-# What each kind of server speaks unless a backend says otherwise: llama.cpp, vLLM and Ollama serve all
-# of them; TGI serves OpenAI's chat and text completions; the hosted OpenAI API adds Responses to its own.
+# What each kind of server speaks unless a backend says otherwise: vLLM and Ollama serve all of them; TGI
+# serves OpenAI's chat and text completions; the hosted OpenAI API adds Responses to its own. llama.cpp serves
+# a /v1/responses that clients break on (its stream events carry no output_index, content_index or
+# sequence_number: the openai SDK's responses.stream() raises TypeError; an answer cut by max_output_tokens says
+# `completed`; usage has no output_tokens_details; ggml-org/llama.cpp#20607): Responses reach it translated to
+# its chat completions, as its own endpoint does inside the server, unless a backend lists `responses` itself.
 DEFAULT_APIS: dict[str, tuple[ApiName, ...]] = {
-    "llamacpp": ("chat", "completions", "embeddings", "responses", "messages"),
+    "llamacpp": ("chat", "completions", "embeddings", "messages"),
     "vllm": ("chat", "completions", "embeddings", "responses", "messages"),
     "ollama": ("chat", "completions", "embeddings", "responses", "messages"),
     "tgi": ("chat", "completions"),

@@ -1,6 +1,7 @@
-"""/v1/responses in front of real llama.cpp: passthrough to its own /v1/responses (stateless: it refuses
-previous_response_id, so chains work only because the gateway expands them), and translation to its chat
-completions when a backend is declared chat-only. Official clients: the openai SDK and the OpenAI Agents SDK."""
+"""/v1/responses in front of real llama.cpp: translation to its chat completions (the llamacpp flavour's default,
+and a backend declared chat-only), and passthrough to its own /v1/responses where a backend lists `responses`
+(stateless: it refuses previous_response_id, so chains work only because the gateway expands them). Official
+clients: the openai SDK and the OpenAI Agents SDK."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from app.admission.auth import hash_key
 from tests.real.conftest import KEY
 from tests.support import Process, free_port, write_yaml
 
-MODELS = ["a", "a-chat"]  # passthrough, translated (the same llama-server, declared chat-only)
+MODELS = ["a", "a-chat"]  # passthrough (opted into), translated (the same llama-server, declared chat-only)
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +36,12 @@ def gw(llama_servers, tmp_path_factory):
         "server": {"host": "127.0.0.1", "port": port, "queue_timeout_s": 30},
         "auth": {"mode": "keys", "clients": [{"tenant": "t", "key_sha256": hash_key(KEY)}]},
         "backends": {
-            "a": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp"},  # its flavour speaks responses
+            # Its own /v1/responses, which the flavour does not use by default: listed here.
+            "a": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp", "apis": ["chat", "responses"]},
             "a-chat": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp", "apis": ["chat"]},
+            "a-default": {"base_url": a.url, "model": "smol-a", "flavor": "llamacpp"},
         },
-        "models": {"a": {"backends": ["a"]}, "a-chat": {"backends": ["a-chat"]}},
+        "models": {"a": {"backends": ["a"]}, "a-chat": {"backends": ["a-chat"]}, "a-default": {"backends": ["a-default"]}},
     }
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gateway.yaml", config))], tmp / "gateway.log")
     proc.wait_listening(port)
@@ -67,6 +70,22 @@ def test_create_json_and_stream(gw, model):
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text and events[-1].response.output_text == text and events[-1].response.usage.output_tokens > 0
     assert events[-1].response.model == model  # the alias, also where llama.cpp names its model only at the end
+
+
+def test_the_llamacpp_flavour_answers_responses_as_the_openai_sdk_reads_them(gw):
+    # llama.cpp's own /v1/responses streams events without output_index, content_index or sequence_number (the
+    # SDK's responses.stream() raised TypeError accumulating them), says `completed` for an answer cut by
+    # max_output_tokens and gives no output_tokens_details. By default the flavour's Responses are translated
+    # from its chat completions, which say all of it.
+    c = client(gw)
+    with c.responses.stream(model="a-default", input="Tell me a long story about a river.", max_output_tokens=4) as s:
+        events = list(s)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.incomplete"
+    assert {e.output_index for e in events if e.type == "response.output_text.delta"} == {0}
+    r = c.responses.create(model="a-default", input="Tell me a long story about a river.", max_output_tokens=4)
+    assert (r.status, r.incomplete_details.reason, r.output[-1].status) == ("incomplete", "max_output_tokens", "incomplete")
+    assert r.usage.output_tokens == 4 and r.usage.output_tokens_details.reasoning_tokens == 0
 
 
 @pytest.mark.parametrize("model", MODELS)

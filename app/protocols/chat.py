@@ -51,6 +51,11 @@ class ChatProtocol(OpenAIProtocol):
         text = plain_text(last.get("content"))
         if last.get("role") != "user" or text is None or any(has_media(m.get("content")) for m in messages):
             return None
+        # Only the last turn's text is compared: a turn that says more (the `name` of a participant, which the
+        # model reads: "What is my name?" from alice and from bob) is held by the exact cache alone, as an
+        # earlier turn with a name stays in the scope word for word.
+        if any(value not in (None, "", [], {}) for key, value in last.items() if key not in ("role", "content")):
+            return None
         return text, messages[:-1]
 
     def replay(self, body: dict, include_usage: bool) -> list[bytes]:

@@ -184,6 +184,24 @@ def test_near_misses_are_not_served(cached_gateway, first, second):
     assert h["x-slipstream-cache"] == "miss"
 
 
+# A participant's `name` is part of what the model reads (OpenAI: "provides the model information to differentiate
+# between participants of the same role"); the semantic lookup compared the last turn's text only, and bob got
+# alice's answer to "What is my name?" at similarity 1.0.
+def test_a_named_participant_is_never_served_another_participants_answer(cached_gateway):
+    client = cached_gateway.client()
+    question = f"What is my name? [{uuid.uuid4().hex[:8]}]"
+
+    def ask_as(name: str):
+        raw = client.chat.completions.with_raw_response.create(
+            model="cached", messages=[{"role": "user", "name": name, "content": question}], temperature=0, max_tokens=64)
+        return raw.headers["x-slipstream-cache"]
+
+    assert ask_as("alice") == "miss"
+    settle(cached_gateway)
+    assert ask_as("bob") == "miss"
+    assert ask_as("alice") == "hit"  # the exact cache holds it, name and all
+
+
 def test_follow_up_never_matches_another_conversation(cached_gateway):
     client = cached_gateway.client()
     tag = uuid.uuid4().hex[:6]

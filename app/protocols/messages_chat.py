@@ -114,6 +114,8 @@ _REFUSED_FIELDS = ("mcp_servers", "container", "compaction")
 _MAPPED_FIELDS = frozenset({"model", "messages", "max_tokens", "system", "temperature", "top_p", "top_k",
                             "stop_sequences", "stream", "metadata", "tools", "tool_choice", "thinking",
                             "output_config", "service_tier", "speed", *_REFUSED_FIELDS})
+# A tool's fields a chat function carries (cache_control is named on its own, as on every block).
+_TOOL_FIELDS = frozenset({"name", "description", "input_schema", "strict", "type", "cache_control"})
 # The response header naming the request's fields this answer did not honour (comma-separated, as sent).
 IGNORED_HEADER = "x-slipstream-ignored-fields"
 _EFFORTS = ("low", "medium", "high", "xhigh", "max")
@@ -261,6 +263,12 @@ def ignored_fields(body: dict, flavor: str | None) -> list[str]:
             out.append("speed")
     elif body.get("speed") == "fast" and body.get("service_tier") == "standard_only":
         out.append("speed")
+    for tool in body.get("tools") or ():
+        # A chat function has a name, description, parameters and strict only: input_examples (shown to the model),
+        # defer_loading, eager_input_streaming, allowed_callers and anything newer reach no chat backend.
+        for key, value in tool.items():
+            if key not in _TOOL_FIELDS and value is not None and f"tools.{key}" not in out:
+                out.append(f"tools.{key}")
     if "cache_control" not in out and _marks_cache(body):
         out.append("cache_control")
     return out

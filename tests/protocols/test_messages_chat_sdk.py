@@ -199,6 +199,21 @@ def test_hints_with_no_chat_meaning_are_answered_and_named_in_a_whole_answer_and
         assert "cache_control" not in str(body["messages"])
 
 
+def test_a_tools_fields_with_no_function_equivalent_are_named(gateway):
+    # A chat function has a name, a description, parameters and strict. Anthropic's tool examples (shown to the
+    # model), deferred loading, eager input streaming and callers reach no chat backend: the answer says so, once
+    # per field, instead of dropping them unseen.
+    weather = {"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+               "input_examples": [{"city": "Paris"}], "defer_loading": True, "eager_input_streaming": True}
+    lookup = {"name": "lookup", "input_schema": {"type": "object"}, "input_examples": [{}],
+              "allowed_callers": ["direct"], "description": "Look it up.", "strict": True}
+    _, ignored, body = _create(gateway, "vllm", tools=[weather, lookup])
+    assert [t["function"] for t in body["tools"]] == [
+        {"name": "weather", "parameters": weather["input_schema"]},
+        {"name": "lookup", "parameters": {"type": "object"}, "description": "Look it up.", "strict": True}]
+    assert ignored == "tools.input_examples, tools.defer_loading, tools.eager_input_streaming, tools.allowed_callers"
+
+
 def test_context_management_from_the_beta_api_is_accepted_and_named(gateway):
     # Claude Code sends clear_thinking with thinking on. Its edits only shorten what the model reads; unapplied, the
     # model reads the conversation as sent (and over chat earlier thinking is dropped anyway).

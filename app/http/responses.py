@@ -1,4 +1,4 @@
-"""The Responses API's stored responses: GET /v1/responses/{id}, DELETE, and GET .../input_items.
+"""The Responses API's stored responses: GET /v1/responses/{id} (JSON, or its events), DELETE, GET .../input_items.
 
 POST /v1/responses is a proxied route like the others (app.http.fastpath -> app.pipeline), where the chain is
 expanded and the answer kept (app.conversations). Every read here is scoped to the caller's tenant: another
@@ -14,6 +14,7 @@ from starlette.responses import Response
 from app.admission.auth import authorization_of
 from app.conversations.service import input_items_page
 from app.errors import InvalidRequest
+from app.protocols.responses.protocol import replay_events
 
 router = APIRouter(prefix="/v1/responses")
 _JSON = "application/json"
@@ -25,7 +26,17 @@ def _tenant(request: Request) -> str:
 
 @router.get("/{response_id}")
 async def retrieve(response_id: str, request: Request) -> Response:
+    q = request.query_params
+    after = q.get("starting_after")
+    if after is not None and not after.isdigit():
+        raise InvalidRequest("'starting_after' must be a non-negative integer", param="starting_after")
     turn = await request.app.state.gateway.conversations.get(_tenant(request), response_id)
+    if q.get("stream") == "true":
+        # The SDK's retrieve(stream=True) and responses.stream(response_id=...) read events: a stored turn is a
+        # finished answer, so its whole event sequence, after `starting_after` (a sequence number) when given.
+        # Answered as JSON, the SDK read no event at all and raised nothing.
+        events = replay_events(turn.response)[int(after) + 1 if after is not None else 0:]
+        return Response(b"".join(events), media_type="text/event-stream")
     return Response(orjson.dumps(turn.response), media_type=_JSON)
 
 

@@ -84,6 +84,24 @@ def test_a_stored_response_is_retrieved_listed_and_deleted(client):
         client.responses.retrieve(r.id)
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_a_stored_response_retrieved_as_a_stream_is_its_whole_event_sequence(client, model):
+    # The SDK's retrieve(stream=True) and responses.stream(response_id=...) read the response's events, from
+    # `starting_after` on: a stored turn is a finished answer, so all of them. As JSON they read nothing, silently.
+    r = client.responses.create(model=model, input="Say it again.")
+    events = list(client.responses.retrieve(r.id, stream=True))
+    assert [events[0].type, events[-1].type] == ["response.created", "response.completed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == r.output_text
+    assert events[-1].response.id == r.id and events[-1].response.usage == r.usage
+    later = list(client.responses.retrieve(r.id, stream=True, starting_after=2))
+    assert [e.sequence_number for e in later] == list(range(3, len(events)))
+    with client.responses.stream(response_id=r.id) as resumed:
+        assert resumed.get_final_response().output_text == r.output_text
+    with pytest.raises(openai.NotFoundError):
+        list(client.responses.retrieve("resp_nope", stream=True))
+
+
 def test_input_items_of_a_chained_turn_list_the_whole_chain(client):
     first = client.responses.create(model="native", input="one")
     second = client.responses.create(model="native", input="two", previous_response_id=first.id)

@@ -1,4 +1,5 @@
-"""The Responses API's stored responses: GET /v1/responses/{id} (JSON, or its events), DELETE, GET .../input_items.
+"""The Responses API's stored responses: GET /v1/responses/{id} (JSON, or its events), DELETE, GET .../input_items,
+POST .../cancel (refused: nothing runs in the background).
 
 POST /v1/responses is a proxied route like the others (app.http.fastpath -> app.pipeline), where the chain is
 expanded and the answer kept (app.conversations). Every read here is scoped to the caller's tenant: another
@@ -44,6 +45,14 @@ async def retrieve(response_id: str, request: Request) -> Response:
 async def delete(response_id: str, request: Request) -> Response:
     await request.app.state.gateway.conversations.delete(_tenant(request), response_id)
     return Response(orjson.dumps({"id": response_id, "object": "response.deleted", "deleted": True}), media_type=_JSON)
+
+
+@router.post("/{response_id}/cancel")
+async def cancel(response_id: str, request: Request) -> Response:
+    # Only background responses can be cancelled (OpenAI), and the gateway runs none: every stored one is a
+    # finished synchronous answer, refused in OpenAI's words; an id the tenant has none by is the same 404.
+    await request.app.state.gateway.conversations.get(_tenant(request), response_id)
+    raise InvalidRequest("Cannot cancel a synchronous response.")
 
 
 @router.get("/{response_id}/input_items")

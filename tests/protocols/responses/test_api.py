@@ -102,6 +102,19 @@ def test_a_stored_response_retrieved_as_a_stream_is_its_whole_event_sequence(cli
         list(client.responses.retrieve("resp_nope", stream=True))
 
 
+def test_cancelling_a_stored_response_is_openais_refusal_of_a_synchronous_one(client):
+    # Only background responses can be cancelled, and the gateway runs none: OpenAI's 400 for a finished
+    # synchronous response (not a 404 'no route' for an id the client can still retrieve); an unknown id is a 404.
+    r = client.responses.create(model="native", input="Done already.")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.cancel(r.id)
+    assert err.value.body["message"] == "Cannot cancel a synchronous response."
+    assert err.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_nope")
+    assert client.responses.retrieve(r.id).status == "completed"
+
+
 def test_input_items_of_a_chained_turn_list_the_whole_chain(client):
     first = client.responses.create(model="native", input="one")
     second = client.responses.create(model="native", input="two", previous_response_id=first.id)

@@ -36,7 +36,11 @@ _CURRENCY_NAMES = {"$": "dollars", "€": "euros", "£": "pounds", "¥": "yen"}
 # ("C++", "C#", "F#"). Without them "What is 5 + 3?" read as "What is 5 - 3?" and "hello world in C++" as "... in C".
 _OPERATOR = re.compile(r"(?<=[\w)])\s*(==|!=|<=|>=|[+*×÷^=<>])\s*(?=[\w(])|(?<=\d)\s*([/x])\s*(?=\d)")
 _OPERATOR_CANON = {"×": "*", "x": "*", "÷": "/"}
-_TOKEN = re.compile(r"\d+(?:[.,:]\d+)*(?:am|pm)?|[^\W\d_]+(?:\+\+|#)?|(?<!\S)(?:==|!=|<=|>=|[+*/^=<>])(?!\S)")
+# A minus sign straight before a digit, not after a word, a digit or a point ("-5", "x[::-1]"; never "5-3",
+# "2020-2021" or "COVID-19"), is the number's: "Is -5 less than 3?" is not "Is 5 less than 3?". A code operator of
+# two or more symbols standing alone ("&&" / "||", "===") is a token wherever it stands.
+_TOKEN = re.compile(r"(?:(?<![\w.])-)?\d+(?:[.,:]\d+)*(?:am|pm)?|[^\W\d_]+(?:\+\+|#)?"
+                    r"|(?<!\S)(?:[=!]==?|<=|>=|&&|\|\||=>|->|[+*/^=<>])(?!\S)")
 _DOUBLE_L = frozenset(
     ["cancelled", "cancelling", "travelled", "travelling", "traveller", "travellers", "labelled", "labelling", "modelled", "modelling", "fuelled", "fuelling", "levelled", "levelling", "signalled", "signalling", "totalled", "channelled", "dialled", "dialling", "equalled", "tunnelled", "counselling", "counsellor", "marvelled", "quarrelled"]
 )
@@ -669,7 +673,7 @@ def _why(a: str, b: str, only_a: Counter, only_b: Counter) -> str:
     words = set(only_a) | set(only_b)
     if words & _NEGATIONS or _negated_word(a, b):
         return "negation"
-    if any(w[:1].isdigit() for w in words):
+    if any(is_number(w) for w in words):
         return "number"
     if any(not w.isalnum() for w in words):
         return "symbol"  # an operator, or a name a symbol completes ("C" / "C++")
@@ -810,10 +814,15 @@ def _arguments_swapped(ta: tuple[Token, ...], tb: tuple[Token, ...]) -> bool:
     return all(_argument(ta[k].surface) for k in (i, j))
 
 
+def is_number(word: str) -> bool:
+    """A token that is a number ("5", "1.5", "9:00am", "-5")."""
+    return word.lstrip("-")[:1].isdigit()
+
+
 def _argument(word: str) -> bool:
     """A word that can be what a relation relates: a number, a noun, or a name or code WordNet does not know
     ("USD", "EUR")."""
-    return word[:1].isdigit() or wordnet.noun(word) or (word.isalpha() and not wordnet.known(word))
+    return is_number(word) or wordnet.noun(word) or (word.isalpha() and not wordnet.known(word))
 
 
 def _person_swapped(a: list[str], b: list[str]) -> bool:

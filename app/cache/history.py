@@ -66,7 +66,7 @@ def facts(text: str) -> Facts:
     names = names_in(text)
     rare = frozenset(t.canon for t in toks
                      if t.surface.isalpha() and t.surface not in names and rank.get(t.surface, RARE_RANK) >= RARE_RANK)
-    return Facts(Counter(t.canon for t in toks if t.canon[:1].isdigit()),
+    return Facts(Counter(t.canon for t in toks if guard.is_number(t.canon)),
                  sum(t.surface in _NEGATIONS for t in toks), names, rare if rank else frozenset())
 
 

@@ -59,6 +59,10 @@ from app.cache.guard import is_typo, mismatch
     # So is the symbol that makes a letter a language's name.
     ("How do I print hello world in C?", "How do I print hello world in C++?", "symbol"),
     ("How do I print hello world in C#?", "How do I print hello world in C?", "symbol"),
+    # A minus sign before a digit is the number's; a code operator of two symbols is a token where it stands.
+    ("Is -5 less than 3?", "Is 5 less than 3?", "number"),
+    ("What does x[::-1] do in Python?", "What does x[::1] do in Python?", "number"),
+    ("How do I use && in bash?", "How do I use || in bash?", "symbol"),
     # Two nouns, numbers or names the other way round, the words between left in place: the relation's
     # arguments swapped, an inverse answer (one block moved, which the order check lets a rewording do).
     ("How many cups in a gallon?", "How many gallons in a cup?", "role"),
@@ -96,6 +100,7 @@ def test_different_questions_are_caught(a, b, why):
     ("How do I tune a guitar to drop D?", "How do I tune my guitar to drop D?"),
     ("Is it legal to drive barefoot?", "Can I legally drive barefoot?"),  # a prefix the other side lacks: no opposite
     ("What is 5 x 3?", "What is 5 * 3?"),  # one operator written two ways
+    ("What happened in 2020-2021?", "what happened in 2020-2021"),  # a range, not a negative number
     ("Should I use tabs or spaces?", "Should I use spaces or tabs?"),  # the two sides of an "or"
     ("I play mostly blitz.", "I mostly play blitz."),  # an adverb moved, not an argument
 ])

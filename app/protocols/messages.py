@@ -461,8 +461,8 @@ class MessageAssembler:
                 block.setdefault("citations", []).append(delta.get("citation"))
         elif kind == "message_delta":
             delta = event.get("delta") or {}
-            for key in ("stop_reason", "stop_sequence"):
-                if key in delta:
+            for key in ("stop_reason", "stop_sequence", "stop_details", "container"):  # Anthropic's, at the end
+                if key in delta and (delta[key] is not None or key.startswith("stop_")):
                     self.message[key] = delta[key]
             if isinstance(event.get("usage"), dict):
                 self.message.setdefault("usage", {}).update(
@@ -492,7 +492,8 @@ def message_events(body: dict) -> list[bytes]:
     """The Messages stream a whole Message stands for: message_start, each block's start/deltas/stop,
     message_delta (stop reason, usage), message_stop."""
     usage = dict(body.get("usage") or {})
-    start = {k: v for k, v in body.items() if k not in ("content", "stop_reason", "stop_sequence", "usage")}
+    start = {k: v for k, v in body.items()
+             if k not in ("content", "stop_reason", "stop_sequence", "stop_details", "usage")}
     start.update({"content": [], "stop_reason": None, "stop_sequence": None,
                   "usage": {**usage, "output_tokens": min(1, int(usage.get("output_tokens") or 0))}})
     events = [event("message_start", {"type": "message_start", "message": start})]
@@ -504,6 +505,9 @@ def message_events(body: dict) -> list[bytes]:
             if block.get("text"):
                 events.append(event("content_block_delta", {"type": "content_block_delta", "index": i,
                                                             "delta": {"type": "text_delta", "text": block["text"]}}))
+            for citation in block.get("citations") or ():  # as Anthropic streams them, one event each
+                events.append(event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                            "delta": {"type": "citations_delta", "citation": citation}}))
         elif btype == "tool_use":
             events.append(event("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
                 "type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}}}))
@@ -521,8 +525,11 @@ def message_events(body: dict) -> list[bytes]:
             events.append(event("content_block_start", {"type": "content_block_start", "index": i,
                                                         "content_block": block}))
         events.append(event("content_block_stop", {"type": "content_block_stop", "index": i}))
-    events.append(event("message_delta", {"type": "message_delta", "delta": {
-        "stop_reason": body.get("stop_reason"), "stop_sequence": body.get("stop_sequence")}, "usage": usage}))
+    # How it ended, as Anthropic says it at the end: the SDK takes stop_details (a refusal's category) from here, not
+    # from message_start, and a container's state where one was used.
+    delta = {"stop_reason": body.get("stop_reason"), "stop_sequence": body.get("stop_sequence")}
+    delta.update({k: body[k] for k in ("stop_details", "container") if body.get(k) is not None})
+    events.append(event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     events.append(event("message_stop", {"type": "message_stop"}))
     return events
 

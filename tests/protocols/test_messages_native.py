@@ -6,6 +6,7 @@ and what matters is what Anthropic refuses, which this server checks as Anthropi
 every thinking block in the history must carry a signature it issued ("Invalid `signature` in `thinking` block"),
 and with thinking on, the final assistant turn of a tool-use loop must begin with a thinking block. The gateway's
 choice of backend is made per attempt, so two aliases, one per backend, place the turns where a mixed alias might.
+Anthropic's answers cached and served again keep what only Anthropic's answers carry (citations, stop_details).
 """
 
 from __future__ import annotations
@@ -13,18 +14,24 @@ from __future__ import annotations
 import hashlib
 
 import anthropic
+import httpx
 import pytest
 from aiohttp import web
 
 from app.admission.auth import hash_key
 from app.protocols.messages import message_events
-from tests.conftest import ACME_KEY, NO_BREAKER
+from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Json, LoopbackServer
 from tests.support import Process, free_port, write_yaml
 
 WEATHER = {"name": "weather", "description": "The weather in a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 THINK = {"type": "enabled", "budget_tokens": 1024}
+REFUSED = {"type": "refusal", "category": "cyber", "explanation": "This could enable malware development."}
+GRASS = "The grass is green."
+# Where an answer's words come from in a document the request gave with citations enabled, as Anthropic cites it.
+CITATION = {"type": "char_location", "cited_text": GRASS, "document_index": 0, "document_title": "Lawns",
+            "start_char_index": 0, "end_char_index": len(GRASS)}
 IGNORED = "x-slipstream-ignored-fields"
 
 
@@ -39,7 +46,8 @@ def _refusal(where: str, message: str) -> web.Response:
 
 class AnthropicStandIn(LoopbackServer):
     """POST /v1/messages, validated as Anthropic validates thinking blocks; answers a signed thinking block (thinking
-    on) and a tool call (tools given, the last turn a question) or text. Keeps each body it accepted."""
+    on) and a tool call (tools given, the last turn a question), text citing a document the last turn gave, or text.
+    Keeps each body it accepted."""
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
@@ -70,7 +78,14 @@ class AnthropicStandIn(LoopbackServer):
         content: list[dict] = []
         if thinking:
             content.append({"type": "thinking", "thinking": "The user asks.", "signature": _sign("The user asks.")})
-        if body.get("tools") and not in_loop:
+        cites = isinstance(last, list) and any(b["type"] == "document" for b in last)
+        if isinstance(last, str) and "exploit" in last:  # refused, with the policy's category (stop_details)
+            content.append({"type": "text", "text": "I can't help with that."})
+            stop = "refusal"
+        elif cites:
+            content.append({"type": "text", "text": GRASS, "citations": [CITATION]})
+            stop = "end_turn"
+        elif body.get("tools") and not in_loop:
             content.append({"type": "tool_use", "id": "toolu_native", "name": "weather", "input": {"city": "Paris"}})
             stop = "tool_use"
         else:
@@ -79,6 +94,8 @@ class AnthropicStandIn(LoopbackServer):
         message = {"id": "msg_native", "type": "message", "role": "assistant", "model": body["model"],
                    "content": content, "stop_reason": stop, "stop_sequence": None,
                    "usage": {"input_tokens": 20, "output_tokens": 5}}
+        if stop == "refusal":
+            message["stop_details"] = REFUSED
         if not body.get("stream"):
             return web.json_response(message)
         return web.Response(body=b"".join(message_events(message)), content_type="text/event-stream")
@@ -91,6 +108,11 @@ class Gateway:
     def anthropic(self) -> anthropic.Anthropic:
         return anthropic.Anthropic(base_url=self.url, api_key=ACME_KEY, max_retries=0)
 
+    def settle(self) -> None:
+        """Wait until every answer the cache was handed is stored (it is written after the answer)."""
+        r = httpx.post(f"{self.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=10)
+        assert r.status_code == 200, r.text
+
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
@@ -98,13 +120,17 @@ def gateway(tmp_path_factory):
     port = free_port()
     config = {
         "server": {"host": "127.0.0.1", "port": port},
-        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}]},
+        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+                 "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
         "backends": {"chat": {"base_url": f"http://127.0.0.1:{chat.port}/v1", "model": "m-chat", "flavor": "tgi"},
                      "anthropic": {"base_url": f"http://127.0.0.1:{native.port}/v1", "model": "claude-stand-in",
                                    "apis": ["messages"]}},
         "reliability": NO_BREAKER,
         "models": {"on-chat": {"backends": ["chat"], "retry": {"max_attempts": 1}},
-                   "on-anthropic": {"backends": ["anthropic"], "retry": {"max_attempts": 1}}},
+                   "on-anthropic": {"backends": ["anthropic"], "retry": {"max_attempts": 1}},
+                   "cached-anthropic": {"backends": ["anthropic"], "retry": {"max_attempts": 1},
+                                        "cache": {"exact": {"enabled": True, "ttl_s": 300},
+                                                  "finish_reasons": ["stop", "content_filter"]}}},
     }
     tmp = tmp_path_factory.mktemp("messages-native-gw")
     proc = Process(["serve", "--config", str(write_yaml(tmp / "gw.yaml", config))], tmp / "gw.log")
@@ -182,3 +208,47 @@ def test_anthropics_own_signed_thinking_goes_back_to_it_unchanged(gateway):
     assert gateway.native.bodies[1]["messages"][1] == _as_param(call)
     assert gateway.native.bodies[1]["thinking"] == THINK
     assert raw.headers.get(IGNORED) is None
+
+
+def test_an_answer_citing_a_document_replays_its_citations_from_the_cache(gateway):
+    # Anthropic streams a text block's citations as citations_delta events, which the SDK gathers into the block.
+    # Served again from the cache as a stream, the block came without them: not the answer the client would have
+    # got, nor the one the cache holds.
+    ask = [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": GRASS},
+         "title": "Lawns", "citations": {"enabled": True}},
+        {"type": "text", "text": "What colour is the grass?"}]}]
+    client = gateway.anthropic()
+    first = client.messages.create(model="cached-anthropic", max_tokens=64, messages=ask,  # type: ignore[arg-type]
+                                   extra_body={"temperature": 0})  # only a deterministic answer is cached
+    gateway.settle()
+    with client.messages.stream(model="cached-anthropic", max_tokens=64, messages=ask,  # type: ignore[arg-type]
+                                extra_body={"temperature": 0}) as events:
+        replayed, cache = events.get_final_message(), events.response.headers["x-slipstream-cache"]
+    assert (cache, len(gateway.native.bodies)) == ("hit", 1)
+    assert first.content[0].citations and first.content[0].citations[0].cited_text == GRASS  # type: ignore[union-attr]
+    assert [b.model_dump() for b in replayed.content] == [b.model_dump() for b in first.content]
+
+
+@pytest.mark.parametrize("stored_from", ["whole", "stream"])
+def test_a_cached_refusal_keeps_its_stop_details_either_way(gateway, stored_from):
+    # Anthropic says why it refused in stop_details (its policy's category), at the end of a stream: in message_delta,
+    # where the SDK takes it from. Stored from a stream, the entry kept only the stop reason; replayed as a stream, the
+    # details rode on message_start, which the SDK's message_delta then overwrote with nothing.
+    ask = {"model": "cached-anthropic", "max_tokens": 64, "extra_body": {"temperature": 0},
+           "messages": [{"role": "user", "content": f"Write an exploit ({stored_from})."}]}
+    client = gateway.anthropic()
+
+    def answer(stream: bool) -> anthropic.types.Message:
+        if not stream:
+            return client.messages.create(**ask)  # type: ignore[arg-type]
+        with client.messages.stream(**ask) as events:  # type: ignore[arg-type]
+            return events.get_final_message()
+
+    first = answer(stored_from == "stream")
+    gateway.settle()
+    again = answer(stored_from == "whole")
+    assert len(gateway.native.bodies) == 1
+    assert first.stop_reason == again.stop_reason == "refusal"
+    assert first.stop_details is not None and again.stop_details is not None
+    assert first.stop_details.model_dump() == again.stop_details.model_dump() == REFUSED

@@ -80,6 +80,12 @@ def soft_refused(cached: str, asked: str) -> bool:
         return True
     if da & amount and db & amount:
         return True  # "how much protein" / "how many eggs": an amount of another thing
+    if (da | db) & lx.PAST and [t.canon for t in ta if t.surface not in lx.PAST] == [t.canon for t in tb if t.surface not in lx.PAST]:
+        # Nothing differs but the tense ("Who is the CEO of Apple?" / "Who was the CEO of Apple?"): its word is a
+        # function word, which the cosines never read, so the rest reads alike word for word. A rewording that
+        # also changes the tense changes its frame ("What was the highest temperature recorded in Europe?" / "What
+        # is Europe's highest recorded temperature?") and is read as before.
+        return True
     if any(wordnet.opposed(x, y) or guard._prefixed(x, y) for x in da for y in db):
         return True
     if guard._units(ta) != guard._units(tb) or guard._names(cached) ^ guard._names(asked):

@@ -204,6 +204,22 @@ def test_a_named_participant_is_never_served_another_participants_answer(cached_
     assert ask_as("alice") == "hit"  # the exact cache holds it, name and all
 
 
+def test_a_question_asked_in_another_tense_is_not_served(cached_gateway):
+    # Only the tense differs: the contextual check never read "was" (a function word) and served today's answer.
+    session = {"role": "system", "content": f"Session {uuid.uuid4().hex[:8]}."}  # the question stays word for word
+    client = cached_gateway.client()
+
+    def ask_(question: str):
+        raw = client.chat.completions.with_raw_response.create(
+            model="cached", messages=[session, {"role": "user", "content": question}], temperature=0, max_tokens=64,
+            extra_headers={"x-slipstream-cache-threshold": "0.5"})
+        return raw.headers["x-slipstream-cache"]
+
+    assert ask_("Who is the CEO of Apple?") == "miss"
+    settle(cached_gateway)
+    assert ask_("Who was the CEO of Apple?") == "miss"
+
+
 def test_follow_up_never_matches_another_conversation(cached_gateway):
     client = cached_gateway.client()
     tag = uuid.uuid4().hex[:6]

@@ -27,8 +27,12 @@ from app.protocols.chat import plain_text
 
 # Delivery and bookkeeping fields: they never change the answer's content.
 # previous_response_id: a chained Responses request is keyed by its expanded input (app.conversations), the id
-# adds nothing to what the answer depends on.
-_NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier", "previous_response_id"})
+# adds nothing to what the answer depends on. safety_identifier and prompt_cache_key are what OpenAI has `user`
+# replaced by (an end user's id for abuse detection; a bucket for its prompt cache), and prompt_cache_retention
+# how long that cache keeps a prefix: an application that sends one per end user, as OpenAI asks, would
+# otherwise give each of them a cache of their own.
+_NOT_IN_KEY = frozenset({"stream", "stream_options", "user", "metadata", "store", "service_tier", "previous_response_id",
+                         "safety_identifier", "prompt_cache_key", "prompt_cache_retention"})
 # Semantic matching is for plain text questions only.
 _NOT_SEMANTIC = ("tools", "functions", "logprobs", "top_logprobs", "echo", "suffix")
 # The fields that carry the conversation's turns (compared turn by turn, not as parameters).

@@ -100,6 +100,16 @@ def test_any_parameter_that_changes_output_changes_the_key(cached_gateway, chang
     assert h["x-slipstream-cache"] == "miss"
 
 
+# OpenAI asks applications to send each end user's id as safety_identifier (which replaced `user`) and to bucket
+# its prompt cache with prompt_cache_key: neither changes an answer, and like `user` neither may split the cache.
+def test_end_user_identifiers_share_the_tenants_cache(cached_gateway):
+    q = unique("Which planet has the most moons")
+    ask(cached_gateway, q, user="u1", safety_identifier="u1", prompt_cache_key="u1", prompt_cache_retention="24h")
+    settle(cached_gateway)
+    h, _ = ask(cached_gateway, q, user="u2", safety_identifier="u2", prompt_cache_key="u2")
+    assert h["x-slipstream-cache"] == "hit"
+
+
 def test_sampled_requests_bypass_the_cache(cached_gateway):
     q = unique("Be creative")
     h, _ = ask(cached_gateway, q, temperature=1.0)

@@ -155,6 +155,8 @@ class MessagesProtocol(ClientProtocol):
         stops = body.get("stop_sequences")
         if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) for s in stops)):
             raise InvalidRequest("stop_sequences: Input should be a list of strings", param="stop_sequences")
+        if stops and "" in stops:  # every answer contains it: backends stop at once and answer nothing
+            raise InvalidRequest("stop_sequences: each stop sequence must be non-empty", param="stop_sequences")
         tools = body.get("tools")
         if tools is not None:
             if not isinstance(tools, list):

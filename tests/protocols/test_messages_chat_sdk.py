@@ -141,6 +141,16 @@ def test_more_than_four_stop_sequences_reach_a_server_that_takes_them(gateway):
     assert ignored is None
 
 
+def test_an_empty_stop_sequence_is_refused_in_anthropics_words(gateway):
+    # Every answer contains the empty string: llama.cpp (checked on the real server, chat and Messages alike) and vLLM
+    # stop at once and answer nothing, a 200 with no words. Anthropic refuses the request instead.
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        gateway.anthropic().messages.create(model="vllm", max_tokens=16, messages=ASK, stop_sequences=["END", ""])
+    assert exc.value.body == {"type": "error", "error": {  # type: ignore[comparison-overlap]
+        "type": "invalid_request_error", "message": "stop_sequences: each stop sequence must be non-empty"}}
+    assert gateway.backend.bodies == []
+
+
 @pytest.mark.parametrize("alias", ["openai", "tgi"])
 def test_more_than_four_stop_sequences_are_refused_naming_them_where_the_server_takes_four(gateway, alias):
     with pytest.raises(anthropic.BadRequestError) as exc:

@@ -31,6 +31,8 @@ class StreamAssembler:
         except orjson.JSONDecodeError:
             self.broken = True
             return
+        if chunk is None:
+            return  # an event with nothing in it: llama.cpp opens the stream of a prompt list with `data: null`
         if not isinstance(chunk, dict):
             self.broken = True
             return

@@ -223,6 +223,16 @@ def test_log_probabilities_survive_the_answer_assembled_from_an_upstream_stream(
     assert all(abs(g["logprob"] - w["logprob"]) < 0.05 for g, w in zip(got, want))
 
 
+def test_a_prompt_list_is_answered_from_the_upstream_stream_as_llamacpp_answers_it(real):
+    # Legacy completions with several prompts: llama-server opens that stream with `data: null`, which the assembler
+    # took for a broken stream, so the JSON client got a 502 where the server itself answers each prompt.
+    ask = {"prompt": ["The sky is", "The sea is"], "max_tokens": 4, "temperature": 0, "seed": 7}
+    got = real.client().completions.create(model="a", **ask)
+    direct = httpx.post(f"{real.a.url}/completions", timeout=30, json={"model": "smol-a", **ask}).json()
+    assert [(c.index, c.text, c.finish_reason) for c in got.choices] == \
+        [(c["index"], c["text"], c["finish_reason"]) for c in direct["choices"]]
+
+
 def test_a_json_client_that_leaves_frees_the_slot(real):
     # A non-streamed call to llama-server keeps generating after its client leaves; streamed upstream,
     # the gateway closes the stream when the JSON client goes, and the slot frees at once.

@@ -73,3 +73,11 @@ def test_each_choice_keeps_its_own_log_probabilities():
     first, second = asm.result()["choices"]
     assert [t["token"] for t in first["logprobs"]["content"]] == ["a", "c"]
     assert [t["token"] for t in second["logprobs"]["content"]] == ["b"]
+
+
+def test_an_event_with_nothing_in_it_does_not_break_the_answer():
+    # llama-server opens the stream of a prompt list with `data: null`.
+    asm = StreamAssembler(chat=False)
+    asm.feed(b"null")
+    asm.feed(orjson.dumps({"id": "x", "choices": [{"index": 0, "text": "blue", "finish_reason": "stop"}]}))
+    assert not asm.broken and asm.result()["choices"][0]["text"] == "blue"

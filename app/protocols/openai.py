@@ -169,6 +169,9 @@ class OpenAIProtocol(ClientProtocol):
             completion = int(usage.get("completion_tokens") or 0)
             body["usage"] = {"prompt_tokens": 0, "completion_tokens": completion, "total_tokens": completion,
                              "prompt_tokens_details": {"cached_tokens": 0}}
+            if isinstance(usage.get("completion_tokens_details"), dict):
+                # The answer's own breakdown (reasoning_tokens, ...) is this answer's as much as its count.
+                body["usage"]["completion_tokens_details"] = usage["completion_tokens_details"]
         else:
             usage["prompt_tokens_details"] = {**(usage.get("prompt_tokens_details") or {}),
                                               "cached_tokens": usage.get("prompt_tokens", 0)}

@@ -27,7 +27,11 @@ def gateway(tmp_path_factory):
                      "plain": {"base_url": url, "model": "m-scripted"}},
         "reliability": NO_BREAKER,
         "models": {"streamed": {"backends": ["vllm"], "retry": {"max_attempts": 1}},
-                   "cached": {"backends": ["plain"], "retry": {"max_attempts": 1}, "cache": CACHED}},
+                   "cached": {"backends": ["plain"], "retry": {"max_attempts": 1}, "cache": CACHED},
+                   "semantic": {"backends": ["plain"], "retry": {"max_attempts": 1},
+                                "cache": {**CACHED, "semantic": {"enabled": True, "threshold": 0.9}}}},
+        # A generous embedding wait: these tests check behaviour on a shared 2-core machine, not speed.
+        "cache": {"embedding": {"timeout_ms": 5000}},
     }
     yield from serve(tmp_path_factory.mktemp("chat-gw"), backend, config)
 
@@ -94,3 +98,22 @@ def test_a_streamed_hit_ends_with_the_message_the_json_answer_had(gateway, answe
     assert hit.message.model_extra.get("reasoning_content") == miss.message.model_extra.get("reasoning_content")
     assert [(c.function.name, c.function.arguments) for c in hit.message.tool_calls or ()] == \
            [(c.function.name, c.function.arguments) for c in miss.message.tool_calls or ()]
+
+
+# A semantic hit counts the answer's tokens only (no model read this prompt): its completion_tokens, and the breakdown
+# of them a reasoning model reports (completion_tokens_details.reasoning_tokens), which was dropped.
+def test_a_semantic_hit_keeps_the_answers_token_breakdown(gateway):
+    usage = {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21,
+             "completion_tokens_details": {"reasoning_tokens": 7}}
+    gateway.backend.queue(Json({"role": "assistant", "content": "Hold reset.", "reasoning_content": "Routers..."},
+                               usage=usage))
+    client = gateway.openai()
+    client.chat.completions.create(model="semantic", messages=ask("How do I reset my router password?"), temperature=0)
+    gateway.settle()
+    raw = client.chat.completions.with_raw_response.create(
+        model="semantic", messages=ask("how do i reset my router password"), temperature=0)
+    assert raw.headers["x-slipstream-cache"] == "semantic-hit"
+    hit = raw.parse()
+    assert (hit.usage.prompt_tokens, hit.usage.completion_tokens) == (0, 9)
+    assert hit.usage.completion_tokens_details.reasoning_tokens == 7
+    assert hit.choices[0].message.model_extra["reasoning_content"] == "Routers..."

@@ -34,7 +34,9 @@ _CONTENT_EVENTS = (b"response.output_text.delta", b"response.function_call_argum
 _FINAL_EVENTS = (b"response.completed", b"response.incomplete")
 _FAILED_EVENTS = (b"response.failed", b"error")
 # Request fields a response echoes that the cache key leaves out (app.cache.keys), with the echo of their absence.
-_ECHOED_NOT_KEYED: dict[str, object] = {"metadata": {}, "user": None, "store": True, "previous_response_id": None}
+_ECHOED_NOT_KEYED: dict[str, object] = {"metadata": {}, "user": None, "store": True, "previous_response_id": None,
+                                        "safety_identifier": None, "prompt_cache_key": None,
+                                        "prompt_cache_retention": None}
 
 
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')

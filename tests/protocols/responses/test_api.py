@@ -241,23 +241,29 @@ def test_the_exact_cache_replays_a_stream_as_responses_events(client, responses_
 
 
 def test_a_cache_hit_echoes_the_askers_own_metadata_and_user_never_the_first_callers(client, responses_gateway):
-    # metadata, user and store are not in the cache key (they do not change the answer), so two end users of one
-    # tenant share the entry; each must see its own in the response object (and its stored copy), never the other's.
+    # metadata, user, store and OpenAI's end-user fields (safety_identifier, prompt_cache_key and its retention)
+    # are not in the cache key (they do not change the answer), so two end users of one tenant share the entry;
+    # each must see its own in the response object (and its stored copy), never the other's.
     alice = client.responses.create(model="cached", input="echo probe", temperature=0, metadata={"who": "alice"},
-                                    user="alice-1", store=False)
+                                    user="alice-1", safety_identifier="alice-sid", prompt_cache_key="alice-bucket",
+                                    prompt_cache_retention="24h", store=False)
+    assert (alice.safety_identifier, alice.prompt_cache_key) == ("alice-sid", "alice-bucket")
     r = httpx.post(f"{responses_gateway.url}/admin/cache/flush", headers={"authorization": f"Bearer {ADMIN_KEY}"},
                    timeout=10)
     assert r.status_code == 200, r.text
     bob = client.responses.with_raw_response.create(model="cached", input="echo probe", temperature=0,
-                                                    metadata={"who": "bob"}, user="bob-2")
+                                                    metadata={"who": "bob"}, user="bob-2", safety_identifier="bob-sid",
+                                                    prompt_cache_key="bob-bucket")
     assert bob.headers["x-slipstream-cache"] == "hit"
     answer = bob.parse()
     assert answer.output_text == alice.output_text
     assert answer.metadata == {"who": "bob"} and answer.user == "bob-2" and answer.store is True
+    assert (answer.safety_identifier, answer.prompt_cache_key, answer.prompt_cache_retention) == ("bob-sid", "bob-bucket", None)
     stored = client.responses.retrieve(answer.id)
-    assert stored.metadata == {"who": "bob"} and stored.user == "bob-2"
+    assert stored.metadata == {"who": "bob"} and stored.user == "bob-2" and stored.safety_identifier == "bob-sid"
     final = list(client.responses.create(model="cached", input="echo probe", temperature=0, stream=True))[-1].response
     assert final.output_text == alice.output_text and final.metadata == {} and final.user is None
+    assert final.safety_identifier is None and final.prompt_cache_key is None
 
 
 def test_a_stream_cut_midway_ends_with_an_error_and_is_not_stored(responses_gateway, responses_fleet):

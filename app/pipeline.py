@@ -78,6 +78,8 @@ async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         record.finished = time.perf_counter()
         _finish(gw, flow)
         err.headers.setdefault("x-request-id", record.request_id)
+        if protocol.id_header is not None:
+            err.headers.setdefault(protocol.id_header, record.request_id)
         raise
     except asyncio.CancelledError:
         if gone is None or gone.lost:
@@ -92,6 +94,8 @@ async def handle(gw: Gateway, protocol: ClientProtocol, raw_body: bytes, headers
         raise
     if flow.admitted is not None and flow.admitted.headers:
         response.headers.update(flow.admitted.headers)  # every answer carries them, errors included
+    if protocol.id_header is not None:
+        response.headers[protocol.id_header] = record.request_id
     return response
 
 

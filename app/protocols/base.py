@@ -130,6 +130,9 @@ class ClientProtocol:
     end_marker = b""
     # Whether its turns are stored and chained by the gateway (the Responses API: app.conversations).
     stateful = False
+    # The header this API's clients read a call's id from, where it is not x-request-id (which every answer carries):
+    # the anthropic SDK's `_request_id` and errors' `request_id` read Anthropic's `request-id`.
+    id_header: str | None = None
 
     # How this API words the three checks every request gets (Anthropic's SDK-style wording differs).
     model_required = "'model' is required and must be a non-empty string"

@@ -119,6 +119,7 @@ class MessagesProtocol(ClientProtocol):
     relay = "events"
     sse = MessagesSse()
     end_marker = b'"message_stop"'
+    id_header = "request-id"
 
     model_required = "model: Field required (a non-empty string)"
     stream_not_bool = "stream: Input should be a valid boolean"

@@ -82,6 +82,25 @@ def test_a_whole_answer_reports_the_prompt(gateway):
     assert (message.usage.input_tokens, message.usage.output_tokens) == (42, 3)
 
 
+# --- request ids ---------------------------------------------------------------------------------------------------
+
+def test_the_sdk_reads_the_gateways_request_id_on_answers_streams_and_errors(gateway):
+    # The anthropic SDK reads a call's id from Anthropic's request-id header (message._request_id, a stream's
+    # request_id, an error's request_id): what users log and quote. The gateway names each call in x-request-id
+    # (OpenAI's header), and the SDK found nothing there.
+    gateway.backend.queue(Json(SUNNY), Chunks([{"role": "assistant", "content": "Sunny."}]))
+    client = gateway.anthropic()
+    raw = client.messages.with_raw_response.create(model="tgi", max_tokens=16, messages=ASK)
+    assert raw.parse()._request_id == raw.headers["x-request-id"]
+    with client.messages.stream(model="tgi", max_tokens=16, messages=ASK) as stream:
+        stream.get_final_message()
+        assert stream.request_id == stream.response.headers["x-request-id"]
+    with pytest.raises(anthropic.NotFoundError) as exc:
+        client.messages.create(model="no-such-alias", max_tokens=16, messages=ASK)
+    assert exc.value.request_id == exc.value.response.headers["x-request-id"]
+    assert len({raw.headers["x-request-id"], stream.request_id, exc.value.request_id}) == 3
+
+
 # --- request fields a chat backend has no place for ----------------------------------------------------------------
 # Each is mapped where chat has the same knob, refused where ignoring it would change the answer the client relies
 # on, and otherwise accepted and named in the answer's x-slipstream-ignored-fields header: never dropped unseen.

@@ -57,7 +57,9 @@ class OpenAISse:
         return MODEL_FIELD.search(data)
 
     def is_content(self, data: bytes) -> bool:
-        return True  # the first data event, as the latency model has always measured OpenAI streams
+        # The first data event, as the latency model has always measured OpenAI streams; not an empty one
+        # (llama.cpp's `data: null` before a prompt list's chunks).
+        return data != b"null"
 
 
 OPENAI_SSE = OpenAISse()

@@ -231,6 +231,15 @@ def test_a_prompt_list_is_answered_from_the_upstream_stream_as_llamacpp_answers_
     direct = httpx.post(f"{real.a.url}/completions", timeout=30, json={"model": "smol-a", **ask}).json()
     assert [(c.index, c.text, c.finish_reason) for c in got.choices] == \
         [(c["index"], c["text"], c["finish_reason"]) for c in direct["choices"]]
+    # Streamed to the client: that empty event is not passed on (the SDK yields it as a None chunk), and every chunk
+    # names the alias (the first event, whose model is read, was the empty one).
+    chunks = list(real.client().completions.create(model="a", stream=True, **ask))
+    assert all(c is not None and c.model == "a" for c in chunks)
+    texts = {c.index: "" for c in got.choices}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+    assert texts == {c.index: c.text for c in got.choices}
 
 
 def test_a_json_client_that_leaves_frees_the_slot(real):

@@ -284,6 +284,22 @@ def test_an_answer_from_the_cache_names_what_the_answer_it_replays_ignored(gatew
     assert again.get(IGNORED) == miss.get(IGNORED) == "inference_geo"
 
 
+def test_consecutive_turns_of_one_role_reach_a_chat_backend_as_one_message(gateway):
+    # Anthropic combines consecutive user (or assistant) turns into one. Sent as they came, two user messages in a row
+    # are refused by chat templates that require the roles to alternate (Gemma's, Mistral's): llama.cpp with Gemma's
+    # template answers 400 "Conversation roles must alternate" (checked on the real server), and takes the same words
+    # as one message of two text parts. An assistant turn of thinking alone (earlier turns' thinking is not sent to a
+    # chat backend) leaves two user turns side by side the same way.
+    gateway.backend.queue(Json(SUNNY))
+    gateway.anthropic().messages.create(model="vllm", max_tokens=16, messages=[
+        {"role": "user", "content": "Weather in Paris?"}, {"role": "user", "content": "And in Lyon?"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Two cities.", "signature": ""}]},
+        {"role": "user", "content": [{"type": "text", "text": "Celsius, please."}]}])
+    assert gateway.backend.bodies[0]["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Weather in Paris?"}, {"type": "text", "text": "And in Lyon?"},
+        {"type": "text", "text": "Celsius, please."}]}]
+
+
 PREFILLED = [{"role": "user", "content": "Weather in Paris, as JSON?"}, {"role": "assistant", "content": '{"sky": "'}]
 
 

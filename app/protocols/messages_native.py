@@ -5,7 +5,9 @@ an empty signature (only Anthropic signs; app/protocols/messages_chat.py). Place
 alias mixing both kinds), Anthropic refuses them: it checks every thinking block's signature ("Invalid `signature`
 in `thinking` block"). It does let a client omit earlier turns' thinking blocks, so those the gateway made are
 dropped (their text is the model's private reasoning, not something said, so it does not become text either), and
-a turn of nothing else is dropped whole (Anthropic joins the consecutive turns that leaves).
+a turn of nothing else is dropped whole. Consecutive turns of one role (the client's, or left so by a dropped turn)
+are joined into one: Anthropic combines them itself, and other servers that speak Messages (llama.cpp) pass them to
+chat templates that refuse two in a row.
 
 One case needs more: with thinking on, Anthropic requires the final assistant turn of a tool-use loop (the one
 whose tool_use the last user turn answers) to begin with its thinking block ("a final `assistant` message must
@@ -29,11 +31,13 @@ def unsigned(block: object) -> bool:
 
 
 def native_body(body: dict) -> tuple[dict, list[str]] | None:
-    """The body without the gateway's thinking blocks, and the fields that then cannot be honoured (["thinking"]
-    where a tool-use loop needs a signed block it no longer has); None when there is nothing to drop."""
+    """The body without the gateway's thinking blocks and with consecutive turns of one role joined, and the fields
+    that then cannot be honoured (["thinking"] where a tool-use loop needs a signed block it no longer has); None
+    when there is nothing to change."""
     messages = body["messages"]
     kept: list[dict] = []
     changed: list[int] = []  # indexes (in `kept`) of the assistant turns that lost a block, or where one was dropped
+    joined = False
     for m in messages:
         content = m.get("content")
         if m.get("role") == "assistant" and isinstance(content, list) and any(unsigned(b) for b in content):
@@ -42,14 +46,30 @@ def native_body(body: dict) -> tuple[dict, list[str]] | None:
             if not blocks:
                 continue
             m = {**m, "content": blocks}
+        if kept and kept[-1].get("role") == m.get("role"):
+            # Anthropic combines consecutive turns of one role itself; other servers that speak Messages (llama.cpp)
+            # hand them to the chat template as they are, and templates that require the roles to alternate
+            # (Gemma's, Mistral's) refuse them. Joined, they are the same turn to Anthropic.
+            kept[-1] = {**kept[-1], "content": _blocks(kept[-1].get("content")) + _blocks(m.get("content"))}
+            joined = True
+            if changed and changed[-1] == len(kept):
+                changed[-1] = len(kept) - 1
+            continue
         kept.append(m)
-    if not changed:
+    if not changed and not joined:
         return None
     out = {**body, "messages": kept}
     if thinks(body) and _loop_needs_signed_thinking(kept, changed):
         del out["thinking"]
         return out, ["thinking"]
     return out, []
+
+
+def _blocks(content: object) -> list:
+    """A turn's content as blocks (a string is one text block, as Anthropic reads it)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
 
 
 def _loop_needs_signed_thinking(messages: list[dict], changed: list[int]) -> bool:

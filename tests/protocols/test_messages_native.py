@@ -197,6 +197,20 @@ def test_a_tool_loop_begun_on_a_chat_backend_goes_on_on_anthropic_without_thinki
     assert [b["type"] for b in sent["messages"][1]["content"]] == ["tool_use"]
 
 
+def test_consecutive_turns_of_one_role_reach_a_native_backend_as_one_turn(gateway):
+    # Anthropic combines consecutive turns of one role itself; llama.cpp's /v1/messages sends them to the chat template
+    # as they are, and a template that requires the roles to alternate (Gemma's) refuses them (400 "Conversation
+    # roles must alternate", checked on the real server). Joined, they are the same turn to Anthropic. The gateway's
+    # own thinking, dropped for a native backend, leaves such a pair where the client sent none.
+    gateway.anthropic().messages.create(model="on-anthropic", max_tokens=64, messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Two cities.", "signature": ""}]},
+        {"role": "user", "content": "And in Lyon?"}, {"role": "user", "content": [{"type": "text", "text": "In C."}]}])
+    assert gateway.native.bodies[0]["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Weather in Paris?"}, {"type": "text", "text": "And in Lyon?"},
+        {"type": "text", "text": "In C."}]}]
+
+
 def test_anthropics_own_signed_thinking_goes_back_to_it_unchanged(gateway):
     client = gateway.anthropic()
     ask = [{"role": "user", "content": "Weather in Paris?"}]

@@ -88,6 +88,16 @@ def test_the_llamacpp_flavour_answers_responses_as_the_openai_sdk_reads_them(gw)
     assert r.usage.output_tokens == 4 and r.usage.output_tokens_details.reasoning_tokens == 0
 
 
+def test_llama_cpp_takes_an_earlier_turns_reasoning_back_through_the_translation(gw):
+    # Sent as reasoning_content on the turn's assistant message, as llama.cpp's own /v1/responses sends it.
+    r = client(gw).responses.create(model="a-default", max_output_tokens=8, input=[
+        {"role": "user", "content": "Hi"},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Greet them back."}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
+        {"role": "user", "content": "Again"}])
+    assert r.output_text and r.usage.input_tokens > 0
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_chaining_reaches_llama_cpp_with_the_earlier_turns(gw, model, stream):

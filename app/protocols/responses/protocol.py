@@ -164,7 +164,8 @@ class ResponsesProtocol(OpenAIProtocol):
         the expanded chain); any other gets chat completions, and its answer is translated back."""
         if backend.speaks("responses"):
             return Upstream(self.value, self.upstream_body(req, backend.model, False), req.headers, mended)
-        chat = to_chat(req.body, as_items(req.body["input"]))
+        # llama.cpp's chat reads earlier turns' reasoning back (reasoning_content), as its own /v1/responses sends it.
+        chat = to_chat(req.body, as_items(req.body["input"]), reasoning_back=backend.flavor == "llamacpp")
         chat["model"] = backend.model
         if not backend.stream_usage:  # a server that refuses stream_options (backends.<name>.stream_usage: false)
             chat.pop("stream_options", None)

@@ -34,19 +34,23 @@ def as_items(value: str | list) -> list:
     return value
 
 
-def to_chat(body: dict, items: list) -> dict:
-    """The chat body for `body` (a validated Responses request) whose input, chain expanded, is `items`."""
+def to_chat(body: dict, items: list, reasoning_back: bool = False) -> dict:
+    """The chat body for `body` (a validated Responses request) whose input, chain expanded, is `items`.
+    `reasoning_back`: earlier turns' reasoning items go as their turn's `reasoning_content` (a server that reads
+    it: llama.cpp); otherwise they are left out."""
     out: dict = {"model": body["model"]}
     messages: list[dict] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         messages.append({"role": "system", "content": instructions})
     images: list[tuple[str, list[dict]]] = []  # the images of the run of tool outputs now being added
+    # Items that leave the run of tool messages open: the outputs, and reasoning items where they are left out.
+    within_run = ("function_call_output",) if reasoning_back else ("function_call_output", "reasoning")
     for i, item in enumerate(items):
-        if images and item.get("type", "message") not in ("function_call_output", "reasoning"):
+        if images and item.get("type", "message") not in within_run:
             messages.append({"role": "user", "content": tool_images.parts(images)})
             images = []
-        _add_item(messages, item, f"input[{i}]", images)
+        _add_item(messages, item, f"input[{i}]", images, reasoning_back)
     if images:
         messages.append({"role": "user", "content": tool_images.parts(images)})
     out["messages"] = messages
@@ -95,7 +99,8 @@ def to_chat(body: dict, items: list) -> dict:
     return out
 
 
-def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[str, list[dict]]]) -> None:
+def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[str, list[dict]]],
+              reasoning_back: bool) -> None:
     kind = item.get("type", "message")
     if kind == "message":
         role = item["role"]
@@ -103,7 +108,8 @@ def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[s
         if role == "assistant":
             text = content if isinstance(content, str) else "".join(_assistant_text(content, where))
             prev = messages[-1] if messages else None
-            if prev is not None and prev["role"] == "assistant" and "tool_calls" in prev and prev.get("content") is None:
+            # The turn's assistant message begun by its reasoning or its calls: the text joins it.
+            if prev is not None and prev["role"] == "assistant" and prev.get("content") is None:
                 prev["content"] = text
             else:
                 messages.append({"role": "assistant", "content": text})
@@ -130,12 +136,29 @@ def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[s
                           {"type": "text", "text": tool_images.note(len(pictures))}]
         messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
     elif kind == "reasoning":
-        # A reasoning item of an earlier turn: chat backends take no reasoning input, and its effect is
-        # already in the answer that followed it; it is left out (the README's table says so).
-        return
+        # A reasoning item of an earlier turn. llama.cpp's chat reads it back as the turn's reasoning_content (its
+        # own /v1/responses sends it so, and thinking models continue a tool loop from it); other chat backends
+        # take none (vLLM's docs say not to send it, OpenAI's chat has no such field): left out there, its effect
+        # being in the answer that followed it (the README's table says so).
+        thought = _reasoning_of(item) if reasoning_back else None
+        if thought is None:
+            return
+        prev = messages[-1] if messages else None
+        if prev is not None and prev["role"] == "assistant" and "reasoning_content" not in prev:
+            prev["reasoning_content"] = thought
+        else:  # it comes before its turn's message and calls, which join this one
+            messages.append({"role": "assistant", "content": None, "reasoning_content": thought})
     else:
         raise InvalidRequest(f"input item type '{kind}' has no chat completions equivalent (this model's backends "
                              "speak chat completions only)", param=f"{where}.type")
+
+
+def _reasoning_of(item: dict) -> str | None:
+    """A reasoning item's own text (`content`'s reasoning_text parts, as the gateway and llama.cpp write them); None
+    for one that carries only a summary or encrypted content (OpenAI's), which is not the reasoning itself."""
+    parts = item.get("content")
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] if isinstance(parts, list) else []
+    return "".join(texts) or None
 
 
 def _assistant_text(content: list, where: str):

@@ -24,9 +24,14 @@ def gateway(tmp_path_factory):
                                              {"tenant": "globex", "key_sha256": hash_key(GLOBEX_KEY)}],
                  "admin_keys": [hash_key(ADMIN_KEY)]},
         "backends": {"chat": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
-                              "flavor": "tgi"}},  # TGI's flavour speaks chat completions only: Responses is translated
+                              "flavor": "tgi"},  # TGI's flavour speaks chat completions only: Responses is translated
+                     # The same server as llama.cpp: its flavour's Responses are translated too (its own endpoint
+                     # is not used by default).
+                     "llama": {"base_url": f"http://127.0.0.1:{backend.port}/v1", "model": "m-scripted",
+                               "flavor": "llamacpp"}},
         "reliability": NO_BREAKER,
         "models": {"tools": {"backends": ["chat"], "retry": {"max_attempts": 1}},
+                   "on-llama": {"backends": ["llama"], "retry": {"max_attempts": 1}},
                    "cached": {"backends": ["chat"], "retry": {"max_attempts": 1},
                               # Answers that call a tool are cached too: they carry every kind of item id.
                               "cache": {"exact": {"enabled": True, "ttl_s": 300},
@@ -304,3 +309,41 @@ def test_allowed_tools_naming_a_tool_the_request_lacks_is_refused_naming_the_par
         gateway.openai().responses.create(model="tools", input="Time?", tools=[WEATHER], tool_choice={
             "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "clock"}]})
     assert err.value.body["param"] == "tool_choice.tools" and gateway.backend.bodies == []
+
+
+
+# --- earlier turns' reasoning ----------------------------------------------------------------------------------
+
+def test_reasoning_items_given_back_reach_llama_cpp_as_their_turns_reasoning_content_and_no_other_backend(gateway):
+    # llama.cpp's own /v1/responses sends a reasoning item back as reasoning_content on its turn's assistant message
+    # (its chat template renders it; thinking models continue a tool loop from it). Its Responses are translated by
+    # default, so the translation does the same for it; other chat backends take no reasoning back: left out.
+    turn = [{"role": "user", "content": "Weather in Paris?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "Paris: call weather."}]},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
+             "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "Answer it."}],
+             "content": [{"type": "reasoning_text", "text": "It is sunny: say so."}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sunny."}]},
+            {"role": "user", "content": "And tomorrow?"}]
+    gateway.backend.queue(Json({"role": "assistant", "content": "Also sunny."}),
+                          Json({"role": "assistant", "content": "Also sunny."}))
+    client = gateway.openai()
+    for model in ("on-llama", "tools"):
+        assert client.responses.create(model=model, input=turn, tools=[WEATHER]).output_text == "Also sunny."
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    on_llama, on_tgi = (body["messages"] for body in gateway.backend.bodies)
+    assert on_llama == [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "reasoning_content": "Paris: call weather.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny.", "reasoning_content": "It is sunny: say so."},
+        {"role": "user", "content": "And tomorrow?"}]
+    assert on_tgi == [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."},
+        {"role": "user", "content": "And tomorrow?"}]

@@ -93,3 +93,14 @@ def test_what_chat_cannot_honour_is_refused_naming_the_param(body, items, param)
     with pytest.raises(InvalidRequest) as err:
         chat(body, items)
     assert err.value.param == param and err.value.status == 400
+
+
+def test_images_a_tool_returned_come_before_the_next_turns_reasoning_where_reasoning_goes_back():
+    pixel = "data:image/png;base64,iVBORw0KGgo="
+    items = [{"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_image", "image_url": pixel}]},
+             {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "I see it."}]},
+             {"type": "message", "role": "assistant", "content": "A cat."}]
+    roles = [(m["role"], m.get("reasoning_content")) for m in to_chat({"model": "m"}, items, reasoning_back=True)["messages"]]
+    assert roles == [("assistant", None), ("tool", None), ("user", None), ("assistant", "I see it.")]
+    assert [m["role"] for m in to_chat({"model": "m"}, items)["messages"]] == ["assistant", "tool", "user", "assistant"]

@@ -17,6 +17,7 @@ the rewritten texts. Neither the key nor the scope ever loses the tenant.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 
 import orjson
@@ -103,8 +104,24 @@ def semantic_query(tenant: str, req: ParsedRequest) -> SemanticQuery | None:
     earlier, roles, history = _conversation(messages)
     params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY and k not in _TURNS}
     params["model"] = req.alias
-    scope = _digest(tenant.encode(), req.protocol.value.encode(), _canonical(earlier), _canonical(params))
-    return SemanticQuery(scope, normalise(text), history, roles)
+    parts = [tenant.encode(), req.protocol.value.encode(), _canonical(earlier), _canonical(params)]
+    layouts = [_layout(t) for t in (text, *history)]
+    if any(layouts):
+        parts.append(_canonical(layouts))
+    return SemanticQuery(_digest(*parts), normalise(text), history, roles)
+
+
+def _layout(text: str) -> list[str]:
+    """Each non-blank line's indentation beyond what all of them share, when the lines are not all level (code:
+    "for ...:\n    print(i)\n    print('done')" and the same with the last line not indented are two programs);
+    [] for one line, or lines all level (spaces around a one-line question are markup, not structure).
+
+    The compared texts are normalised, which folds whitespace, and the embeddings read no indentation, so two
+    such texts would be the same question at similarity 1.0: the layout is kept in the scope instead, exactly."""
+    indents = [line[:len(line) - len(line.lstrip())] for line in text.splitlines() if line.strip()]
+    shared = os.path.commonprefix(indents)
+    relative = [indent[len(shared):] for indent in indents]
+    return relative if any(relative) else []
 
 
 # Message fields that say nothing when empty: SDKs send a reply back as they got it, with

@@ -230,6 +230,24 @@ def test_a_question_asked_in_another_tense_is_not_served(cached_gateway):
     assert ask_("Who was the CEO of Apple?") == "miss"
 
 
+def test_code_that_differs_only_in_its_indentation_is_another_question(cached_gateway):
+    # Normalised text folds whitespace and the embeddings read none: these two programs (one prints 'done' three
+    # times, the other once) were the same question at similarity 1.0, served by the guard.
+    loop = "for i in range(3):\n    print(i)\n    print('done')\n"
+    session = {"role": "system", "content": f"Session {uuid.uuid4().hex[:8]}."}
+    client = cached_gateway.client()
+
+    def ask_(question: str):
+        raw = client.chat.completions.with_raw_response.create(
+            model="cached", messages=[session, {"role": "user", "content": question}], temperature=0, max_tokens=64)
+        return raw.headers["x-slipstream-cache"]
+
+    assert ask_(f"What does this print?\n\n{loop}") == "miss"
+    settle(cached_gateway)
+    assert ask_(f"What does this print?\n\n{loop.replace('    print(' + repr('done'), 'print(' + repr('done'))}") == "miss"
+    assert ask_(f"Please, what does this print?\n\n{loop}") == "semantic-hit"  # the same layout, reworded
+
+
 def test_follow_up_never_matches_another_conversation(cached_gateway):
     client = cached_gateway.client()
     tag = uuid.uuid4().hex[:6]

@@ -61,3 +61,16 @@ def test_semantic_eligibility():
     image = [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": "data:"}}]
     assert semantic_query("t", req(messages=[{"role": "user", "content": image}])) is None
     assert semantic_query("t", req(messages=[{"role": "assistant", "content": "hi"}])) is None
+
+
+def _scope(text: str) -> str:
+    query = semantic_query("t", req(messages=[{"role": "user", "content": text}]))
+    assert query is not None
+    return query.scope
+
+
+def test_code_indented_another_way_is_another_scope_and_spaces_around_a_question_are_not():
+    program = "What does this print?\n\nfor i in range(3):\n    print(i)\n    print('done')"
+    assert _scope(program) != _scope(program.replace("    print('done')", "print('done')"))
+    assert _scope(program) == _scope("\n".join("  " + line for line in program.splitlines()))  # all shifted alike
+    assert _scope("   Is it normal for gums to bleed?  ") == _scope("Is it normal for gums to bleed?")

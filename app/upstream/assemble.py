@@ -44,21 +44,13 @@ class StreamAssembler:
             self._merge(c)
 
     def _merge(self, c: dict) -> None:
-        slot = self.choices.setdefault(int(c.get("index", 0)), {"content": [], "tool_calls": {}, "role": None, "finish_reason": None,
-                                                                "logprobs": None, "texts": {}, "extra": {}})
-        extra = slot["extra"]
-        for key, value in c.items():
-            if key in _CHOICE_OWN:
-                continue
-            before = extra.get(key)
-            if isinstance(value, list):
-                # Told in pieces (vLLM's `token_ids`): joined in the slot's own copy, linear in a long answer.
-                if isinstance(before, list):
-                    before.extend(value)
-                else:
-                    extra[key] = list(value)
-            elif value is not None or key not in extra:
-                extra[key] = value
+        index = int(c.get("index", 0))
+        slot = self.choices.get(index)
+        if slot is None:
+            slot = self.choices[index] = {"content": [], "tool_calls": {}, "role": None, "finish_reason": None,
+                                          "logprobs": None, "texts": {}, "extra": {}}
+        if not _CHOICE_OWN.issuperset(c):  # a field beyond OpenAI's own (vLLM's stop_reason)
+            _merge_extra(slot["extra"], c)
         if c.get("finish_reason"):
             slot["finish_reason"] = c["finish_reason"]
         if c.get("logprobs") is not None:
@@ -71,9 +63,10 @@ class StreamAssembler:
             slot["role"] = delta["role"]
         if delta.get("content"):
             slot["content"].append(delta["content"])
-        for key, value in delta.items():
-            if key not in _DELTA_OWN and isinstance(value, str):
-                slot["texts"].setdefault(key, []).append(value)
+        if len(delta) > 1 or "content" not in delta:  # most chunks carry content alone
+            for key, value in delta.items():
+                if key not in _DELTA_OWN and isinstance(value, str):
+                    slot["texts"].setdefault(key, []).append(value)
         for tc in delta.get("tool_calls") or ():
             call = slot["tool_calls"].setdefault(int(tc.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
             if tc.get("id"):
@@ -104,6 +97,22 @@ class StreamAssembler:
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def _merge_extra(extra: dict, choice: dict) -> None:
+    """A choice's fields beyond the assembler's own, as its chunks tell them: the last value given (a null
+    after a value is no news), a list joined across chunks in the slot's own copy (vLLM's `token_ids`)."""
+    for key, value in choice.items():
+        if key in _CHOICE_OWN:
+            continue
+        before = extra.get(key)
+        if isinstance(value, list):
+            if isinstance(before, list):
+                before.extend(value)
+            else:
+                extra[key] = list(value)
+        elif value is not None or key not in extra:
+            extra[key] = value
 
 
 def _merge_logprobs(so_far: object, chunk: object) -> object:

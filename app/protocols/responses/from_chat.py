@@ -33,7 +33,7 @@ def shell(response_id: str, alias: str, body: dict, created_at: int | None = Non
         "previous_response_id": body.get("previous_response_id"), "reasoning": body.get("reasoning"),
         "store": body.get("store", True), "temperature": body.get("temperature"),
         "text": {"format": {"type": "text"}, **text}, "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") or [], "top_p": body.get("top_p"), "truncation": "disabled",
+        "tools": body.get("tools") or [], "top_p": body.get("top_p"), "truncation": body.get("truncation") or "disabled",
         "usage": None, "user": body.get("user"), "metadata": body.get("metadata") or {},
         "top_logprobs": body.get("top_logprobs"), "max_tool_calls": body.get("max_tool_calls"),
         "safety_identifier": body.get("safety_identifier"), "prompt_cache_key": body.get("prompt_cache_key"),

@@ -57,10 +57,8 @@ def check(body: dict) -> None:
     choice = body.get("tool_choice")
     if choice is not None and not (choice in _TOOL_CHOICES or isinstance(choice, dict) and isinstance(choice.get("type"), str)):
         raise InvalidRequest("'tool_choice' must be none, auto, required or an object with a 'type'", param="tool_choice")
-    if body.get("truncation") == "auto":
-        # OpenAI's "auto" drops items from the middle of a long conversation; this gateway never cuts input.
-        raise InvalidRequest("truncation 'auto' is not supported: the gateway never cuts a conversation (a chain "
-                             "too long for the model gets context_length_exceeded)", param="truncation")
+    if body.get("truncation") not in (None, "auto", "disabled"):
+        raise InvalidRequest("'truncation' must be 'auto' or 'disabled'", param="truncation")
     if body.get("background") is True:
         raise InvalidRequest("background responses are not supported by this gateway", param="background")
     if body.get("conversation") is not None:

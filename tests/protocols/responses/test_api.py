@@ -185,7 +185,7 @@ def test_a_key_may_not_chain_into_a_model_it_may_not_use(responses_gateway):
     ({"model": "native", "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
     ({"model": "native", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "native", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
-    ({"model": "native", "input": "x", "truncation": "auto"}, "truncation"),
+    ({"model": "native", "input": "x", "truncation": "middle"}, "truncation"),
     # The Conversations API's server-held items: no backend behind the gateway holds them (vLLM and llama.cpp
     # ignore the field), so a native backend answered the turn without its history.
     ({"model": "native", "input": "x", "conversation": "conv_1"}, "conversation"),
@@ -340,6 +340,24 @@ def test_a_chain_that_outgrows_the_context_is_context_length_exceeded_never_cut(
             previous = r.id
     assert err.value.code == "context_length_exceeded"
     assert sizes == sorted(sizes) and len(sizes) >= 2  # every turn that was answered carried the whole chain
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_truncation_auto_is_answered_and_echoed(client, model):
+    # OpenAI acts on "auto" only when the input outgrows the context (openai-agents' ModelSettings sends it).
+    r = client.responses.create(model=model, input="hello", truncation="auto")
+    assert r.status == "completed" and r.truncation == "auto"
+
+
+def test_truncation_auto_over_chat_never_cuts_a_chain_silently(client):
+    # A chat backend has no such cut and the gateway makes none: the overflow is an error the client sees,
+    # as with truncation disabled (a chain cut without a word would answer a conversation the user never had).
+    previous = None
+    with pytest.raises(openai.BadRequestError) as err:
+        for _ in range(20):
+            previous = client.responses.create(model="tinychat", input="Tell me more about the river " * 3,
+                                               previous_response_id=previous, truncation="auto").id
+    assert err.value.code == "context_length_exceeded"
 
 
 def test_a_chain_that_outgrows_the_context_falls_back_where_configured(responses_gateway):

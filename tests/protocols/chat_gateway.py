@@ -10,9 +10,14 @@ import anthropic
 import httpx
 import openai
 
+from app.admission.auth import hash_key
 from tests.conftest import ACME_KEY, ADMIN_KEY
 from tests.protocols.chat_backend import ChatBackend
 from tests.support import Process, free_port, write_yaml
+
+# A gateway config's auth section: tenant acme's key (ACME_KEY), and the admin key `settle` needs.
+AUTH = {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
+        "admin_keys": [hash_key(ADMIN_KEY)]}
 
 
 class ChatGateway:

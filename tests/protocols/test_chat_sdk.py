@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission.auth import hash_key
-from tests.conftest import ACME_KEY, ADMIN_KEY, NO_BREAKER
+from tests.conftest import NO_BREAKER
 from tests.protocols.chat_backend import ChatBackend, Chunks, Json
-from tests.protocols.chat_gateway import serve
+from tests.protocols.chat_gateway import AUTH, serve
 
 CACHED = {"exact": {"enabled": True, "ttl_s": 300}, "finish_reasons": ["stop", "tool_calls"]}
 
@@ -19,8 +18,7 @@ def gateway(tmp_path_factory):
     backend = ChatBackend().start()
     url = f"http://127.0.0.1:{backend.port}/v1"
     config = {
-        "auth": {"mode": "keys", "clients": [{"tenant": "acme", "key_sha256": hash_key(ACME_KEY)}],
-                 "admin_keys": [hash_key(ADMIN_KEY)]},  # for /admin/cache/flush
+        "auth": AUTH,
         # vLLM's flavour: a JSON client's call is streamed upstream and its answer assembled from the chunks (as
         # for llama.cpp's); the plain one is called as the client calls it.
         "backends": {"vllm": {"base_url": url, "model": "m-scripted", "flavor": "vllm"},

@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
+import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -106,6 +107,8 @@ class Relay:
                     if data == DONE:
                         complete = True
                         break
+                    if (data[:1] != b"{" or data[-1:] != b"}") and not _json_object(data):
+                        raise UpstreamProtocolError(f"backend {self.stream.backend.name} sent a stream event that is not JSON")
                     if not result.first_token and fmt.is_content(data):
                         result.first_token = time.perf_counter()
                     if is_error(data):
@@ -166,6 +169,20 @@ class Relay:
                 data = f.on_data(data)
             if data is not None:
                 out.append(self.format.frame(data))
+
+
+def _json_object(data: bytes) -> bool:
+    """Whether a data event not framed as `{...}` is still one the APIs spoken here send: a JSON object with
+    whitespace around it, or llama.cpp's empty `null` (app.relay.filters.ModelName drops it). Parsed only then:
+    two byte tests are all a well-formed event costs. Anything else (a proxy's page, a broken server's half
+    line) no client could read: relayed, the openai SDK raised a JSONDecodeError mid-stream, not the APIError
+    of a stream that broke, and the gateway recorded the stream as complete."""
+    if data == b"null":
+        return True
+    try:
+        return isinstance(orjson.loads(data), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 class SSEResponse(Response):

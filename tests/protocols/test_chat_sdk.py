@@ -4,6 +4,7 @@ gateway rebuilt the answer from the backend's stream, and when the cache serves 
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from tests.conftest import NO_BREAKER
@@ -115,3 +116,18 @@ def test_a_semantic_hit_keeps_the_answers_token_breakdown(gateway):
     assert (hit.usage.prompt_tokens, hit.usage.completion_tokens) == (0, 9)
     assert hit.usage.completion_tokens_details.reasoning_tokens == 7
     assert hit.choices[0].message.model_extra["reasoning_content"] == "Routers..."
+
+
+def test_a_stream_event_that_is_not_json_ends_the_stream_with_an_error_and_is_never_cached(gateway):
+    # A proxy's page or a crashing server's half line mid-stream: relayed as it came, the SDK raised a
+    # JSONDecodeError (not the APIError of a broken stream) and the gateway took the stream for complete.
+    gateway.backend.queue(Chunks([{"role": "assistant", "content": "Hel"}], end="garbage"),
+                          Chunks([{"role": "assistant", "content": "Hello."}]))
+    client = gateway.openai()
+    with pytest.raises(openai.APIError, match="not JSON"):
+        for _ in client.chat.completions.create(model="cached", messages=ask("Hi?"), temperature=0, stream=True):
+            pass
+    gateway.settle()
+    again = client.chat.completions.create(model="cached", messages=ask("Hi?"), temperature=0, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in again if c.choices) == "Hello."
+    assert len(gateway.backend.bodies) == 2  # the broken stream was not cached

@@ -6,14 +6,9 @@ import orjson
 
 from app.errors import InvalidRequest
 from app.protocols.openai import OpenAIProtocol
-from app.upstream.assemble import StreamAssembler
+from app.upstream.assemble import CHUNK_FIELDS, DELTA_OWN, StreamAssembler
 
 SEP = "\x1e"
-# A stored answer's fields that every chunk of its replayed stream carries, as a backend's chunks do.
-CHUNK_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
-# A message's fields replayed by name; any other text field (`reasoning_content`, `reasoning`) is replayed as a
-# delta of that name.
-_DELTA_OWN = frozenset({"role", "content", "tool_calls"})
 
 
 class ChatProtocol(OpenAIProtocol):
@@ -78,7 +73,7 @@ class ChatProtocol(OpenAIProtocol):
             # content and tool calls, each in one delta. The answer's log-probabilities (kept when it was stored)
             # ride with its content (or refusal, or calls), all at once.
             deltas: list[dict] = [{key: value} for key, value in message.items()
-                      if key not in _DELTA_OWN and key != "refusal" and isinstance(value, str) and value]
+                      if key not in DELTA_OWN and key != "refusal" and isinstance(value, str) and value]
             if content:
                 deltas.append({"content": content})
             if isinstance(message.get("refusal"), str) and message["refusal"]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import orjson
 
 from app.errors import InvalidRequest
-from app.protocols.chat import CHUNK_FIELDS
 from app.protocols.openai import OpenAIProtocol, is_prompt, prompt_chars
-from app.upstream.assemble import StreamAssembler
+from app.upstream.assemble import CHUNK_FIELDS, StreamAssembler
 
 
 class CompletionsProtocol(OpenAIProtocol):

@@ -7,12 +7,12 @@ import orjson
 # A delta's fields the assembler joins itself; any other text field of a delta (llama.cpp's and older vLLM's
 # `reasoning_content`, newer vLLM's `reasoning`, OpenAI's `refusal`) is a text told in pieces too, and is
 # joined the same way into the message's field of that name, as the backend's non-streamed answer has it.
-_DELTA_OWN = frozenset({"role", "content", "tool_calls"})
+DELTA_OWN = frozenset({"role", "content", "tool_calls"})
 # A choice's fields the assembler sets itself; any other (vLLM's `stop_reason`, SGLang's `matched_stop`) is
 # the choice's as its last chunk that names it says it (a list: the chunks' lists joined).
 _CHOICE_OWN = frozenset({"index", "delta", "text", "logprobs", "finish_reason"})
-# The answer's own fields, told on every chunk (the first one's are kept).
-_META = ("id", "created", "model", "system_fingerprint", "service_tier")
+# The answer's own fields, told on every chunk (the first one's are kept; a replayed stream tells them alike).
+CHUNK_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
 
 
 class StreamAssembler:
@@ -37,7 +37,7 @@ class StreamAssembler:
             self.broken = True
             return
         if not self.meta:
-            self.meta = {k: chunk.get(k) for k in _META if k in chunk}
+            self.meta = {k: chunk.get(k) for k in CHUNK_FIELDS if k in chunk}
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         for c in chunk.get("choices") or ():
@@ -65,7 +65,7 @@ class StreamAssembler:
             slot["content"].append(delta["content"])
         if len(delta) > 1 or "content" not in delta:  # most chunks carry content alone
             for key, value in delta.items():
-                if key not in _DELTA_OWN and isinstance(value, str):
+                if key not in DELTA_OWN and isinstance(value, str):
                     slot["texts"].setdefault(key, []).append(value)
         for tc in delta.get("tool_calls") or ():
             call = slot["tool_calls"].setdefault(int(tc.get("index", 0)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})

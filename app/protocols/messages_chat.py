@@ -85,6 +85,7 @@ import orjson
 from app.errors import InvalidRequest, UpstreamProtocolError
 from app.protocols import tool_images
 from app.protocols.base import ParsedRequest
+from app.protocols.chat_turns import add_turn
 from app.protocols.responses.from_chat import reasoning_text
 from app.protocols.translated_stream import TranslatedStream, another_call
 from app.upstream.attempt import EventStream, JsonReply, json_object
@@ -150,7 +151,7 @@ def chat_body(req: ParsedRequest, backend_model: str, stream: bool, count_only: 
         messages.append({"role": "system", "content": system_text(system)})
     for i, m in enumerate(body["messages"]):
         for message in _turn(m, f"messages.{i}"):
-            _add(messages, message)
+            add_turn(messages, message)
     out["messages"] = messages
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and not last.get("tool_calls"):
@@ -382,28 +383,6 @@ def _turn(m: dict, where: str) -> list[dict]:
         out.append({"role": role, "content": "".join(p["text"] for p in parts) if only_text and len(parts) == 1
                     else parts})
     return out
-
-
-def _add(messages: list[dict], message: dict) -> None:
-    """`message` appended, or joined to the last one where both are the same speaker's: Anthropic combines
-    consecutive user (or assistant) turns into one, and chat templates that require the roles to alternate (Gemma's,
-    Mistral's) refuse two in a row. Joined as parts, each block's words stay as they were."""
-    last = messages[-1] if messages else None
-    if last is None or last["role"] != message["role"] or message["role"] not in ("user", "assistant"):
-        messages.append(message)
-        return
-    parts = _parts(last.get("content")) + _parts(message.get("content"))
-    joined: dict = {"role": last["role"], "content": parts or None}
-    calls = (last.get("tool_calls") or []) + (message.get("tool_calls") or [])
-    if calls:
-        joined["tool_calls"] = calls
-    messages[-1] = joined
-
-
-def _parts(content: object) -> list[dict]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    return list(content) if isinstance(content, list) else []
 
 
 def _image_url(source: dict, at: str) -> str:

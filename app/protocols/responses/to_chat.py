@@ -11,6 +11,7 @@ from typing import Any
 
 from app.errors import InvalidRequest
 from app.protocols import tool_images
+from app.protocols.chat_turns import add_turn
 
 # Passed on unchanged: the same name and meaning in both APIs.
 _SAME = ("temperature", "top_p", "parallel_tool_calls", "user", "seed", "stop")
@@ -114,8 +115,12 @@ def _add_item(messages: list[dict], item: dict, where: str, images: list[tuple[s
             else:
                 messages.append({"role": "assistant", "content": text})
             return
-        messages.append({"role": role, "content": content if isinstance(content, str) else
-                         [_input_part(p, f"{where}.content[{j}]") for j, p in enumerate(content)]})
+        if role == "developer" and all(m["role"] == "system" for m in messages):
+            # Before any turn, a developer message is what a system message is: one with the instructions (a
+            # second system message is refused by strict templates; chat_turns says which).
+            role = "system"
+        add_turn(messages, {"role": role, "content": content if isinstance(content, str) else
+                            [_input_part(p, f"{where}.content[{j}]") for j, p in enumerate(content)]})
     elif kind == "function_call":
         call = {"id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": item["arguments"]}}

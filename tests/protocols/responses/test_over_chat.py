@@ -182,13 +182,14 @@ def test_a_tools_images_reach_a_chat_backend_in_a_user_message_after_the_tool_me
         {"role": "user", "content": "Describe them."}]))
     assert r.status == "completed" and r.output_text == "Page a shows a black pixel."
     sent = gateway.backend.bodies[0]["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user", "user"]
+    # The images and the user's next words are one user turn (strict templates refuse two in a row: chat_turns).
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
     assert [m["tool_call_id"] for m in sent[2:4]] == ["call_a", "call_b"]
     assert {p["type"] for p in sent[2]["content"]} == {"text"} and sent[2]["content"][0]["text"] == "Screenshot of a."
     assert sent[3]["content"] == "Page b did not load."
     assert sent[4]["content"] == [{"type": "text", "text": "The image returned by tool call call_a:"},
-                                  {"type": "image_url", "image_url": {"url": PIXEL}}]
-    assert sent[5]["content"] == "Describe them."
+                                  {"type": "image_url", "image_url": {"url": PIXEL}},
+                                  {"type": "text", "text": "Describe them."}]
 
 
 def test_images_that_end_the_input_follow_every_tool_message_of_the_turn(gateway):
@@ -347,3 +348,24 @@ def test_reasoning_items_given_back_reach_llama_cpp_as_their_turns_reasoning_con
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         {"role": "assistant", "content": "Sunny."},
         {"role": "user", "content": "And tomorrow?"}]
+
+
+def test_instructions_and_opening_developer_items_are_one_system_message_and_user_items_in_a_row_one_turn(gateway):
+    # A coding agent opens with instructions, a developer message, then the user's words and its environment as two
+    # user messages. Sent one message each, chat templates that require alternating roles refuse them: llama.cpp with
+    # Gemma's template answers 400 to a second system (or developer) message and to two user messages in a row, and
+    # 200 to the same words joined (checked on the real server, app/protocols/chat_turns.py).
+    gateway.backend.queue(Json({"role": "assistant", "content": "Done."}))
+    gateway.openai().responses.create(model="tools", instructions="You are a coding agent.", input=[
+        {"role": "developer", "content": "Sandbox: read-only."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "user", "content": [{"type": "input_text", "text": "<cwd>/repo</cwd>"}]},
+        {"role": "assistant", "content": "Which bug?"},
+        {"role": "developer", "content": "Answer briefly."},
+        {"role": "user", "content": "The crash."}])
+    assert gateway.backend.bodies[0]["messages"] == [
+        {"role": "system", "content": "You are a coding agent.\n\nSandbox: read-only."},
+        {"role": "user", "content": [{"type": "text", "text": "Fix the bug."}, {"type": "text", "text": "<cwd>/repo</cwd>"}]},
+        {"role": "assistant", "content": "Which bug?"},
+        {"role": "developer", "content": "Answer briefly."},  # within the conversation: its role as sent
+        {"role": "user", "content": "The crash."}]

@@ -185,6 +185,15 @@ def test_a_status_number_in_code_never_reaches_the_client():
     assert classify("openai", 429, {"error": {"message": "slow down", "code": 429}}).code == "rate_limit_exceeded"
 
 
+def test_an_image_a_text_only_llamacpp_model_cannot_read_is_the_clients_400_not_a_500():
+    # llama-server answers 500 (no --mmproj); OpenAI and Anthropic answer an image to a text-only model with a 400.
+    err = classify("llamacpp", 500, LLAMA_IMAGE)
+    assert (err.status, err.type, err.code, err.request_caused) == (400, "invalid_request_error", None, True)
+    assert err.message.startswith("image input is not supported")
+    other = classify("llamacpp", 500, {"error": {"code": 500, "message": "failed to parse tool call", "type": "server_error"}})
+    assert other.status == 500 and other.request_caused
+
+
 def test_llamacpp_request_caused_5xx():
     assert classify("llamacpp", 500, LLAMA_IMAGE).request_caused
     assert classify("llamacpp", 501, LLAMA_EMBED).request_caused

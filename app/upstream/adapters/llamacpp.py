@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import aiohttp
 from yarl import URL
 
+from app.errors import UpstreamStatus
 from app.upstream.adapters.base import Adapter, get, json_or_none
 from app.upstream.adapters.prometheus import gauges
 from app.upstream.adapters.report import NO_REPORT, BackendReport, ServerLoad, integer, ms
@@ -21,6 +22,9 @@ from app.upstream.adapters.report import NO_REPORT, BackendReport, ServerLoad, i
 # 500s llama-server answers for what the request asked, not for being unwell.
 _REQUEST_CAUSED_500 = ("image input is not supported", "multimodal", "mmproj", "not supported",
                        "failed to parse", "invalid", "grammar", "tool", "template")
+# Of those, the ones that say the request holds media its model cannot read (a model started without --mmproj):
+# a 400 invalid_request_error for the client, as OpenAI and Anthropic answer an image sent to a text-only model.
+_UNREADABLE_MEDIA = ("image input is not supported", "audio input is not supported")
 
 
 class LlamaCppAdapter(Adapter):
@@ -35,6 +39,12 @@ class LlamaCppAdapter(Adapter):
 
     def report_from_body(self, obj: Mapping) -> BackendReport:
         return from_llamacpp(obj)
+
+    def classify_error(self, status: int, body: bytes, backend: str) -> UpstreamStatus:
+        err = super().classify_error(status, body, backend)
+        if status == 500 and any(s in err.message.lower() for s in _UNREADABLE_MEDIA):
+            err.status, err.type, err.code = 400, "invalid_request_error", None
+        return err
 
     def request_caused(self, status: int, message: str) -> bool | None:
         if status == 501:

@@ -57,9 +57,7 @@ class OpenAISse:
         return MODEL_FIELD.search(data)
 
     def is_content(self, data: bytes) -> bool:
-        # The first data event, as the latency model has always measured OpenAI streams; not an empty one
-        # (llama.cpp's `data: null` before a prompt list's chunks).
-        return data != b"null"
+        return True  # the first data event, as the latency model has always measured OpenAI streams
 
 
 OPENAI_SSE = OpenAISse()

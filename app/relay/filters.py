@@ -42,7 +42,7 @@ class Filter(Protocol):
 class ModelName:
     """Notes the model the backend names in its first event; renames it in every event to the alias the
     client asked for (as a cache hit does), not whatever the backend calls it (llama.cpp without --alias:
-    its GGUF path). An empty (`null`) event before it is dropped."""
+    its GGUF path)."""
 
     __slots__ = ("_alias", "_format", "_rename", "_result", "_seen")
 
@@ -53,10 +53,6 @@ class ModelName:
 
     def on_data(self, data: bytes) -> bytes | None:
         if not self._seen:
-            if data == b"null":
-                # An event with nothing in it (llama.cpp opens the stream of a prompt list with it): not the first
-                # chunk, whose model is read, and not passed on, since the openai SDK yields it as a None chunk.
-                return None
             m = self._format.model(data)
             self._seen = m is not None or self._format.model_first
             name = self._result.response_model = m.group(1).decode() if m else None

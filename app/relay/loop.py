@@ -107,8 +107,14 @@ class Relay:
                     if data == DONE:
                         complete = True
                         break
-                    if (data[:1] != b"{" or data[-1:] != b"}") and not _json_object(data):
-                        raise UpstreamProtocolError(f"backend {self.stream.backend.name} sent a stream event that is not JSON")
+                    if data[:1] != b"{" or data[-1:] != b"}":  # two byte tests are all a well-formed event costs
+                        if data == b"null":
+                            # An event with nothing in it (llama.cpp opens a prompt list's stream with one): not a
+                            # first token, not the first chunk whose model is read, and not passed on (the openai
+                            # SDK yields it as a None chunk).
+                            continue
+                        if not _json_object(data):
+                            raise UpstreamProtocolError(f"backend {self.stream.backend.name} sent a stream event that is not JSON")
                     if not result.first_token and fmt.is_content(data):
                         result.first_token = time.perf_counter()
                     if is_error(data):
@@ -173,12 +179,9 @@ class Relay:
 
 def _json_object(data: bytes) -> bool:
     """Whether a data event not framed as `{...}` is still one the APIs spoken here send: a JSON object with
-    whitespace around it, or llama.cpp's empty `null` (app.relay.filters.ModelName drops it). Parsed only then:
-    two byte tests are all a well-formed event costs. Anything else (a proxy's page, a broken server's half
-    line) no client could read: relayed, the openai SDK raised a JSONDecodeError mid-stream, not the APIError
-    of a stream that broke, and the gateway recorded the stream as complete."""
-    if data == b"null":
-        return True
+    whitespace around it. Anything else (a proxy's page, a broken server's half line) no client could read:
+    relayed, the openai SDK raised a JSONDecodeError mid-stream, not the APIError of a stream that broke, and
+    the gateway recorded the stream as complete."""
     try:
         return isinstance(orjson.loads(data), dict)
     except orjson.JSONDecodeError:

@@ -25,7 +25,7 @@ def add_turn(messages: list[dict], message: dict) -> None:
     if role == "system" and isinstance(before, str) and isinstance(now, str):
         messages[-1] = {"role": role, "content": "\n\n".join(t for t in (before, now) if t)}
         return
-    parts = _parts(before) + _parts(now)
+    parts = as_parts(before) + as_parts(now)
     joined: dict = {"role": role, "content": parts or None}
     calls = (last.get("tool_calls") or []) + (message.get("tool_calls") or [])
     if calls:
@@ -33,7 +33,9 @@ def add_turn(messages: list[dict], message: dict) -> None:
     messages[-1] = joined
 
 
-def _parts(content: object) -> list[dict]:
+def as_parts(content: object) -> list[dict]:
+    """A turn's content as a list of parts: a string is one text part, `{"type": "text", "text": ...}`, the shape
+    OpenAI's chat parts and Anthropic's content blocks share."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     return list(content) if isinstance(content, list) else []

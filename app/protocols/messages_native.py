@@ -19,6 +19,7 @@ the loop ends (a user turn that is not a tool result), thinking is on again.
 
 from __future__ import annotations
 
+from app.protocols.chat_turns import as_parts
 from app.protocols.messages_chat import thinks
 
 
@@ -50,7 +51,7 @@ def native_body(body: dict) -> tuple[dict, list[str]] | None:
             # Anthropic combines consecutive turns of one role itself; other servers that speak Messages (llama.cpp)
             # hand them to the chat template as they are, and templates that require the roles to alternate
             # (Gemma's, Mistral's) refuse them. Joined, they are the same turn to Anthropic.
-            kept[-1] = {**kept[-1], "content": _blocks(kept[-1].get("content")) + _blocks(m.get("content"))}
+            kept[-1] = {**kept[-1], "content": as_parts(kept[-1].get("content")) + as_parts(m.get("content"))}
             joined = True
             if changed and changed[-1] == len(kept):
                 changed[-1] = len(kept) - 1
@@ -63,13 +64,6 @@ def native_body(body: dict) -> tuple[dict, list[str]] | None:
         del out["thinking"]
         return out, ["thinking"]
     return out, []
-
-
-def _blocks(content: object) -> list:
-    """A turn's content as blocks (a string is one text block, as Anthropic reads it)."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    return list(content) if isinstance(content, list) else []
 
 
 def _loop_needs_signed_thinking(messages: list[dict], changed: list[int]) -> bool:

@@ -238,6 +238,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                         failed(f"HTTP {r.status}: {(await r.read()).decode(errors='replace')}")
                         return
                     backend = r.headers.get("x-slipstream-backend", "?")
+                    request_id = r.headers.get("x-request-id")
                     predicted = r.headers.get("x-slipstream-predicted-ttft-ms")
                     async for line in r.content:
                         if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
@@ -257,7 +258,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
             run.ttft.append(first)
             run.e2e.append(time.perf_counter() - t0)
             run.backends[backend] = run.backends.get(backend, 0) + 1
-            run.log.append({"sent": round(sent, 3), "key": workload.key(messages), "backend": backend,
+            run.log.append({"sent": round(sent, 3), "id": request_id, "key": workload.key(messages), "backend": backend,
                             "ttft": round(first, 3), "e2e": round(run.e2e[-1], 3),
                             "prompt": (usage or {}).get("prompt_tokens"),
                             "cached": ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens"),
@@ -414,7 +415,7 @@ async def _calibrate(urls: list[str], words: int = 300) -> float:
 
 
 def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, hashing: bool = True,
-                   base: Path | None = None) -> list[Proc]:
+                   base: Path | None = None, trace: bool = False) -> list[Proc]:
     # `latency_aware@base`: that strategy's gateway run from the checkout --base-tree (an A/B of two
     # commits on one fleet and one schedule).
     cwd = base_checkout(strategy, base)
@@ -438,6 +439,8 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
                                      # `latency_aware:ttft`: streams ranked by their first token
                                      **({"stream_objective": strategy.partition(":")[2]} if ":" in strategy else {})}},
                 "cache": {"store": "memory"},
+                # --trace: every request's spans (each route decision's scores among them) on the log.
+                **({"telemetry": {"tracing": {"enabled": True, "exporter": "console"}}} if trace else {}),
             }
             path = tmp / f"gw-{port}.yaml"
             path.write_text(yaml.safe_dump(config))
@@ -450,6 +453,14 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
             g.stop()
         raise
     return out
+
+
+def keep_spans(tmp: Path, gws: list[Proc], stem: Path) -> None:
+    """Each stopped gateway's log (its console-exported spans) as STEM-N.spans."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for n, g in enumerate(gws):
+        log = tmp / f"gw-{g.url.rsplit(':', 1)[1]}.log"
+        stem.with_name(f"{stem.name}-{n}.spans").write_bytes(log.read_bytes())
 
 
 def make_workload(name: str, rng: random.Random, salt: str, args) -> object:
@@ -540,6 +551,10 @@ def main() -> None:
                          "NAME@base runs its gateway from there, beside the others in the same run (an A/B)")
     ap.add_argument("--dump", default=None,
                     help="write every request (sent, prompt key, backend, TTFT, E2E, cached tokens) per run to this JSON file")
+    ap.add_argument("--trace", default=None, metavar="DIR",
+                    help="keep each run's gateway spans (console exporter: every route decision's candidate scores, the "
+                         "predicted and measured stages) in DIR/WORKLOAD-LABEL-rREPEAT-N.spans, for bench/route_trace.py; "
+                         "tracing adds its own cost to every request")
     port_options(ap)
     args = ap.parse_args()
     apply_port_options(args)
@@ -577,7 +592,7 @@ def main() -> None:
                         label = strategy if replicas == 1 else f"{strategy} x{replicas}" + ("" if hashing else " no hashing")
                         fleet.clear_caches()
                         gws = start_gateways(tmp, fleet, strategy, replicas, hashing,
-                                             Path(args.base_tree) if args.base_tree else None)
+                                             Path(args.base_tree) if args.base_tree else None, args.trace is not None)
                         try:
                             salt = f"{wl}-{label}-{rep}-{time.time()}"
                             workload = make_workload(wl, random.Random(args.seed + rep), salt, args)
@@ -586,6 +601,8 @@ def main() -> None:
                         finally:
                             for g in gws:
                                 g.stop()
+                            if args.trace:
+                                keep_spans(tmp, gws, Path(args.trace) / f"{wl}-{label.replace(' ', '_')}-r{rep}")
                         results[label].append(run)
                         if args.dump:
                             dumped.setdefault(wl, []).append({"label": label, "repeat": rep, "requests": run.log,

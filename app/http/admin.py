@@ -80,6 +80,9 @@ async def backends(request: Request) -> Response:
             # The latency model's recent predictions against what was measured (relative errors).
             "prediction_error": gw.router.learner.accuracy[name].snapshot() if name in gw.router.learner.accuracy else None,
             "prefill_backlog": {"requests": s.prefilling, "uncached_prompt_tokens": round(s.uncached_inflight)},
+            # What the prefix index believes this backend holds, how far its reports bore that out, and (a
+            # cache kept per slot) whether the server keeps a prompt pushed out of its slot, once learned.
+            "prefix_index": s.prefixes.snapshot(),
             "reported_load": None if load is None else {"running": load.running, "waiting": load.waiting,
                                                         "kv_cache_usage": load.kv_cache_usage,
                                                         "prefix_cache_hit_share": gw.router.learner.server_prefix_hits.get(name)},
@@ -182,7 +185,8 @@ def _prefix_effect(s, ctx) -> dict | None:
     out = {"matched_blocks": m.blocks, "prompt_blocks": len(ctx.prefix.keys),
            "matched_tokens_estimated": round(m.matched_tokens, 1), "believed_cached_tokens": round(m.tokens, 1),
            "index_accuracy": round(s.prefixes.accuracy, 4), "index_verified_requests": s.prefixes.verified,
-           "sibling_prefilling": m.leader is not None, "uncached_tokens_in_flight": round(s.uncached_inflight, 1),
+           "sibling_prefilling": m.leader is not None, "in_host_memory_only": m.hosted,
+           "uncached_tokens_in_flight": round(s.uncached_inflight, 1),
            "used_by_strategy": ctx.cached is not None}
     if ctx.cached is not None:
         # Two probes of the decision's context, with and without the match: the context itself is not patched.

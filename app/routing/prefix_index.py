@@ -30,6 +30,9 @@ PRIOR_ACCURACY = 0.8
 _RELEASE = operator.itemgetter(0)  # of a (predicted release, event) user of a prefix copy
 # Prompts a taken slot forgot, kept to recognise one reported reused later (a host-memory prompt cache).
 FORGOTTEN_ENTRIES = 1024
+# What of a prompt pushed out of its slot routing counts on while its server is not known to keep such
+# prompts in host memory or to lose them (BackendPrefixes.host_share).
+UNKNOWN_HOST_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -113,12 +116,27 @@ class BackendPrefixes:
     verified: int = 0  # requests whose reported cached tokens were compared with the index's match
     _blocks: OrderedDict[bytes, _Entry] = field(default_factory=OrderedDict)
     _written: int = 0  # estimated tokens this gateway has sent into the backend's cache
-    # On a backend whose cache belongs to a slot: whether a copy pushed out of its slot is gone (llama.cpp
-    # with --cache-ram 0), until a prompt forgotten so is reported reused there (a host-memory prompt
-    # cache kept it: then a slot taken forgets nothing). See occupy.
-    slot_bound: bool = True
+    # On a backend whose cache belongs to a slot: whether the server keeps a prompt pushed out of its slot
+    # in host memory (llama.cpp's host-memory prompt cache, --cache-ram, on by default in the builds that
+    # have it) or loses it (--cache-ram 0, and builds before it). None until a request for such a prompt
+    # says which: no server publishes it (llama.cpp's /props does not). See occupy and verify.
+    host_memory: bool | None = None
     _held: dict[bytes, None] = field(default_factory=dict)  # first blocks believed in a slot (copies)
+    _hosted: dict[bytes, None] = field(default_factory=dict)  # first blocks whose every copy left its slot
     _forgotten: dict[bytes, None] = field(default_factory=dict)  # first blocks a taken slot forgot
+
+    @property
+    def slot_bound(self) -> bool:
+        """Whether a prompt pushed out of its slot may be gone (its server not known to keep it): what
+        pushing one out is charged for (app/routing/latency_aware.py)."""
+        return self.host_memory is not True
+
+    @property
+    def host_share(self) -> float:
+        """How much of a prompt held only in host memory (`in_host_memory`) routing counts on: all of it on
+        a server known to keep such prompts, half while that is not known (a guess either way costs one
+        cold prefill, and a prompt counted at half still draws its next request home, which says)."""
+        return 1.0 if self.host_memory else UNKNOWN_HOST_SHARE
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -184,7 +202,8 @@ class BackendPrefixes:
         if computes and len(users) >= e.copies:
             e.copies += 1
             self._held[keys[0]] = None
-            if slots and self.slot_bound:
+            self._hosted.pop(keys[0], None)
+            if slots:
                 self._free_slot(keys[0], slots)
         users.append((release_at, event))
         e.users = users
@@ -192,8 +211,9 @@ class BackendPrefixes:
     def _free_slot(self, taker: bytes, slots: int) -> None:
         """A copy of the prompt whose first block is `taker` took a slot: while more copies are believed
         held than the server has slots, the least recently used prompt with a copy in a free slot loses
-        that copy, and is forgotten with its last one. With every other copy running, the server queues
-        the new one for the slot that frees first, and the copy there is the one lost.
+        that copy, and with its last one is held in host memory only (`in_host_memory`), or forgotten on a
+        server known to lose what leaves a slot (`host_memory` False). With every other copy running, the
+        server queues the new one for the slot that frees first, and the copy there is the one lost.
 
         Kept while they ran (issue 24, bench/llama_sim.py --per-slot, four shared prompts, two slots a
         server), the index read three or four prompts on a two-slot server as held for the rest of a run:
@@ -209,10 +229,25 @@ class BackendPrefixes:
             e.copies -= 1
             total -= 1
             if not e.copies:  # left in `held` with no copy, which _victim passes over
-                del self._blocks[k], self._held[k]
-                if len(self._forgotten) >= FORGOTTEN_ENTRIES:
-                    self._forgotten.clear()
-                self._forgotten[k] = None
+                del self._held[k]
+                if self.host_memory is False:
+                    self._forget(k)
+                else:
+                    self._hosted[k] = None
+
+    def _forget(self, first: bytes) -> None:
+        """The prompt whose first block is `first` is gone from the server: its entry goes (the rest of its
+        blocks match nothing without the first), and it is kept among the forgotten, to recognise it if
+        the server reports it reused after all."""
+        del self._blocks[first]
+        if len(self._forgotten) >= FORGOTTEN_ENTRIES:
+            self._forgotten.clear()
+        self._forgotten[first] = None
+
+    def in_host_memory(self, first: bytes) -> bool:
+        """Whether the prompt whose first block is `first` is held, if at all, only in the server's host
+        memory: its every copy has left its slot, on a server not known to lose what leaves one."""
+        return first in self._hosted
 
     def _in_slots(self) -> list[tuple[bytes, _Entry]]:
         """The prompts believed in a slot (first block, entry), in the order their first copies were
@@ -249,21 +284,34 @@ class BackendPrefixes:
                 if lost:
                     del self._blocks[key]
                     self._held.pop(key, None)
+                    self._hosted.pop(key, None)
                 else:
                     e.ready_at, e.leader = min(e.ready_at, now), None
 
     def verify(self, predicted_blocks: int, turnover: float | None, reported_share: float, share_per_block: float,
-               first: bytes | None = None) -> None:
+               first: bytes | None = None, hosted: bool = False) -> None:
         """Compare the match predicted at routing time with the share of the prompt the backend says it
         reused: update the accuracy figure and, unless configured, the cache capacity. `turnover` is
         what this gateway had sent into the backend's cache since the matched blocks were last used
         (None: a cache whose entries are lost to a slot taken, not to tokens sent: no capacity figure).
-        `first`: the prompt's first block, to tell a prompt a taken slot forgot that came back reused."""
+        `first`: the prompt's first block, to tell a prompt a taken slot forgot that came back reused.
+        `hosted`: the prompt was believed held in host memory only when the request was routed
+        (`in_host_memory`), so its report says whether the server keeps what leaves a slot."""
         predicted_share = min(1.0, predicted_blocks * share_per_block)
         if predicted_share <= 0.0 and reported_share >= 0.5 and first is not None and first in self._forgotten:
             # Forgotten when its slot was taken, yet reused: the server keeps what leaves a slot (llama.cpp's
-            # host-memory prompt cache). From now on a taken slot forgets nothing here.
-            self.slot_bound = False
+            # host-memory prompt cache; a server restarted with it). From now on a taken slot forgets nothing.
+            self.host_memory = True
+        elif hosted and predicted_share > 0.0 and self.host_memory is None:
+            # The first report of a prompt that had left its slot says what the server does with one. Once
+            # known to keep them, one found cold later was dropped by that cache's own bound.
+            self.host_memory = reported_share >= 0.5 * predicted_share
+            if not self.host_memory:
+                # Prefilled cold: the server loses what leaves a slot (--cache-ram 0). So are the others.
+                for k in self._hosted:
+                    if k in self._blocks:
+                        self._forget(k)
+                self._hosted.clear()
         if predicted_share <= 0.0:
             # The index claimed nothing, so nothing it claimed was wrong. A backend that reused more than
             # this gateway sent it (another gateway replica placed the prefix there, or another client)
@@ -323,20 +371,27 @@ class BackendPrefixes:
         limit = max(1, math.floor(self.capacity_tokens * CHARS_PER_TOKEN / BLOCK_CHARS))
         # A prompt believed in a slot (`_held`) goes with its entry: kept, every prompt ever sent to a
         # backend whose taken slots forget nothing (a host cache) stayed there.
-        held = self._held
+        held, hosted = self._held, self._hosted
         while len(self._blocks) > limit:
-            held.pop(self._blocks.popitem(last=False)[0], None)
+            k = self._blocks.popitem(last=False)[0]
+            held.pop(k, None)
+            hosted.pop(k, None)
         # Expired entries at the old end go too, so an idle index does not hold memory.
         while self._blocks:
             e = next(iter(self._blocks.values()))
             if now - e.seen <= self.ttl_s:
                 break
-            held.pop(self._blocks.popitem(last=False)[0], None)
+            k = self._blocks.popitem(last=False)[0]
+            held.pop(k, None)
+            hosted.pop(k, None)
 
     def snapshot(self) -> dict:
         return {"blocks": len(self._blocks), "capacity_tokens": round(self.capacity_tokens),
                 "capacity": "configured" if self.fixed_capacity else "learned", "ttl_s": self.ttl_s,
-                "accuracy": round(self.accuracy, 4), "verified_requests": self.verified}
+                "accuracy": round(self.accuracy, 4), "verified_requests": self.verified,
+                # Where the cache belongs to a slot: whether the server keeps a prompt pushed out of its slot
+                # (None: not known yet).
+                "host_memory": self.host_memory}
 
 
 def _victim(held: list[tuple[bytes, _Entry]], taker: bytes | None) -> tuple[bytes, _Entry] | None:

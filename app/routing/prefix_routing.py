@@ -41,10 +41,13 @@ class PrefixMatch:
 
     blocks: int  # leading blocks of the prompt found in the backend's index
     matched_tokens: float  # estimated prompt tokens those blocks cover
-    tokens: float  # what routing counts on: matched x the backend's index accuracy
+    tokens: float  # what routing counts on: matched x the backend's index accuracy (x its host_share if hosted)
     ready_at: float = 0.0  # when a sibling still prefilling them is predicted to finish (past: settled)
     leader: asyncio.Event | None = None  # set when that sibling's first token came
     turnover: float = 0.0  # tokens sent to the backend since the matched blocks were last used
+    # Held, if at all, only in the server's host memory (every copy left its slot): counted at
+    # BackendPrefixes.host_share of it, and its report says whether the server keeps such prompts.
+    hosted: bool = False
 
 
 def matches(candidates, ctx: RouteContext) -> dict[str, PrefixMatch]:
@@ -68,7 +71,9 @@ def matches(candidates, ctx: RouteContext) -> dict[str, PrefixMatch]:
             matched = matched * ctx.prompt_tokens / tokens
         pending = leader if leader is not None and not leader.is_set() else None
         ready = max(ready_at, soon) if pending else 0.0
-        out[c.name] = PrefixMatch(blocks_, matched, matched * prefixes.accuracy, ready, pending, turnover)
+        hosted = blocks_ > 0 and prefixes.in_host_memory(keys[0])
+        believed = matched * prefixes.accuracy * (prefixes.host_share if hosted else 1.0)
+        out[c.name] = PrefixMatch(blocks_, matched, believed, ready, pending, turnover, hosted)
     return out
 
 
@@ -158,5 +163,5 @@ def verify(a, c: BackendState, blocks) -> int | None:
     # capacity fell to one block after a sibling sent with its prefix's copy busy took the other slot).
     turnover = None if slot_scoped_cache(c) else a.prefix.turnover
     c.prefixes.verify(a.prefix.blocks, turnover, 1.0 - share, BLOCK_CHARS / blocks.chars,
-                      blocks.keys[0] if blocks.keys else None)
+                      blocks.keys[0] if blocks.keys else None, a.prefix.hosted)
     return a.report.prompt_cached if a.report.prompt_cached is not None else round(total * (1 - share))

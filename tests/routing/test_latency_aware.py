@@ -461,11 +461,13 @@ def test_a_backend_never_timed_is_judged_late_against_the_backends_timed_beside_
 
 
 class SlotServer(State):
-    """A llama.cpp server (its cache kept per slot) that publishes its 2 slots, timed at RATE."""
+    """A llama.cpp server (its cache kept per slot) that publishes its 2 slots, timed at RATE, and is known
+    to forget a prompt pushed out of its slot (--cache-ram 0: no host-memory prompt cache)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name, slots=2)
         self.model.set_reported_slots(2)
+        self.prefixes.host_memory = False
         self.backend = type("Backend", (), {"adapter": adapter_for("llamacpp")})()
         timed(self)
 
@@ -929,7 +931,7 @@ def test_before_a_backend_is_timed_a_placement_that_pushes_a_prompt_out_ranks_af
         policy = seen_shared(LatencyAware(exploration=0))
         a, b = State("a", slots=2), SlotServer("b")
         a.model.set_reported_slots(2)
-        a.backend = b.backend
+        a.backend, a.prefixes.host_memory = b.backend, False
         for body in (p0, p1):
             copy_in_use(a, body, release_at=4.0)
         cold_streams(a, [0.0, 0.1])

@@ -210,7 +210,7 @@ def _computed(idx: BackendPrefixes, keys: list[bytes], now: float, slots: int = 
 def test_a_slot_scoped_backend_holds_no_more_prompts_than_it_has_slots():
     # llama.cpp (--cache-ram 0, 2 slots) keeps one prompt per slot: a third prompt computed there takes
     # the least recently used free slot, and the prompt it held is gone (its first block is forgotten).
-    idx = BackendPrefixes()
+    idx = BackendPrefixes(host_memory=False)
     p0, p1, p2, p3 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(4))
     _computed(idx, p0, now=0.0).set()
     _computed(idx, p1, now=1.0).set()
@@ -235,7 +235,7 @@ def test_a_copy_computed_while_every_slot_runs_takes_the_slot_that_frees_first()
     # llama.cpp (--cache-ram 0, 2 slots) queues a request that finds every slot running and gives it the
     # first slot to free: the prompt there is gone when that request ends, as surely as an idle one's.
     # Kept, a two-slot server read as holding three or four prompts for the rest of a run (issue 24).
-    idx = BackendPrefixes()
+    idx = BackendPrefixes(host_memory=False)
     p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
     _computed(idx, p1, now=0.0)  # runs until 1.0
     _computed(idx, p0, now=0.5)  # runs until 1.5
@@ -252,7 +252,7 @@ def test_a_copy_computed_while_every_slot_runs_takes_the_slot_that_frees_first()
 
 
 def test_a_prompt_sent_more_than_once_reads_as_repeated_even_after_a_slot_forgot_it():
-    idx = BackendPrefixes()
+    idx = BackendPrefixes(host_memory=False)
     p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
     _computed(idx, p0, now=0.0).set()
     assert not idx.repeated(p0[0])
@@ -268,20 +268,61 @@ def test_a_prompt_sent_more_than_once_reads_as_repeated_even_after_a_slot_forgot
 
 def test_a_prompt_reused_after_its_slot_was_taken_says_the_server_keeps_what_leaves_a_slot():
     # llama.cpp's host-memory prompt cache (--cache-ram) keeps a prompt pushed out of its slot and brings
-    # it back: a prompt forgotten here and then reported reused turns forgetting off for that backend.
-    idx = BackendPrefixes()
+    # it back: on a backend believed to forget one, a prompt forgotten here and then reported reused turns
+    # forgetting off for that backend.
+    idx = BackendPrefixes(host_memory=False)
     p0, p1, p2, p3 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(4))
     for k, keys in enumerate((p0, p1, p2)):
         _computed(idx, keys, now=float(k)).set()
     assert idx.match(p0, now=3.0)[0] == 0
     # Another prompt, never forgotten, reused beyond the index's claim: another replica's, no evidence.
     idx.verify(predicted_blocks=0, turnover=None, reported_share=0.9, share_per_block=0.05, first=p3[0])
-    assert idx.slot_bound
+    assert idx.host_memory is False
     idx.verify(predicted_blocks=0, turnover=None, reported_share=0.9, share_per_block=0.05, first=p0[0])
-    assert not idx.slot_bound
+    assert idx.host_memory is True
     _computed(idx, p0, now=3.0).set()
     _computed(idx, p3, now=4.0).set()
     assert all(idx.match(keys, now=5.0)[0] == len(keys) for keys in (p0, p1, p2, p3))
+
+
+def test_a_prompt_pushed_out_of_its_slot_is_counted_at_half_until_its_server_says_what_it_keeps():
+    # llama.cpp keeps a prompt pushed out of its slot in host memory (--cache-ram, on by default in the
+    # builds that have it) or loses it (--cache-ram 0), and publishes neither. Forgotten at once, a prompt
+    # still held read as cold at home and went cold to the other server (two real servers, eight shared
+    # prompts, two slots each: 5-8 such spills in a 25 s repeat); kept whole, a server that lost it drew
+    # its next request to a cold prefill. Counted at half, it draws that request home, whose report says.
+    p0, p1, p2, p3 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(4))
+    for reused, keeps in ((0.05, False), (0.95, True)):
+        idx = BackendPrefixes()
+        for k, keys in enumerate((p0, p1, p2)):
+            _computed(idx, keys, now=float(k)).set()
+        assert idx.match(p0, now=3.0)[0] == len(p0) and idx.in_host_memory(p0[0]) and idx.host_share == 0.5
+        assert idx.copies(p0) == (0, 0) and idx.copies_besides(None) == 2  # in no slot
+        _computed(idx, p0, now=3.0).set()  # back in a slot (p1's, the least recently used)
+        assert not idx.in_host_memory(p0[0]) and idx.in_host_memory(p1[0])
+        _computed(idx, p3, now=4.0).set()  # pushes p2 out too
+        idx.verify(predicted_blocks=len(p0), turnover=None, reported_share=reused, share_per_block=0.05,
+                   first=p0[0], hosted=True)
+        assert idx.host_memory is keeps
+        # Lost, every prompt believed in host memory goes; kept, each counts whole.
+        assert [idx.match(k, now=5.0)[0] == len(k) for k in (p1, p2)] == [keeps, keeps]
+        assert idx.host_share == 1.0 or not keeps
+        assert idx.match(p0, now=5.0)[0] == len(p0) and idx.match(p3, now=5.0)[0] == len(p3)  # the slots' own
+
+
+def test_a_host_memory_cache_once_seen_is_not_unlearned_by_one_prompt_it_dropped():
+    # Known to keep prompts that leave a slot, a server that reports one cold dropped it by its cache's own
+    # bound; and a prompt that was in a slot when routed (not believed in host memory) found cold says
+    # nothing of host memory at all.
+    idx = BackendPrefixes(host_memory=True)
+    p0, p1 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(2))
+    idx.verify(predicted_blocks=len(p1), turnover=None, reported_share=0.0, share_per_block=0.05, first=p1[0],
+               hosted=True)
+    assert idx.host_memory is True
+    fresh = BackendPrefixes()
+    _computed(fresh, p0, now=0.0).set()
+    fresh.verify(predicted_blocks=len(p0), turnover=None, reported_share=0.0, share_per_block=0.05, first=p0[0])
+    assert fresh.host_memory is None
 
 
 def test_a_miss_on_a_cache_lost_to_a_slot_teaches_no_capacity():
@@ -303,8 +344,7 @@ def test_the_prompts_believed_in_slots_leave_with_their_entries():
     # Where no slot taken forgets a prompt (the slots not published, or the server keeps what leaves a slot),
     # the index's capacity and TTL alone bound it: a prompt they drop leaves no mark of a copy behind, so
     # a stream of unique prompts holds the memory of the few still indexed, not of every one ever sent.
-    unbound = BackendPrefixes(ttl_s=120)
-    unbound.slot_bound = False
+    unbound = BackendPrefixes(ttl_s=120, host_memory=True)
     for idx, slots in ((BackendPrefixes(ttl_s=120), 0), (unbound, 2)):
         for k in range(50):
             keys = blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys
@@ -320,7 +360,7 @@ def test_the_prompt_named_as_pushed_out_is_the_one_a_taken_slot_forgets():
     p = [blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(6)]
     for busy in (False, True):
         for a, b in ((0, 1), (1, 0), (3, 4), (4, 3)):
-            idx = BackendPrefixes()
+            idx = BackendPrefixes(host_memory=False)
             for k in (a, b):
                 end = _computed(idx, p[k], now=0.0)
                 if not busy:
@@ -339,7 +379,7 @@ def test_the_prompts_believed_in_slots_are_exactly_the_entries_holding_copies():
     for seed in range(20):
         rng = random.Random(seed)
         idx = BackendPrefixes(capacity_tokens=rng.choice((600, 2000, 32768)), ttl_s=rng.choice((5.0, 120.0)))
-        idx.slot_bound = rng.random() < 0.8
+        idx.host_memory = rng.choice((None, False, True))
         slots = rng.choice((0, 1, 2, 3))
         running: list[asyncio.Event] = []
         now = 0.0

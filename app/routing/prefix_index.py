@@ -164,9 +164,9 @@ class BackendPrefixes:
             n = len(keys)
         if n:
             first = self._blocks[keys[0]]
-            # _busy_until's first test, inline: a prefix no request holds a copy of (every prefix on a
-            # backend whose cache is shared) needs no call.
-            busy = _busy_until(first) if first.users and first.copies else None
+            # _busy_until's first test, inline: a prefix no request uses (every prefix on a backend whose
+            # cache is shared) needs no call.
+            busy = _busy_until(first) if first.users else None
             if busy is not None and (leader is None or busy[0] > ready):
                 ready, leader = busy
         return n, ready, leader, float(self._written - oldest)
@@ -419,11 +419,17 @@ def _victim(held: list[tuple[bytes, _Entry]], taker: bytes | None) -> tuple[byte
 
 def _busy_until(e: _Entry) -> tuple[float, Any] | None:
     """When a copy of the prefix whose first block is `e` frees, if every copy is in use now: the
-    (users - copies + 1)-th earliest predicted release, and the event set at it."""
-    if not e.users or not e.copies:
+    (users - copies + 1)-th earliest predicted release, and the event set at it.
+
+    A prompt whose last copy a newcomer is queued to take (_free_slot) is still in that slot while its
+    request runs: held to one copy until then, not free in host memory at once. Read as free, a sibling
+    was priced warm, sent at once, and prefilled cold in the other slot beside the running copy (two real
+    llama.cpp servers, eight shared prompts: 1-2 such cold prefills in a 25 s repeat)."""
+    if not e.users:
         return None
+    copies = e.copies or 1
     users = [u for u in e.users if not u[1].is_set()]
-    if len(users) < e.copies:
+    if len(users) < copies:
         return None
     users.sort(key=_RELEASE)
-    return users[len(users) - e.copies]
+    return users[len(users) - copies]

@@ -310,6 +310,23 @@ def test_a_prompt_pushed_out_of_its_slot_is_counted_at_half_until_its_server_say
         assert idx.match(p0, now=5.0)[0] == len(p0) and idx.match(p3, now=5.0)[0] == len(p3)  # the slots' own
 
 
+def test_a_prompt_whose_slot_a_queued_copy_takes_is_busy_until_the_request_running_there_ends():
+    # With both slots running, a third prompt's request waits for the first slot to free and takes it: the
+    # prompt there leaves it then, not now. Read as free in host memory at once, a sibling was priced warm,
+    # sent, and prefilled cold in the other slot beside the running copy (two real llama.cpp servers,
+    # eight shared prompts: 1-2 such cold prefills in a 25 s repeat).
+    idx = BackendPrefixes()
+    p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
+    end0 = _computed(idx, p0, now=0.0)  # runs until 1.0
+    _computed(idx, p1, now=0.5)  # runs until 1.5
+    _computed(idx, p2, now=0.6)  # queued for p0's slot, the first to free
+    assert idx.in_host_memory(p0[0])
+    blocks, ready, leader, _ = idx.match(p0, now=0.7)
+    assert blocks == len(p0) and (ready, leader) == (1.0, end0)
+    end0.set()
+    assert idx.match(p0, now=1.1)[2] is None  # in host memory now, free for the next request
+
+
 def test_a_host_memory_cache_once_seen_is_not_unlearned_by_one_prompt_it_dropped():
     # Known to keep prompts that leave a slot, a server that reports one cold dropped it by its cache's own
     # bound; and a prompt that was in a slot when routed (not believed in host memory) found cold says

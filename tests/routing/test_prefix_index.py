@@ -415,4 +415,8 @@ def test_the_prompts_believed_in_slots_are_exactly_the_entries_holding_copies():
             elif running:
                 running.pop(rng.randrange(len(running))).set()
             assert set(idx._held) == {k for k, e in idx._blocks.items() if e.copies}, (seed, now)
+            # A prompt in host memory only is an entry with no copy in a slot, and never on a server known
+            # to lose such prompts.
+            assert all(k in idx._blocks and not idx._blocks[k].copies for k in idx._hosted), (seed, now)
+            assert not (idx._hosted and idx.host_memory is False), (seed, now)
             assert idx.copies_besides(None) == sum(e.copies for e in idx._blocks.values())

@@ -111,6 +111,10 @@ class RouteDecision:
     end: float
     candidates: dict[str, float | int | str] = field(default_factory=dict)  # backend -> its figure (predicted s, or load)
     reason: str = ""
+    # Traced decisions: each ranked candidate's predicted TTFT (s, estimated) and the prompt tokens it was
+    # believed to hold cached (the prefix index's estimate): why a score is what it is.
+    predicted_ttft_s: dict[str, float] = field(default_factory=dict)
+    believed_cached_tokens: dict[str, float] = field(default_factory=dict)
 
 
 class RequestIds:

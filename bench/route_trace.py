@@ -23,7 +23,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # A request served less than this share of its prompt from the server's cache prefilled it cold.
@@ -35,6 +35,9 @@ class Decision:
     """One request's route span and answering attempt, as the gateway traced them."""
 
     scores: dict[str, float]
+    # Each ranked candidate's predicted TTFT and believed cached tokens (gateways from 2026-12-07 on).
+    ttfts: dict[str, float] = field(default_factory=dict)
+    held: dict[str, float] = field(default_factory=dict)
     predicted_queue_s: float | None = None
     predicted_ttft_s: float | None = None
     measured_ttft_s: float | None = None
@@ -72,7 +75,8 @@ def decisions(paths: list[Path]) -> dict[str, Decision]:
         # A candidate that could not take the request reads "name=full" (at its concurrency limit).
         scores = {k: float(v) if v[:1].isdigit() else math.inf
                   for k, _, v in (c.partition("=") for c in route["slipstream.route.candidates"])}
-        d = Decision(scores)
+        d = Decision(scores, _named(route.get("slipstream.route.predicted_ttft_s", ())),
+                     _named(route.get("slipstream.route.believed_cached_tokens", ())))
         chosen = route["slipstream.route.chosen"]
         for ss in named.values():
             for s in ss:
@@ -85,6 +89,10 @@ def decisions(paths: list[Path]) -> dict[str, Decision]:
                     d.burst_wait_s = a.get("slipstream.prefix.burst_wait_s")
         out[request["attributes"]["slipstream.request_id"]] = d
     return out
+
+
+def _named(items) -> dict[str, float]:
+    return {k: float(v) for k, _, v in (c.partition("=") for c in items)}
 
 
 def tag(requests: list[dict]) -> list[str]:
@@ -110,7 +118,8 @@ def ratio(d: Decision | None) -> float | None:
 
 
 def line(q: dict, t: str, d: Decision | None) -> str:
-    scores = " ".join(f"{k}={v:.2f}" for k, v in sorted(d.scores.items())) if d else "?"
+    scores = " ".join(f"{k}={v:.2f}" + (f" (ttft {d.ttfts[k]:.2f}, held {d.held.get(k, 0):.0f})" if k in d.ttfts else "")
+                      for k, v in sorted(d.scores.items())) if d else "?"
     pred = (f"pred q {d.predicted_queue_s:.2f} ttft {d.predicted_ttft_s:.2f}"
             if d and d.predicted_ttft_s is not None and d.predicted_queue_s is not None else "pred ?")
     held = f"believed {d.believed_tokens:.0f}" if d and d.believed_tokens is not None else ""

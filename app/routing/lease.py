@@ -94,6 +94,7 @@ class Lease:
         "held_s",
         "prefix",
         "queued_s",
+        "ranked_as",
         "scores",
         "shape",
         "state",
@@ -140,6 +141,13 @@ class Lease:
             self.prefix = held
         # What the model predicted for this request on this backend, with the requests ahead of it.
         self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead)
+        # A traced decision's every candidate as the ranking saw it: its predicted first token and the
+        # prompt tokens it was believed to hold (for the route span, beside the scores). Untraced, nothing.
+        self.ranked_as: dict[str, tuple[float, float]] = {}
+        if router.scores_read and ctx.estimates:
+            cached = ctx.cached or {}
+            self.ranked_as = {name: (e.ttft_s, cached[name].tokens if name in cached else 0.0)
+                              for name, e in ctx.estimates.items()}
         # A stream, or a JSON call this backend serves from an upstream stream: its first token is seen.
         reports = state.reports_first_token(ctx.stream, ctx.assembles)
         self._ticket = state.book_request(ctx.now, self.estimate, reports)

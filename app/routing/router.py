@@ -250,7 +250,9 @@ class Router:
                 candidates[s.name] = "full"
         name = entry.strategy.name
         reason = f"lowest {SCORE_MEANING.get(name, 'score')}" + (f", avoiding {sorted(avoided)}" if avoided else "")
-        return RouteDecision(alias, name, lease.state.name, at, end, candidates, reason)
+        ranked = lease.ranked_as
+        return RouteDecision(alias, name, lease.state.name, at, end, candidates, reason,
+                             {k: round(v[0], 6) for k, v in ranked.items()}, {k: round(v[1], 1) for k, v in ranked.items()})
 
     def all_limited(self, alias: str) -> bool:
         """Whether every usable backend of the alias is cooling down after a 429."""

@@ -179,6 +179,11 @@ class Tracing:
                 "slipstream.route.chosen": route.chosen, "slipstream.route.reason": route.reason,
                 "slipstream.route.candidates": [f"{k}={v}" for k, v in route.candidates.items()],
             })
+            if route.predicted_ttft_s:
+                r.set_attributes({
+                    "slipstream.route.predicted_ttft_s": [f"{k}={v}" for k, v in route.predicted_ttft_s.items()],
+                    "slipstream.route.believed_cached_tokens": [f"{k}={v}" for k, v in route.believed_cached_tokens.items()],
+                    "slipstream.predicted.source": "estimated"})
             r.end(end_time=ns(route.end))
         for event in record.events:
             span.add_event(event.name, attributes=event.attributes, timestamp=ns(event.at))

@@ -35,7 +35,9 @@ def test_spans_are_read_from_a_log_between_other_lines_and_joined_to_their_reque
         with tracer.start_as_current_span("chat m") as request:
             request.set_attribute("slipstream.request_id", rid)
             with tracer.start_as_current_span("route") as route:
-                route.set_attributes({"slipstream.route.chosen": chosen, "slipstream.route.candidates": scores})
+                route.set_attributes({"slipstream.route.chosen": chosen, "slipstream.route.candidates": scores,
+                                      "slipstream.route.predicted_ttft_s": ["a=1.25", "b=2.0"],
+                                      "slipstream.route.believed_cached_tokens": ["a=300.0", "b=0.0"]})
             with tracer.start_as_current_span("chat") as attempt:
                 attempt.set_attributes({"slipstream.backend": chosen, "slipstream.predicted.queue_s": 0.5,
                                         "slipstream.predicted.ttft_s": 1.5, "slipstream.measured.ttft_s": 0.75,
@@ -47,5 +49,6 @@ def test_spans_are_read_from_a_log_between_other_lines_and_joined_to_their_reque
     found = decisions([path])
     assert found["r1"].scores == {"a": 1.5, "b": 2.25}
     assert found["r2"].scores["a"] == float("inf")  # a backend at its concurrency limit
+    assert found["r1"].ttfts == {"a": 1.25, "b": 2.0} and found["r1"].held == {"a": 300.0, "b": 0.0}
     d = found["r1"]
     assert (d.predicted_queue_s, d.predicted_ttft_s, d.measured_ttft_s, d.believed_tokens) == (0.5, 1.5, 0.75, 300.0)

@@ -139,6 +139,35 @@ def test_a_traced_gateway_has_every_score_computed(gw):
     assert gw.app.app.state.gateway.router.scores_read
 
 
+def test_the_route_span_shows_why_each_candidate_scored_what_it_did(fleet):
+    # Beside each candidate's score, the TTFT the ranking predicted for it and the prompt tokens it was
+    # believed to hold: a reader sees a warm server passed over for its queue, not only two numbers.
+    g = InProcessGateway(fleet, {"pair": {"backends": ["fast", "slow"]}})
+    try:
+        system = {"role": "system", "content": "You are a terse assistant for invoices. " * 30}
+        first = ""
+        for k in range(2):
+            raw = g.client().chat.completions.with_raw_response.create(
+                model="pair", messages=[system, {"role": "user", "content": f"question {k}"}], max_tokens=4)
+            first = first or raw.headers["x-slipstream-backend"]
+        server, kids = tree(g.spans_of(raw.headers["x-request-id"]))
+        route = next(s for s in kids(server) if s.name == "route").attributes
+        chosen = route["slipstream.route.chosen"]
+        scores = dict(c.split("=") for c in route["slipstream.route.candidates"])
+        ttft = dict(c.split("=") for c in route["slipstream.route.predicted_ttft_s"])
+        held = dict(c.split("=") for c in route["slipstream.route.believed_cached_tokens"])
+        assert set(scores) == set(ttft) == set(held) == {"fast", "slow"}
+        assert route["slipstream.predicted.source"] == "estimated"
+        assert all(float(v) > 0 for v in ttft.values())
+        # The second request's prompt was sent to the first's backend before: believed held there only.
+        other = next(name for name in held if name != first)
+        assert float(held[first]) > 100 and float(held[other]) == 0.0
+        attempt = next(s for s in kids(server) if s.kind is SpanKind.CLIENT).attributes
+        assert abs(float(ttft[chosen]) - attempt["slipstream.predicted.ttft_s"]) < 1e-3
+    finally:
+        g.stop()
+
+
 def test_tgi_json_stages_are_reported_where_tgi_reports_them(gw):
     raw = gw.client().chat.completions.with_raw_response.create(model="tgi", messages=MSG, max_tokens=5, extra_body={"ignore_eos": True})
     spans = gw.spans_of(raw.headers["x-request-id"])

@@ -354,11 +354,11 @@ class BackendPrefixes:
         return max(0, sum(1 for u in e.users if not u[1].is_set()) - e.copies)
 
     def repeated(self, first: bytes) -> bool:
-        """Whether the prompt whose first block is `first` came here more than once, or was forgotten here
-        when a slot was taken (it came once at least: held on another backend too, or back here, it has
-        come more than once in all)."""
+        """Whether the prompt whose first block is `first` came here more than once, or left its slot here
+        when another took it, forgotten or held in host memory (it came once at least: held on another
+        backend too, or back here, it has come more than once in all)."""
         e = self._blocks.get(first)
-        return (e is not None and e.sent > 1) or first in self._forgotten
+        return (e is not None and e.sent > 1) or first in self._forgotten or first in self._hosted
 
     def copies(self, keys: list[bytes]) -> tuple[int, int]:
         """(copies believed held, of them in use) of the prefix starting with `keys`' first block."""

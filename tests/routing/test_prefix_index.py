@@ -266,6 +266,16 @@ def test_a_prompt_sent_more_than_once_reads_as_repeated_even_after_a_slot_forgot
     assert idx.repeated(p0[0])  # back again: a repeat, not a first visit
 
 
+def test_a_prompt_that_left_its_slot_for_host_memory_reads_as_repeated_as_a_forgotten_one_did():
+    # latency_aware charges a placement the whole prefill of a prompt it pushes out that repeats; a prompt
+    # that left a slot here came once at least, whether the server forgot it or keeps it in host memory.
+    idx = BackendPrefixes()
+    p0, p1, p2 = (blocks_of(chat(("system", f"Policy {k}. " + SYSTEM), ("user", "q"))).keys for k in range(3))
+    for k, keys in enumerate((p0, p1, p2)):
+        _computed(idx, keys, now=float(k)).set()
+    assert idx.in_host_memory(p0[0]) and idx.repeated(p0[0]) and not idx.repeated(p1[0])
+
+
 def test_a_prompt_reused_after_its_slot_was_taken_says_the_server_keeps_what_leaves_a_slot():
     # llama.cpp's host-memory prompt cache (--cache-ram) keeps a prompt pushed out of its slot and brings
     # it back: on a backend believed to forget one, a prompt forgotten here and then reported reused turns

@@ -124,6 +124,9 @@ class BackendPrefixes:
     _held: dict[bytes, None] = field(default_factory=dict)  # first blocks believed in a slot (copies)
     _hosted: dict[bytes, None] = field(default_factory=dict)  # first blocks whose every copy left its slot
     _forgotten: dict[bytes, None] = field(default_factory=dict)  # first blocks a taken slot forgot
+    # `host_memory` was taken from another backend of the fleet (adopt), not from this one's own report:
+    # this one's first report still settles it.
+    _adopted: bool = False
 
     @property
     def slot_bound(self) -> bool:
@@ -244,6 +247,23 @@ class BackendPrefixes:
             self._forgotten.clear()
         self._forgotten[first] = None
 
+    def _settle_host_memory(self, keeps: bool) -> None:
+        self.host_memory = keeps
+        if not keeps:
+            # The server loses what leaves a slot (--cache-ram 0): so are the prompts believed held so.
+            for k in self._hosted:
+                if k in self._blocks:
+                    self._forget(k)
+            self._hosted.clear()
+
+    def adopt(self, keeps: bool) -> None:
+        """Another backend of the fleet was found to keep (or lose) a prompt pushed out of its slot: while
+        this one has not said, it is taken to be alike (servers of one fleet are as a rule started alike,
+        from one chart or command line). Its own first report still settles it either way."""
+        if self.host_memory is None:
+            self._settle_host_memory(keeps)
+            self._adopted = True
+
     def in_host_memory(self, first: bytes) -> bool:
         """Whether the prompt whose first block is `first` is held, if at all, only in the server's host
         memory: its every copy has left its slot, on a server not known to lose what leaves one."""
@@ -302,16 +322,12 @@ class BackendPrefixes:
             # Forgotten when its slot was taken, yet reused: the server keeps what leaves a slot (llama.cpp's
             # host-memory prompt cache; a server restarted with it). From now on a taken slot forgets nothing.
             self.host_memory = True
-        elif hosted and predicted_share > 0.0 and self.host_memory is None:
+            self._adopted = False
+        elif hosted and predicted_share > 0.0 and (self.host_memory is None or self._adopted):
             # The first report of a prompt that had left its slot says what the server does with one. Once
             # known to keep them, one found cold later was dropped by that cache's own bound.
-            self.host_memory = reported_share >= 0.5 * predicted_share
-            if not self.host_memory:
-                # Prefilled cold: the server loses what leaves a slot (--cache-ram 0). So are the others.
-                for k in self._hosted:
-                    if k in self._blocks:
-                        self._forget(k)
-                self._hosted.clear()
+            self._settle_host_memory(reported_share >= 0.5 * predicted_share)
+            self._adopted = False
         if predicted_share <= 0.0:
             # The index claimed nothing, so nothing it claimed was wrong. A backend that reused more than
             # this gateway sent it (another gateway replica placed the prefix there, or another client)
@@ -390,8 +406,9 @@ class BackendPrefixes:
                 "capacity": "configured" if self.fixed_capacity else "learned", "ttl_s": self.ttl_s,
                 "accuracy": round(self.accuracy, 4), "verified_requests": self.verified,
                 # Where the cache belongs to a slot: whether the server keeps a prompt pushed out of its slot
-                # (None: not known yet).
-                "host_memory": self.host_memory}
+                # (None: not known yet), and whether its own report said so or another backend's.
+                "host_memory": self.host_memory,
+                "host_memory_from": None if self.host_memory is None else "fleet" if self._adopted else "this backend"}
 
 
 def _victim(held: list[tuple[bytes, _Entry]], taker: bytes | None) -> tuple[bytes, _Entry] | None:

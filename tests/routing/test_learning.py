@@ -412,3 +412,55 @@ def test_each_answer_decode_figure_says_how_its_decode_and_its_batch_were_known(
     assert tags(answers(stream)["1"]) == ("measured", "measured")
     assert tags(answers(json(report=True))["1"]) == ("reported", "estimated")
     assert tags(answers(json(report=False))["1"]) == ("estimated", "estimated")
+
+
+def test_a_servers_prompt_cache_kind_once_learned_is_the_rest_of_the_fleets_until_they_say():
+    # Whether a llama.cpp server keeps a prompt pushed out of its slot (host memory) is learned from its
+    # first report of one; servers of one fleet are as a rule started alike, so the others take it until
+    # their own first report says otherwise. A vLLM backend (a block cache, no slots) is not one of them.
+    from app.routing.prefix_index import prompt_blocks
+    from app.routing.prefix_routing import PrefixMatch
+
+    def learner() -> Learner:
+        states = {}
+        for name, flavor in (("b", "llamacpp"), ("c", "llamacpp"), ("v", "vllm")):
+            backend = FakeBackend(flavor)
+            backend.name = name
+            states[name] = BackendState(backend, 256, Breaker(BreakerConfig()), LatencyModel())
+        return Learner(states)
+
+    prompts = [prompt_blocks(f"Policy {k}. " * 100 + "What is my balance?") for k in range(3)]
+
+    def push_out(state: BackendState) -> None:  # three prompts through two slots: the first leaves its slot
+        import asyncio
+        for k, p in enumerate(prompts):
+            state.prefixes.record(p.keys, now=float(k), ready_at=float(k))
+            end = asyncio.Event()
+            state.prefixes.occupy(p.keys, release_at=k + 0.5, event=end, computes=True, slots=2)
+            end.set()
+        assert state.prefixes.in_host_memory(prompts[0].keys[0])
+
+    def report(t: Learner, name: str, reused: bool) -> None:
+        p = prompts[0]
+        a = stream_attempt(load=1, wait=0.3, flavor=t.states[name].backend.config.flavor)
+        a.backend, a.end = name, a.first_event + 0.5
+        a.prefix = PrefixMatch(len(p.keys), p.tokens, p.tokens / 2, hosted=True)
+        a.report = BackendReport(prefill_s=0.3, prompt_tokens=330, prompt_processed=20 if reused else 320,
+                                 prompt_cached=310 if reused else 10)
+        t.learn(a, prompt_hint=round(p.tokens), output=16, blocks=p)
+
+    t = learner()
+    for name in ("b", "c"):
+        push_out(t.states[name])
+    report(t, "b", reused=False)
+    b, c, v = (t.states[n].prefixes for n in ("b", "c", "v"))
+    assert (b.host_memory, c.host_memory, v.host_memory) == (False, False, None)
+    assert not c.in_host_memory(prompts[0].keys[0])  # taken to lose it: forgotten there too
+    # The other way round, and a server whose own report differs keeps its own.
+    t = learner()
+    for name in ("b", "c"):
+        push_out(t.states[name])
+    report(t, "b", reused=True)
+    assert t.states["c"].prefixes.host_memory is True
+    report(t, "c", reused=False)
+    assert (t.states["b"].prefixes.host_memory, t.states["c"].prefixes.host_memory) == (True, False)

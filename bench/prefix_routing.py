@@ -444,7 +444,7 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
             }
             path = tmp / f"gw-{port}.yaml"
             path.write_text(yaml.safe_dump(config))
-            proc = _spawn(["serve", "--config", str(path)], tmp / f"gw-{port}.log", None, cwd=cwd)
+            proc = _spawn(["serve", "--config", str(path)], gateway_log(tmp, port), None, cwd=cwd)
             out.append(Proc(proc, f"http://127.0.0.1:{port}"))
             wait_listening(port, proc)
     except BaseException:
@@ -455,11 +455,16 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
     return out
 
 
+def gateway_log(tmp: Path, port: int) -> Path:
+    """Where start_gateways' gateway on `port` writes its log (with --trace, its spans)."""
+    return tmp / f"gw-{port}.log"
+
+
 def keep_spans(tmp: Path, gws: list[Proc], stem: Path) -> None:
     """Each stopped gateway's log (its console-exported spans) as STEM-N.spans."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     for n, g in enumerate(gws):
-        log = tmp / f"gw-{g.url.rsplit(':', 1)[1]}.log"
+        log = gateway_log(tmp, int(g.url.rsplit(":", 1)[1]))
         stem.with_name(f"{stem.name}-{n}.spans").write_bytes(log.read_bytes())
 
 

@@ -248,7 +248,9 @@ class BackendPrefixes:
         self._forgotten[first] = None
 
     def _settle_host_memory(self, keeps: bool) -> None:
-        self.host_memory = keeps
+        """This backend's own report said whether it keeps a prompt pushed out of its slot (adopt marks a
+        kind taken from the fleet instead)."""
+        self.host_memory, self._adopted = keeps, False
         if not keeps:
             # The server loses what leaves a slot (--cache-ram 0): so are the prompts believed held so.
             for k in self._hosted:
@@ -321,13 +323,11 @@ class BackendPrefixes:
         if predicted_share <= 0.0 and reported_share >= 0.5 and first is not None and first in self._forgotten:
             # Forgotten when its slot was taken, yet reused: the server keeps what leaves a slot (llama.cpp's
             # host-memory prompt cache; a server restarted with it). From now on a taken slot forgets nothing.
-            self.host_memory = True
-            self._adopted = False
+            self._settle_host_memory(True)
         elif hosted and predicted_share > 0.0 and (self.host_memory is None or self._adopted):
             # The first report of a prompt that had left its slot says what the server does with one. Once
             # known to keep them, one found cold later was dropped by that cache's own bound.
             self._settle_host_memory(reported_share >= 0.5 * predicted_share)
-            self._adopted = False
         if predicted_share <= 0.0:
             # The index claimed nothing, so nothing it claimed was wrong. A backend that reused more than
             # this gateway sent it (another gateway replica placed the prefix there, or another client)

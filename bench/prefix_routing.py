@@ -29,7 +29,9 @@ slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequ
 --clients N, N closed-loop clients instead of open-loop arrivals: they start together (a burst) and
 each sends its next request after its answer and a think time. --dump FILE writes every request
 (when sent, which prompt, backend, TTFT, E2E, prompt and cached tokens, the gateway's predicted TTFT and
-its own time, a burst wait included) per run. A strategy named `latency_aware/nohash` runs with
+E2E and its own time, a burst wait included) per run. Each run prints the gateway's median prediction
+error (its x-slipstream-predicted-*-ms headers against the times measured here), and the workload's
+summary the median over repeats with the issue's aim (at most 20 %) for the default. A strategy named `latency_aware/nohash` runs with
 prefix.consistent_hashing off (--no-hashing: every single-gateway one); one named `NAME@base` runs its
 gateway from the checkout --base-tree (another commit), for an A/B of two commits in one run. --system-words N sets the system
 prompts' length (default 300 words, ~350 tokens; 600 read ~680 tokens a request as llama.cpp counts
@@ -177,7 +179,8 @@ class Run:
     # (prompt, cached) tokens of conversation turns after the first: what affinity alone decides (a
     # first turn is a new system prompt, and how many conversations start depends on how fast answers come).
     later: list[tuple[int, int]] = field(default_factory=list)
-    # Per request, for --dump: sent (s into the run), prompt key, backend, TTFT, E2E, prompt and cached tokens.
+    # Per request, for --dump: sent (s into the run), prompt key, backend, TTFT, E2E, prompt and cached tokens,
+    # the gateway's predicted TTFT and E2E (ms).
     log: list[dict] = field(default_factory=list)
     # Per failed request: when it was sent, its prompt key and what came back, so that an error count in a
     # table can be traced to its cause (the gateway's error message, or the client's exception).
@@ -240,6 +243,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                     backend = r.headers.get("x-slipstream-backend", "?")
                     request_id = r.headers.get("x-request-id")
                     predicted = r.headers.get("x-slipstream-predicted-ttft-ms")
+                    predicted_e2e = r.headers.get("x-slipstream-predicted-e2e-ms")
                     async for line in r.content:
                         if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                             continue
@@ -264,6 +268,7 @@ async def drive(urls: list[str], workload, rate: float, seconds: float, seed: in
                             "cached": ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens"),
                             # The gateway's prediction, and its time before and beside the backend's (ms).
                             "predicted": float(predicted) if predicted else None,
+                            "predicted_e2e": float(predicted_e2e) if predicted_e2e else None,
                             "gateway_ms": (((usage or {}).get("slipstream_timing") or {}).get("gateway") or {}).get("ms")})
             if usage:
                 prompt = usage.get("prompt_tokens") or 0
@@ -497,6 +502,39 @@ def cold_warm(r: Run) -> str:
     return f"  cold {len(cold)} (mean TTFT {mean(cold):.0f} ms), warm {len(warm)} ({mean(warm):.0f} ms)"
 
 
+def prediction_errors(r: Run) -> dict[str, tuple[float, float]]:
+    """The gateway's prediction against what the client measured, per figure ("ttft", "e2e"): the median
+    signed and absolute relative error of the run's requests (positive: over-predicted), as
+    bench/real_backends.py reads them. A figure no request was predicted for is left out."""
+    out = {}
+    for figure, key in (("ttft", "predicted"), ("e2e", "predicted_e2e")):
+        signed = [(q[key] / 1000 - q[figure]) / q[figure] for q in r.log if q.get(key) and q.get(figure)]
+        if signed:
+            out[figure] = (statistics.median(signed), statistics.median(abs(e) for e in signed))
+    return out
+
+
+def error_text(errors: dict[str, tuple[float, float]]) -> str:
+    return ", ".join(f"{k.upper()} {s:+.0%} / {a:.0%}" for k, (s, a) in errors.items())
+
+
+def prediction_report(workload: str, results: dict[str, list[Run]]) -> None:
+    """Each strategy's median prediction error per repeat and the median over repeats; the issue's aim
+    (at most 20 %) for the default's."""
+    print(f"== {workload}: prediction error per repeat (median signed / absolute, predicted against measured)")
+    for label, runs in results.items():
+        per = [e for r in runs if (e := prediction_errors(r))]
+        if not per:
+            continue
+        over = {k: (statistics.median(e[k][0] for e in per if k in e), statistics.median(e[k][1] for e in per if k in e))
+                for k in ("ttft", "e2e") if any(k in e for e in per)}
+        print(f"  {label:<22} " + "; ".join(error_text(e) for e in per) + f"  | median {error_text(over)}")
+        if label == "latency_aware":
+            worst = max(a for _, a in over.values())
+            print(f"  aim ({label}): median prediction error <= 20 %: {error_text(over)} -> "
+                  f"{'met' if worst <= 0.20 else 'NOT met'}")
+
+
 def pooled(runs: list[Run]) -> Run:
     out = Run()
     for r in runs:
@@ -614,6 +652,8 @@ def main() -> None:
                                                               "failures": run.failures})
                             Path(args.dump).write_bytes(orjson.dumps(dumped, option=orjson.OPT_INDENT_2))
                         print(row(f"{wl} r{rep} {label}", run) + f"  load {os.getloadavg()[0]:.1f}", flush=True)
+                        if errors := prediction_errors(run):
+                            print(f"    prediction error (median signed / absolute): {error_text(errors)}", flush=True)
                         for f in run.failures:
                             print(f"    failed: sent {f['sent']} s, {f['key']}, after {f['after_s']} s: {f['what']}",
                                   flush=True)
@@ -622,6 +662,7 @@ def main() -> None:
                 if args.repeats > 1:
                     medians(wl, results, args.prompts if wl == "shared" else 0)
                     paired(wl, {k: v for k, v in results.items() if v})
+                prediction_report(wl, {k: v for k, v in results.items() if v})
         finally:
             fleet.stop()
 

@@ -9,7 +9,18 @@ from aiohttp import web
 
 from app.config import ServerConfig
 from bench import harness
-from bench.prefix_routing import Run, Shared, arrivals, drive, paired, paired_ratios, pooled_ratio, spread
+from bench.prefix_routing import (
+    Run,
+    Shared,
+    arrivals,
+    drive,
+    paired,
+    paired_ratios,
+    pooled_ratio,
+    prediction_errors,
+    prediction_report,
+    spread,
+)
 from tests.support import loopback_chat
 
 
@@ -101,3 +112,28 @@ async def drive_against(chat, rate: float, seconds: float, seed: int) -> Run:
     """bench/prefix_routing.py's open loop (two shared prompts) against a loopback server answering with `chat`."""
     async with loopback_chat(chat) as url:
         return await drive([url], Shared(random.Random(1), "t", 2, 20), rate, seconds, seed)
+
+
+def _logged(*pairs: tuple[float, float, float, float]) -> Run:
+    """A run whose requests were predicted (TTFT, E2E) and measured (TTFT, E2E), in seconds."""
+    return Run(log=[{"predicted": pt * 1000, "predicted_e2e": pe * 1000, "ttft": mt, "e2e": me}
+                    for pt, pe, mt, me in pairs])
+
+
+def test_the_prediction_error_is_the_median_over_requests_then_over_repeats(capsys):
+    # Three requests: TTFT over-predicted by 50 %, under by 10 %, exact; E2E under by 20 %, 20 %, over 10 %.
+    one = _logged((1.5, 1.6, 1.0, 2.0), (0.9, 1.6, 1.0, 2.0), (1.0, 2.2, 1.0, 2.0))
+    errors = prediction_errors(one)
+    assert errors["ttft"] == pytest.approx((0.0, 0.1))
+    assert errors["e2e"] == pytest.approx((-0.2, 0.2))
+    # A request the gateway gave no prediction for (a cache hit, an older gateway) is left out, not read as 0.
+    assert prediction_errors(Run(log=[{"predicted": None, "predicted_e2e": None, "ttft": 1.0, "e2e": 2.0}])) == {}
+    worse = _logged((2.0, 4.0, 1.0, 2.0))
+    prediction_report("shared", {"latency_aware": [one, worse, one], "least_inflight": [worse]})
+    out = capsys.readouterr().out
+    assert "latency_aware          TTFT +0% / 10%, E2E -20% / 20%; TTFT +100% / 100%" in out
+    assert "| median TTFT +0% / 10%, E2E -20% / 20%" in out
+    assert "aim (latency_aware): median prediction error <= 20 %: TTFT +0% / 10%, E2E -20% / 20% -> met" in out
+    assert "least_inflight         TTFT +100% / 100%, E2E +100% / 100%" in out
+    prediction_report("shared", {"latency_aware": [worse]})
+    assert "-> NOT met" in capsys.readouterr().out

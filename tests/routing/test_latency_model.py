@@ -397,3 +397,17 @@ def test_the_medians_and_ceilings_kept_as_answers_come_are_those_of_the_windows_
                 assert decode.at_context(level, slope, statistics.median(known)) == slope
                 moved += 1
     assert moved > 1000
+
+
+def test_a_wait_within_the_noise_is_the_servers_admission_and_is_learned_as_measured():
+    # Real llama.cpp with nothing queued: 12-21 ms from sending to the headers (reading the request,
+    # tokenizing, taking a slot), which every request pays. Learned as none, every TTFT read that low.
+    m = LatencyModel()
+    for t in range(20):
+        m.observe_queue(0.015, ahead=0, now=float(t))
+    assert m.residual_queue(20.0) == pytest.approx(0.015, rel=0.05)
+    # With requests of ours ahead and a slot free, the same: admission, not a full backend.
+    m = LatencyModel()
+    for t in range(20):
+        m.observe_queue(0.015, ahead=1, now=float(t))
+    assert m.slots is None and m.residual_queue(20.0) == pytest.approx(0.015, rel=0.05)

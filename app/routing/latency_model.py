@@ -61,6 +61,9 @@ OUTPUT_WINDOW = 16
 # A backend's failure share is over its last this many outcomes (answers and failures), not its last
 # seconds: each outcome moves it 1/OUTCOME_WINDOW of the way.
 OUTCOME_WINDOW = 16
+# A relative line's weights (DecayingLine.relative) treat a sample below this as this long: timer noise
+# on a near-instant sample must not outweigh every other.
+RELATIVE_FLOOR_S = 0.005
 # Samples' worth of "an empty prompt takes no time" in the prefill line: enough to decide the split
 # between fixed part and rate when prompt lengths hardly vary, too little to outweigh a workload that
 # shows a real fixed part.
@@ -200,6 +203,14 @@ class DecayingLine:
     most `window` samples' weight, so the first requests after it are not priced at the burst's
     conditions until a minute of quieter samples outnumbers them (issue 24: after a calibration burst,
     the strategy that ran first was over-predicted by +32 % to +157 % at the median).
+
+    With `relative`, the line is fitted to relative errors (each sample weighs 1/y^2, y as the line
+    predicted it before the sample; the anchor counts as that many samples of the samples' mean weight): a prediction is judged against its own size, and
+    where samples come in two sizes the small ones set the fixed part, the large ones the rate. Fitted
+    on absolute errors, a real llama.cpp server's prefill line (issue 24, eight shared prompts: cached
+    prompts of ~25 uncached tokens in 0.18 s, cold ones of ~590 in 2.4 s, the first two prefilled
+    together 1,180 in 5.05 s) was set by the large samples and the anchor: 0.00-0.07 s fixed, and every
+    cached prompt predicted 0.10-0.15 s, 20-40 % low.
     """
 
     prior_intercept: float
@@ -209,21 +220,32 @@ class DecayingLine:
     ridge: float = 1e5
     anchor: float = 0.0
     window: float = math.inf
+    relative: bool = False
     samples: int = field(init=False, default=0)
     updated: float = field(init=False, default=0.0)
-    _sums: tuple[float, float, float, float, float] = field(init=False, default=(0.0, 0.0, 0.0, 0.0, 0.0))
+    # Faded sums: the samples' count, their weights, and the weighted x, y, x^2 and xy (weight 1, and the
+    # weights the count, unless `relative`).
+    _sums: tuple[float, float, float, float, float, float] = field(init=False, default=(0.0,) * 6)
     # The fitted (intercept, slope) before relaxing toward the prior: fitted at the first read after a
     # sample, not at every prediction (each routing decision reads two lines per candidate).
     _fit: tuple[float, float] | None = field(init=False, default=None, repr=False, compare=False)
 
     def add(self, x: float, y: float, now: float) -> None:
-        w, sx, sy, sxx, sxy = self._sums
+        n, w, sx, sy, sxx, sxy = self._sums
         if self.samples:
             # Every answer feeds two lines: the fade applied term by term, not through a generator.
             # Unfed, the sums are still zero (what fading them by 0.0 left).
             d = math.exp(-(now - self.updated) / self.tau_s) * (1.0 - 1.0 / self.window)
-            w, sx, sy, sxx, sxy = w * d, sx * d, sy * d, sxx * d, sxy * d
-        self._sums = (w + 1.0, sx + x, sy + y, sxx + x * x, sxy + x * y)
+            n, w, sx, sy, sxx, sxy = n * d, w * d, sx * d, sy * d, sxx * d, sxy * d
+        k = 1.0
+        if self.relative:
+            # Weighed by the larger of its own y and what the line predicted for it: by its own alone, the
+            # samples that came in low weigh most and the fit reads low (a llama.cpp prompt prefilled
+            # beside another's comes in high, never low); by the prediction alone, the first samples
+            # were weighed by the prior's line (a GPU's rate on a CPU server) and outweighed every later one.
+            a, b = (self._fit or self._fitted()) if self.samples else (self.prior_intercept, self.prior_slope)
+            k = 1.0 / max(y, a + b * x, RELATIVE_FLOOR_S) ** 2
+        self._sums = (n + 1.0, w + k, sx + k * x, sy + k * y, sxx + k * x * x, sxy + k * x * y)
         self.updated = now
         self.samples += 1
         self._fit = None
@@ -242,8 +264,9 @@ class DecayingLine:
         return (self._fit or self._fitted()) if self.samples else None
 
     def _fitted(self) -> tuple[float, float]:
-        w, sx, sy, sxx, sxy = self._sums
-        w += self.anchor  # points at (0, 0) add weight and nothing else to the sums
+        n, w, sx, sy, sxx, sxy = self._sums
+        # Points at (0, 0) add weight and nothing else to the sums (as much as that many average samples).
+        w += self.anchor * (w / n if self.relative else 1.0)
         mx, my = sx / w, sy / w
         slope = max(0.0, (sxy - sx * my + self.ridge * self.prior_slope) / (sxx - sx * mx + self.ridge))
         intercept = my - slope * mx
@@ -611,9 +634,11 @@ class LatencyModel:
         # of one workload vary too little in length to separate the two, and a slope held at a GPU's
         # 5,000 tokens/s put a CPU server's whole cost in the fixed part (real llama.cpp, issue 24: 0.34 s
         # fixed + 0.2 ms/token fitted for ~8 ms/token; 30-token prompts predicted +60 %, 130-token ones
-        # -25 %, and each pending prefill in a backlog priced at 0.34 s).
+        # -25 %, and each pending prefill in a backlog priced at 0.34 s). Fitted to relative errors: a
+        # prompt mostly read from the cache prefills a few dozen tokens, and its time is mostly the
+        # fixed part (see DecayingLine).
         self.prefill = DecayingLine(0.0, 1.0 / p.prefill_tokens_per_s, ridge=0.0, anchor=PREFILL_ANCHOR,
-                                    window=LINE_WINDOW)
+                                    window=LINE_WINDOW, relative=True)
         # TPOT at batch 1 (an average, for the record and the console), and TPOT against the running
         # batch as a line learned from every decode sample (issue 24: a fixed 3 % per extra request
         # read a CPU server's 2-slot batch, ~40 % slower, as a slower server).

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.routing.latency_model import Decaying, LatencyModel, Prior
+from app.routing.latency_model import Decaying, DecayingLine, LatencyModel, Prior
 
 
 @pytest.mark.parametrize(("prior", "tau_s", "fed"), [(200.0, 60.0, 24.0), (0.002, 10.0, 0.001), (0.0, 10.0, 0.25)])
@@ -397,6 +397,44 @@ def test_the_medians_and_ceilings_kept_as_answers_come_are_those_of_the_windows_
                 assert decode.at_context(level, slope, statistics.median(known)) == slope
                 moved += 1
     assert moved > 1000
+
+
+def _prefill_samples(line: DecayingLine) -> float:
+    """Feed a real llama.cpp server's prefill samples (issue 24, eight shared prompts on two servers): two
+    cold prompts prefilled together first, then cached prompts of ~25 uncached tokens and cold ones of
+    ~590, half a second apart; returns the time after the last."""
+    t = 0.0
+    for x, y in [(1184, 5.04), (1185, 5.04), (25, 0.18), (590, 2.42), (27, 0.19), (24, 0.17), (600, 2.45),
+                 (26, 0.18), (25, 0.185), (30, 0.19), (580, 2.40), (28, 0.18)]:
+        line.add(x, y, t)
+        t += 0.5
+    return t
+
+
+def test_the_prefill_line_is_fitted_to_relative_errors_so_a_cached_prompts_small_prefill_is_priced_right():
+    relative = LatencyModel().prefill
+    assert relative.relative
+    now = _prefill_samples(relative)
+    assert relative.at(25, now) == pytest.approx(0.18, rel=0.05)
+    assert relative.at(590, now) == pytest.approx(2.42, rel=0.05)
+    # Fitted to absolute errors, the large samples set the line and the small ones read 13 % low.
+    absolute = DecayingLine(0.0, relative.prior_slope, ridge=0.0, anchor=relative.anchor, window=relative.window)
+    now = _prefill_samples(absolute)
+    assert absolute.at(25, now) < 0.16
+    assert absolute.at(590, now) == pytest.approx(2.42, rel=0.05)
+
+
+def test_a_relative_line_weighs_its_first_samples_by_their_own_size_not_by_the_priors_line():
+    # The prior's rate is a GPU's (5,000 tokens/s): weighed by what that line predicts, a first sample
+    # prefilled beside another prompt (1.3 s for 270 tokens, about 0.87 s alone) was predicted 54 ms and
+    # outweighed every later one (0.03 s + 3.1 ms a token) for the rest of its life.
+    line = LatencyModel().prefill
+    t = 0.0
+    for x, y in [(270, 1.3)] + [(600, 1.89), (120, 0.40), (700, 2.20), (160, 0.53)] * 3:
+        line.add(x, y, t)
+        t += 0.5
+    assert line.at(600, t) == pytest.approx(1.89, rel=0.05)
+    assert line.at(120, t) == pytest.approx(0.40, rel=0.05)
 
 
 def test_a_wait_within_the_noise_is_the_servers_admission_and_is_learned_as_measured():

@@ -204,9 +204,10 @@ class DecayingLine:
     conditions until a minute of quieter samples outnumbers them (issue 24: after a calibration burst,
     the strategy that ran first was over-predicted by +32 % to +157 % at the median).
 
-    With `relative`, the line is fitted to relative errors (each sample weighs 1/y^2, y as the line
-    predicted it before the sample; the anchor counts as that many samples of the samples' mean weight): a prediction is judged against its own size, and
-    where samples come in two sizes the small ones set the fixed part, the large ones the rate. Fitted
+    With `relative`, the line is fitted to relative errors (each sample weighs 1/y^2, y the larger of
+    its own time and what the line predicted for it before it; the anchor counts as that many samples of
+    the samples' mean weight): a prediction is judged against its own size, and where samples come in
+    two sizes the small ones set the fixed part, the large ones the rate. Fitted
     on absolute errors, a real llama.cpp server's prefill line (issue 24, eight shared prompts: cached
     prompts of ~25 uncached tokens in 0.18 s, cold ones of ~590 in 2.4 s, the first two prefilled
     together 1,180 in 5.05 s) was set by the large samples and the anchor: 0.00-0.07 s fixed, and every

@@ -640,6 +640,8 @@ class LatencyModel:
         # fixed part (see DecayingLine).
         self.prefill = DecayingLine(0.0, 1.0 / p.prefill_tokens_per_s, ridge=0.0, anchor=PREFILL_ANCHOR,
                                     window=LINE_WINDOW, relative=True)
+        # Where the rate the line starts from came from: the prior, or the server's own (published).
+        self.prefill_rate_source = "prior"
         # TPOT at batch 1 (an average, for the record and the console), and TPOT against the running
         # batch as a line learned from every decode sample (issue 24: a fixed 3 % per extra request
         # read a CPU server's 2-slot batch, ~40 % slower, as a slower server).
@@ -702,6 +704,17 @@ class LatencyModel:
         """The server published how many requests it runs at once (llama.cpp /props total_slots)."""
         self.slots, self.slots_source = slots, "reported"
         self.slots_at_least = max(self.slots_at_least, slots)
+
+    def set_published_prefill_rate(self, tokens_per_s: float) -> None:
+        """The server's own prefill rate over what it has processed (llama.cpp /metrics) becomes the rate
+        the prefill line starts from and relaxes back to, in place of the prior's GPU rate: a gateway fresh
+        from its start prices a prompt at what this server takes, not 5,000 tokens a second. On two real
+        llama.cpp servers (issue 24, unique prompts at 0.5 a second, 10 s runs from a fresh gateway) every
+        request of most runs came before any answer had taught a prefill, and every TTFT read 95 % low.
+        Per prompt token as routing counts them (a quarter of the prompt's characters, more than a
+        tokenizer's tokens for English): priced a little high until the first answer says."""
+        self.prefill.prior_slope = 1.0 / tokens_per_s
+        self.prefill_rate_source = "published"
 
     def observe_prefill(self, prompt_tokens: int, seconds: float, now: float | None = None) -> None:
         """A prefill (or a first-token wait with nothing queued) of `seconds` for `prompt_tokens`, the
@@ -847,7 +860,9 @@ class LatencyModel:
             "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t), "slots": self.slots,
             "slots_source": self.slots_source,
             "slots_at_least": self.slots_at_least,
-            "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead, "tpot_s": self.tpot_base.get(t),
+            "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead,
+            "prefill_rate_from": self.prefill_rate_source if not self.prefill.samples else "learned",
+            "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "answer_tpot_s": self.answers.snapshot(t),
             "answer_stall_s": self.answers.stall_snapshot(t),

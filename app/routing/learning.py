@@ -84,6 +84,8 @@ class Learner:
             s.model.set_reported_slots(load.slots)
         if load.rtt_s is not None:
             s.model.observe_network(load.rtt_s, peak=False)
+        if load.prefill_tokens_per_s:
+            s.model.set_published_prefill_rate(load.prefill_tokens_per_s)
         if load.prefix_cache_queries is not None and load.prefix_cache_hits is not None:
             before = self._prefix_counters.get(name)
             self._prefix_counters[name] = (load.prefix_cache_queries, load.prefix_cache_hits)

@@ -464,3 +464,24 @@ def test_a_servers_prompt_cache_kind_once_learned_is_the_rest_of_the_fleets_unti
     assert t.states["c"].prefixes.host_memory is True
     report(t, "c", reused=False)
     assert (t.states["b"].prefixes.host_memory, t.states["c"].prefixes.host_memory) == (True, False)
+
+
+def test_a_servers_published_prefill_rate_prices_prompts_until_its_own_answers_teach_the_line():
+    # A gateway fresh from its start, in front of a llama.cpp server that has processed prompts before: its
+    # /metrics say 178 tokens a second. Priced at the prior's 5,000, a 600-token prompt read 0.12 s.
+    t, model = telemetry("llamacpp")
+    assert model.prefill_s(600) < 0.2
+    t.server_load("b", ServerLoad(slots=2, running=0, waiting=0, prefill_tokens_per_s=178.0))
+    assert model.prefill_s(600) == pytest.approx(600 / 178.0, rel=0.01)
+    assert model.snapshot()["prefill_rate_from"] == "published"
+    # Once the server's answers teach the line, they price the prompt; the published rate is what the line
+    # relaxes back to unfed.
+    for k in range(6):
+        model.observe_prefill(600, 2.4, now=float(k))
+        model.observe_prefill(30, 0.18, now=float(k) + 0.5)
+    assert model.prefill_s(600, now=6.0) == pytest.approx(2.4, rel=0.05)
+    assert model.snapshot(now=6.0)["prefill_rate_from"] == "learned"
+    # A server with nothing processed yet publishes no rate: the prior stays.
+    fresh_t, fresh = telemetry("llamacpp")
+    fresh_t.server_load("b", ServerLoad(slots=2, running=0, waiting=0))
+    assert fresh.prefill_s(600) < 0.2 and fresh.snapshot()["prefill_rate_from"] == "prior"

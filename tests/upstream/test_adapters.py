@@ -129,6 +129,14 @@ def test_llamacpp_metrics_give_load_and_prefix_cache_counters():
     assert (load.prefix_cache_queries, load.prefix_cache_hits) == (2233.0, 1253.0)
 
 
+def test_llamacpp_metrics_give_the_servers_own_prefill_rate_once_it_has_processed_a_prompt_or_two():
+    load = parse_llamacpp_metrics(LLAMACPP_METRICS)
+    assert load.prefill_tokens_per_s == pytest.approx(980 / 5.49819)
+    fresh = "llamacpp:prompt_tokens_total 0\nllamacpp:prompt_seconds_total 0\n"
+    assert parse_llamacpp_metrics(fresh).prefill_tokens_per_s is None
+    assert parse_llamacpp_metrics("llamacpp:prompt_tokens_total 40\nllamacpp:prompt_seconds_total 0.2\n").prefill_tokens_per_s is None
+
+
 def test_llamacpp_metrics_without_the_cached_counter_claim_no_cache_figures():
     load = parse_llamacpp_metrics("llamacpp:prompt_tokens_total 980\nllamacpp:requests_processing 0\n")
     assert load.running == 0.0 and load.prefix_cache_queries is None and load.prefix_cache_hits is None

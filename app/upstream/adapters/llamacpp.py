@@ -77,13 +77,17 @@ class LlamaCppAdapter(Adapter):
         if slots is None and running is None:
             return None
         return ServerLoad(slots, running, load.waiting, None, "llamacpp /props + /metrics", rtt,
-                          load.prefix_cache_queries, load.prefix_cache_hits)
+                          load.prefix_cache_queries, load.prefix_cache_hits, load.prefill_tokens_per_s)
 
     def reported_model(self, model: object, configured: str) -> str | None:
         # Without --alias, llama-server reports the GGUF file's path: the configured name says more.
         if isinstance(model, str) and (model.endswith(".gguf") or "/" in model):
             return configured
         return super().reported_model(model, configured)
+
+
+# A server's published prefill rate counts once it has processed this many prompt tokens: a prompt or two's worth.
+PUBLISHED_RATE_MIN_TOKENS = 256
 
 
 def parse_llamacpp_metrics(text: str) -> ServerLoad:
@@ -95,8 +99,12 @@ def parse_llamacpp_metrics(text: str) -> ServerLoad:
     values = gauges(text)
     processed, cached = values.get("llamacpp:prompt_tokens_total"), values.get("llamacpp:prompt_tokens_cached_total")
     queries = processed + cached if processed is not None and cached is not None else None
+    seconds = values.get("llamacpp:prompt_seconds_total")
+    # Its prefill rate over what it has processed (a server fresh from its start has none to say).
+    rate = processed / seconds if processed and seconds and processed >= PUBLISHED_RATE_MIN_TOKENS else None
     return ServerLoad(None, values.get("llamacpp:requests_processing"), values.get("llamacpp:requests_deferred"),
-                      prefix_cache_queries=queries, prefix_cache_hits=cached if queries is not None else None)
+                      prefix_cache_queries=queries, prefix_cache_hits=cached if queries is not None else None,
+                      prefill_tokens_per_s=rate)
 
 
 def _busy(slot: Mapping) -> bool:

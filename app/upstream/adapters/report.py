@@ -61,6 +61,9 @@ class ServerLoad:
     # Prompt tokens looked up in, and found in, the server's prefix cache since it started (counters).
     prefix_cache_queries: float | None = None
     prefix_cache_hits: float | None = None
+    # The prompt tokens a second the server has processed since it started, over all it has processed
+    # (llama.cpp's prompt_tokens_total / prompt_seconds_total): its own measure of its prefill rate.
+    prefill_tokens_per_s: float | None = None
 
 
 def ms(v: Any) -> float | None:

@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -68,6 +69,16 @@ def percentile(values: list[float], p: float) -> float:
     lo, hi = math.floor(k), math.ceil(k)
     return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
 
+
+
+def relative_errors(pairs: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The median signed and absolute relative error of (predicted, measured) pairs (positive:
+    over-predicted; every measured value above zero); None for no pairs. The benches' prediction-error
+    figure, read alike by each."""
+    if not pairs:
+        return None
+    signed = [(p - m) / m for p, m in pairs]
+    return statistics.median(signed), statistics.median(abs(e) for e in signed)
 
 
 def poisson_arrivals(rng: random.Random, rate: float, n: int) -> list[float]:

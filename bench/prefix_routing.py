@@ -82,6 +82,7 @@ from bench.harness import (
     percentile,
     poisson_arrivals,
     port_options,
+    relative_errors,
     stop_on_signals,
     wait_listening,
 )
@@ -508,9 +509,9 @@ def prediction_errors(r: Run) -> dict[str, tuple[float, float]]:
     bench/real_backends.py reads them. A figure no request was predicted for is left out."""
     out = {}
     for figure, key in (("ttft", "predicted"), ("e2e", "predicted_e2e")):
-        signed = [(q[key] / 1000 - q[figure]) / q[figure] for q in r.log if q.get(key) and q.get(figure)]
-        if signed:
-            out[figure] = (statistics.median(signed), statistics.median(abs(e) for e in signed))
+        e = relative_errors([(q[key] / 1000, q[figure]) for q in r.log if q.get(key) and q.get(figure)])
+        if e is not None:
+            out[figure] = e
     return out
 
 

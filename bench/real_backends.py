@@ -80,6 +80,7 @@ from bench.harness import (
     percentile,
     poisson_arrivals,
     port_options,
+    relative_errors,
     stop_on_signals,
     wait_listening,
 )
@@ -264,9 +265,7 @@ def errors(results: list[Result]) -> dict[str, float]:
     out = {}
     for key, pairs in (("ttft", [(r.predicted_ttft_s, r.ttft_s) for r in ok if r.predicted_ttft_s and r.ttft_s > 0]),
                        ("e2e", [(r.predicted_e2e_s, r.e2e_s) for r in ok if r.predicted_e2e_s and r.e2e_s > 0])):
-        signed = [(p - m) / m for p, m in pairs]
-        out[f"{key}_signed"] = statistics.median(signed) if signed else float("nan")
-        out[f"{key}_abs"] = statistics.median(abs(x) for x in signed) if signed else float("nan")
+        out[f"{key}_signed"], out[f"{key}_abs"] = relative_errors(pairs) or (float("nan"), float("nan"))
     return out
 
 

@@ -100,7 +100,9 @@ class Decaying:
     def get(self, now: float) -> float:
         if not self.samples:
             return self.prior
-        drift = 1.0 - math.exp(-(now - self.updated) / self.stale_tau_s)
+        # Read at an instant before its last sample (a snapshot asked for an earlier time), it has not
+        # drifted: a negative age made exp() overflow once the clock read far past it (a host up a day).
+        drift = 1.0 - math.exp(-max(0.0, now - self.updated) / self.stale_tau_s)
         return self.value + (self.prior - self.value) * drift
 
     def add(self, sample: float, now: float, peak: bool = False) -> None:

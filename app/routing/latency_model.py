@@ -644,6 +644,10 @@ class LatencyModel:
                                     window=LINE_WINDOW, relative=True)
         # Where the rate the line starts from came from: the prior, or the server's own (published).
         self.prefill_rate_source = "prior"
+        # The published rate, in the server's tokens, and routing's tokens per server token (TokenRatio;
+        # None until an answer's usage says): the line's prior is their product.
+        self.published_prefill_rate: float | None = None
+        self.prompt_token_ratio: float | None = None
         # TPOT at batch 1 (an average, for the record and the console), and TPOT against the running
         # batch as a line learned from every decode sample (issue 24: a fixed 3 % per extra request
         # read a CPU server's 2-slot batch, ~40 % slower, as a slower server).
@@ -713,10 +717,23 @@ class LatencyModel:
         from its start prices a prompt at what this server takes, not 5,000 tokens a second. On two real
         llama.cpp servers (issue 24, unique prompts at 0.5 a second, 10 s runs from a fresh gateway) every
         request of most runs came before any answer had taught a prefill, and every TTFT read 95 % low.
-        Per prompt token as routing counts them (a quarter of the prompt's characters, more than a
-        tokenizer's tokens for English): priced a little high until the first answer says."""
-        self.prefill.prior_slope = 1.0 / tokens_per_s
+        The rate is per token the server counts; routing counts its own (see set_prompt_token_ratio)."""
+        self.published_prefill_rate = tokens_per_s
         self.prefill_rate_source = "published"
+        self._price_published_rate()
+
+    def set_prompt_token_ratio(self, ratio: float) -> None:
+        """Routing's prompt tokens (a quarter of the characters) per token the server's tokenizer counts,
+        from the answers' usage (TokenRatio). Unconverted, the published rate priced every prompt by the
+        ratio too high until the line's own samples outweighed it, and again whenever the line relaxed
+        back to it: 1.6x on real llama.cpp servers (SmolLM2's tokenizer, the shared-prefix bench's English
+        system prompts at ~6.5 characters a token)."""
+        self.prompt_token_ratio = ratio
+        self._price_published_rate()
+
+    def _price_published_rate(self) -> None:
+        if self.published_prefill_rate:
+            self.prefill.prior_slope = 1.0 / (self.published_prefill_rate * (self.prompt_token_ratio or 1.0))
 
     def observe_prefill(self, prompt_tokens: int, seconds: float, now: float | None = None) -> None:
         """A prefill (or a first-token wait with nothing queued) of `seconds` for `prompt_tokens`, the
@@ -864,6 +881,7 @@ class LatencyModel:
             "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead,
             "prefill_rate_from": self.prefill_rate_source if not self.prefill.samples else "learned",
+            "prompt_tokens_per_server_token": self.prompt_token_ratio,
             "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),
             "answer_tpot_s": self.answers.snapshot(t),

@@ -21,6 +21,7 @@ from app.routing.prefix_routing import MIN_BURST_BLOCKS
 from app.routing.prefix_routing import verify as verify_prefix
 from app.routing.reuse import ReuseTracker
 from app.routing.state import slot_scoped_cache
+from app.routing.token_ratio import TokenRatio
 from app.upstream.adapters import BackendReport, ServerLoad
 
 if TYPE_CHECKING:
@@ -51,6 +52,13 @@ class Learner:
         self.reuse: dict[str, ReuseTracker] = {}
         # Predicted against measured, per backend (for /admin/backends).
         self.accuracy: dict[str, PredictionErrors] = {name: PredictionErrors() for name in states}
+        # Routing's prompt tokens per server token, per model the backends know (one tokenizer): any of
+        # its backends' answers teach all of them, so one that has not answered yet prices its published
+        # rate right too.
+        self.token_ratios: dict[str, TokenRatio] = {}
+        self._serving: dict[str, list[BackendState]] = {}
+        for state in states.values():
+            self._serving.setdefault(state.backend.config.model, []).append(state)
 
     def _state(self, name: str) -> BackendState | None:
         return self.states.get(name)
@@ -102,6 +110,17 @@ class Learner:
         for s in self.states.values():
             if s is not learned and slot_scoped_cache(s):
                 s.prefixes.adopt(keeps)
+
+    def _learn_token_ratio(self, s: BackendState, estimated: int, reported: int) -> None:
+        served = s.backend.config.model
+        ratio = self.token_ratios.get(served)
+        if ratio is None:
+            ratio = self.token_ratios[served] = TokenRatio()
+        ratio.observe(estimated, reported)
+        value = ratio.get()
+        if value is not None:
+            for state in self._serving.get(served, (s,)):
+                state.model.set_prompt_token_ratio(value)
 
     # --- a stream's first event ---------------------------------------------------------------
     def first_token(self, a: AttemptRecord, prompt_tokens: int) -> None:
@@ -167,6 +186,8 @@ class Learner:
         if reuse is not None and cached is not None and a.report.prompt_tokens:
             reuse.observe_reported(cached / a.report.prompt_tokens, time.monotonic(), cached)
         model, r = s.model, a.report
+        if r.prompt_tokens and prompt_hint > 0:
+            self._learn_token_ratio(s, prompt_hint, r.prompt_tokens)
         # Prefill is learned against the prompt size routing predicts from (estimated from the body's
         # length before any usage exists), so the fitted line and its use agree on what x means; of
         # that, only the share the server processed (the rest came from its KV cache).

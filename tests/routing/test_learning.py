@@ -485,3 +485,36 @@ def test_a_servers_published_prefill_rate_prices_prompts_until_its_own_answers_t
     fresh_t, fresh = telemetry("llamacpp")
     fresh_t.server_load("b", ServerLoad(slots=2, running=0, waiting=0))
     assert fresh.prefill_s(600) < 0.2 and fresh.snapshot()["prefill_rate_from"] == "prior"
+
+
+def test_a_published_prefill_rate_is_priced_in_routings_tokens_once_any_answer_of_the_model_says_the_ratio():
+    # Routing counts a quarter of a prompt's characters; SmolLM2's tokenizer reads English system prompts
+    # at ~6.5 characters a token, so 600 routing tokens are 370 of the server's. The server's published 178
+    # tokens a second prefill them in 370 / 178 = 2.08 s; priced per routing token, 600 / 178 = 3.37 s.
+    states = {}
+    for name, served in (("b", "smollm2"), ("c", "smollm2"), ("o", "other")):
+        backend = FakeBackend("llamacpp")
+        backend.name, backend.config = name, BackendConfig(base_url="http://127.0.0.1:1/v1", model=served,
+                                                           flavor="llamacpp")
+        states[name] = BackendState(backend, 256, Breaker(BreakerConfig()), LatencyModel())
+    t = Learner(states)
+    for name in states:
+        t.server_load(name, ServerLoad(slots=2, running=0, waiting=0, prefill_tokens_per_s=178.0))
+    b, c, o = (states[n].model for n in ("b", "c", "o"))
+    assert b.prefill_s(600) == pytest.approx(600 / 178.0, rel=0.01)
+    a = stream_attempt(load=1, wait=0.01, flavor="llamacpp")
+    a.end = a.first_event + 0.5
+    a.report = BackendReport(prompt_tokens=370, prompt_processed=370, prompt_cached=0)
+    t.learn(a, prompt_hint=600, output=10)
+    # c has not answered yet: it serves the same model (one tokenizer) and prices its published rate
+    # right too; a backend of another model does not take it.
+    assert c.prefill_s(600) == pytest.approx(370 / 178.0, rel=0.01)
+    assert o.prefill_s(600) == pytest.approx(600 / 178.0, rel=0.01)
+    assert c.snapshot()["prompt_tokens_per_server_token"] == pytest.approx(600 / 370)
+    # A later scrape's rate is converted the same way, and an answer whose estimate cannot be of the prompt
+    # the server counted (an empty body beside a large tool schema) teaches nothing.
+    t.server_load("c", ServerLoad(slots=2, running=0, waiting=0, prefill_tokens_per_s=200.0))
+    assert c.prefill_s(600) == pytest.approx(370 / 200.0, rel=0.01)
+    a.report = BackendReport(prompt_tokens=2000, prompt_processed=2000, prompt_cached=0)
+    t.learn(a, prompt_hint=1, output=10)
+    assert t.token_ratios["smollm2"].get() == pytest.approx(600 / 370)

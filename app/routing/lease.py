@@ -139,8 +139,13 @@ class Lease:
                     ctx.cached[state.name] = held
                     ranked = None  # predicted without this match: predict again with it
             self.prefix = held
-        # What the model predicted for this request on this backend, with the requests ahead of it.
-        self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead)
+        # What the model predicted for this request on this backend, with the requests ahead of it. A
+        # prefix-blind strategy's pick (its context counts no cached prefix) is sent at once, so it reuses
+        # what the backend holds settled now: priced as if cold, least_inflight's predictions on eight shared
+        # prompts over two real llama.cpp servers read TTFT 2.6-9.6x the measured (issue 24), and with them
+        # the backend's error on /admin/backends, its spans and the deadline check.
+        settled = self.prefix if ctx.cached is None and self.prefix is not None and self.prefix.ready_at <= ctx.now else None
+        self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead, settled=settled)
         # A traced decision's every candidate as the ranking saw it: its predicted first token and the
         # prompt tokens it was believed to hold (for the route span, beside the scores). Untraced, nothing.
         self.ranked_as: dict[str, tuple[float, float]] = {}

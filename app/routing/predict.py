@@ -16,21 +16,24 @@ from app.record import Estimate
 
 if TYPE_CHECKING:
     from app.routing.context import RouteContext
+    from app.routing.prefix_routing import PrefixMatch
     from app.routing.state import BackendState
 
 
 def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known_at: float | None = None,
-             backlog: bool = True) -> Estimate:
+             backlog: bool = True, settled: PrefixMatch | None = None) -> Estimate:
     """Queue wait, time to first token and end-to-end time for this request on backend `c` at `ctx.now`,
     with `ahead` requests in flight there before it (by default, all that are). `known_at` (default
     `ctx.now`) is when the in-flight book is simulated from: for an arrival expected later, the requests
     ahead finish when they are predicted to, not all at once at that later instant (a request overdue
     now is about to finish, but one due before the arrival has finished by then). Without `backlog`, the
-    prefill work in flight there is not waited for: predicted_latency's ranking (PredictedLatency)."""
+    prefill work in flight there is not waited for: predicted_latency's ranking (PredictedLatency).
+    `settled`: for a context that counts no cached prefix (a prefix-blind strategy's), what `c` holds of
+    the prompt, settled now: only the rest is prefilled (see Lease)."""
     now = ctx.now
     queue, ttft, decode_tokens, e2e, _, stall = _predict(c, ctx, now, c.inflight if ahead is None else ahead,
                                                          now if known_at is None else known_at, True, stalls=True,
-                                                         backlog=backlog)
+                                                         backlog=backlog, settled=settled)
     return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
@@ -60,8 +63,8 @@ def booked_figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: f
 
 
 def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_at: float, decode: bool,
-             booked: tuple[int, float, float] | None = None, stalls: bool = False, backlog: bool = True
-             ) -> tuple[float, float, float, float, float, float]:
+             booked: tuple[int, float, float] | None = None, stalls: bool = False, backlog: bool = True,
+             settled: PrefixMatch | None = None) -> tuple[float, float, float, float, float, float]:
     """`estimate` at `now` with `ahead` requests ahead (the book simulated from `known_at`): (queue wait,
     time to first token, tokens to decode after the first, end-to-end time, failure penalty). Without
     `decode`, no decode is priced: 0.0 tokens, and the end-to-end time is the time to first token.
@@ -71,7 +74,7 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
     decodes beside them (`InflightBook.finishes`): a prediction now (`estimate`, `ranked`). Not the
     look-ahead's figures for the next arrival: how this request's own prefill stalls the decodes there
     is `lookahead.imposed`'s charge already. `backlog`: the prompt waits for the prefill work in flight
-    there (`estimate`'s).
+    there (`estimate`'s). `settled`: `estimate`'s.
 
     Every decision predicts seven times (each candidate now, and the look-ahead's later), so this is one
     function: the model's figures are read inline (`Decaying.get`, `DecayingLine.coefficients`,
@@ -141,17 +144,16 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
         slot_wait = queue - residual
         queue = residual + (work if work > slot_wait else slot_wait)  # noqa: FURB136
     held = ctx.cached
-    if held is not None:
-        # Prefix-aware: only the uncached tokens are prefilled, and not before a sibling still
-        # prefilling the same prefix has finished it.
-        cached = held.get(c.name) if held else None
-        if cached is not None and cached.tokens > 0:
-            prompt = round(prompt - cached.tokens)
-            if not prompt > 1:
-                prompt = 1
-            ready = cached.ready_at - now
-            if ready > queue:  # noqa: PLR1730
-                queue = ready
+    # Prefix-aware: only the uncached tokens are prefilled, and not before a sibling still prefilling the
+    # same prefix has finished it.
+    cached = (held.get(c.name) if held else None) if held is not None else settled
+    if cached is not None and cached.tokens > 0:
+        prompt = round(prompt - cached.tokens)
+        if not prompt > 1:
+            prompt = 1
+        ready = cached.ready_at - now
+        if ready > queue:  # noqa: PLR1730
+            queue = ready
     x = m.net
     net = (x.value + (x.prior - x.value) * (1.0 - _exp(-(now - x.updated) / x.stale_tau_s))
            if x.samples and x.value != x.prior else x.prior)

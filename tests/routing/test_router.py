@@ -656,3 +656,34 @@ def test_a_request_held_for_a_siblings_copy_is_predicted_to_wait_that_much_less_
         assert first.held_s == 0.0 and first.predicted_wait_s == first.estimate.ttft_s  # never held
 
     asyncio.run(main())
+
+
+def test_a_prefix_blind_strategys_prediction_counts_what_the_backend_holds_settled():
+    # Scripted, no server: least_inflight ranks by requests in flight, but its pick's prediction (the
+    # response headers, the span, the backend's error on /admin/backends, the deadline check) prices what
+    # the chosen llama.cpp server holds of the prompt, as it is sent at once: a copy settled in a free slot
+    # is reused, one still in a running request's slot is not (the request prefills it again elsewhere).
+    blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
+    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
+    r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="least_inflight")}, 1.0)
+
+    def ctx() -> RouteContext:  # as with_policy leaves a prefix-blind alias's context: no cached map
+        return RouteContext(stream=True, prompt_tokens=round(blocks.tokens), max_tokens=20, prefix=blocks)
+
+    async def main():
+        m = r.states["a"].model
+        for tokens in (300, 600):  # timed: a CPU server's 5 ms a token
+            m.observe_prefill(tokens, tokens * 0.005)
+        cold = await r.acquire("m", ctx=ctx())
+        assert cold.prefix.tokens == 0 and cold.estimate.ttft_s > 0.9 * blocks.tokens * 0.005
+        cold.release()
+        warm = await r.acquire("m", ctx=ctx())
+        assert warm.prefix.tokens > 0.5 * blocks.tokens
+        assert warm.estimate.ttft_s < (blocks.tokens - 0.9 * warm.prefix.tokens) * 0.005 + 0.05
+        busy = await r.acquire("m", ctx=ctx())  # the copy is in the warm request's slot
+        assert busy.prefix.leader is not None and busy.estimate.ttft_s > 0.9 * blocks.tokens * 0.005
+        assert not busy.burst_wait_s  # least_inflight never holds a request back for a copy
+        for lease in (warm, busy):
+            lease.release()
+
+    asyncio.run(main())

@@ -642,10 +642,9 @@ class LatencyModel:
         # fixed part (see DecayingLine).
         self.prefill = DecayingLine(0.0, 1.0 / p.prefill_tokens_per_s, ridge=0.0, anchor=PREFILL_ANCHOR,
                                     window=LINE_WINDOW, relative=True)
-        # Where the rate the line starts from came from: the prior, or the server's own (published).
-        self.prefill_rate_source = "prior"
-        # The published rate, in the server's tokens, and routing's tokens per server token (TokenRatio;
-        # None until an answer's usage says): the line's prior is their product.
+        # The rate the server publishes (None: the line starts from the prior's), in the server's tokens,
+        # and routing's tokens per server token (TokenRatio; None until an answer's usage says): the line's
+        # prior is their product.
         self.published_prefill_rate: float | None = None
         self.prompt_token_ratio: float | None = None
         # TPOT at batch 1 (an average, for the record and the console), and TPOT against the running
@@ -719,7 +718,6 @@ class LatencyModel:
         request of most runs came before any answer had taught a prefill, and every TTFT read 95 % low.
         The rate is per token the server counts; routing counts its own (see set_prompt_token_ratio)."""
         self.published_prefill_rate = tokens_per_s
-        self.prefill_rate_source = "published"
         self._price_published_rate()
 
     def set_prompt_token_ratio(self, ratio: float) -> None:
@@ -880,7 +878,8 @@ class LatencyModel:
             "slots_source": self.slots_source,
             "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead,
-            "prefill_rate_from": self.prefill_rate_source if not self.prefill.samples else "learned",
+            "prefill_rate_from": ("learned" if self.prefill.samples
+                                  else "published" if self.published_prefill_rate else "prior"),
             "prompt_tokens_per_server_token": self.prompt_token_ratio,
             "tpot_s": self.tpot_base.get(t),
             "tpot_growth": self.tpot_growth, "output_tokens": self.output_tokens.get(t),

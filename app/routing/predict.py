@@ -143,10 +143,10 @@ def _predict(c: BackendState, ctx: RouteContext, now: float, ahead: int, known_a
                 work = 0.0
         slot_wait = queue - residual
         queue = residual + (work if work > slot_wait else slot_wait)  # noqa: FURB136
+    # Only the uncached tokens are prefilled (what the ranking matched, or for a prefix-blind context what
+    # the lease found settled), and not before a sibling still prefilling the same prefix has finished it.
     held = ctx.cached
-    # Prefix-aware: only the uncached tokens are prefilled, and not before a sibling still prefilling the
-    # same prefix has finished it.
-    cached = (held.get(c.name) if held else None) if held is not None else settled
+    cached = held.get(c.name) if held is not None else settled
     if cached is not None and cached.tokens > 0:
         prompt = round(prompt - cached.tokens)
         if not prompt > 1:

@@ -21,6 +21,7 @@ from app.routing.active_health import run_health_checks
 from app.routing.discovery import discover_forever
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
+from app.routing.memory import RoutingMemory
 from app.routing.router import Router
 from app.telemetry.metrics import Metrics
 from app.telemetry.recorder import Telemetry
@@ -64,19 +65,22 @@ class Gateway:
 
     @classmethod
     def start(cls, config: GatewayConfig, span_exporter=None, transport: Transport | None = None,
-              metrics: Metrics | None = None) -> Gateway:
+              metrics: Metrics | None = None, memory: RoutingMemory | None = None) -> Gateway:
         """Build clients, auth and router; call from inside the serving event loop.
 
         `metrics`, when given, are the process's (kept across reloads, their live gauges registered by
-        the caller); without, the gateway gets metrics of its own.
+        the caller); without, the gateway gets metrics of its own. `memory`: what routing learned in the
+        gateway a config reload replaces (Router.memory).
         """
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
-        models = {name: LatencyModel(load_prior(b.latency_prior)) for name, b in config.backends.items()}
+        kept = memory.backends if memory is not None else {}
+        models = {name: kept[name].model if name in kept else LatencyModel(load_prior(b.latency_prior))
+                  for name, b in config.backends.items()}
         telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
         # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
                         WaitQueue(config.limits.queue.max_waiting, config.limits.queue.fair),
-                        scores_read=telemetry.tracing.enabled)
+                        scores_read=telemetry.tracing.enabled, memory=memory)
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()

@@ -2,8 +2,8 @@
 
 A new Gateway is built from the new file and swapped in; requests already running keep the old one,
 which is closed once they have all finished. A bad file changes nothing and says why in the log.
-Latency models carry over for backends whose name and URL are unchanged, so routing keeps what it
-learned.
+Routing keeps what it learned (app/routing/memory.py): of backends whose name and URL are unchanged,
+and of every alias and served model.
 """
 
 from __future__ import annotations
@@ -71,35 +71,30 @@ class Reloader:
                 config = load_config(self.path)
             except ConfigError as exc:
                 return self._refused(str(exc))
-            old: Gateway = self.state.gateway
             pending = restart_only_changes(self._started, config)
             if pending:
                 log.warning("%s take effect only on restart", ", ".join(pending))
+            old: Gateway = self.state.gateway
+            # The same server where the name and URL are unchanged: routing goes on from what it knew.
+            same = {name for name, b in config.backends.items()
+                    if name in old.backends and old.backends[name].config.base_url == b.base_url}
+            memory = old.router.memory(same)
             # The process's metrics carry over: counters and histograms go on from where they were.
             # (A reload that switches telemetry.metrics on or off takes effect on restart.)
             # A file that validates can still fail to build (the semantic cache's model cannot load, a
             # file it names changed since): that is a refused reload too, never an exception that ends
             # the file watcher (every later change would then go unseen) or answers /admin/reload with a 500.
             try:
-                new = Gateway.start(config, self.span_exporter, metrics=self.metrics)
+                new = Gateway.start(config, self.span_exporter, metrics=self.metrics, memory=memory)
             except Exception as exc:  # noqa: BLE001 - any failure keeps the running config
+                memory.give_back()
                 return self._refused(f"{self.path}: the gateway it describes cannot start: {exc!r}")
             try:
                 await new.cache.start()
             except Exception as exc:  # noqa: BLE001
+                memory.give_back()
                 await new.aclose()
                 return self._refused(f"{self.path}: the gateway it describes cannot start its cache: {exc!r}")
-            for name, model in old.models.items():
-                same = name in new.backends and new.backends[name].config.base_url == old.backends[name].config.base_url
-                if same:
-                    new.router.states[name].model = model
-                    new.models[name] = model
-                    # What the backend holds in its prompt cache did not change with the config.
-                    fresh, kept = new.router.states[name].prefixes, old.router.states[name].prefixes
-                    if fresh.fixed_capacity or kept.fixed_capacity:
-                        kept.capacity_tokens, kept.fixed_capacity = fresh.capacity_tokens, fresh.fixed_capacity
-                    kept.ttl_s = fresh.ttl_s
-                    new.router.states[name].prefixes = kept
             new.admission.adopt(old.admission)
             if (config.responses, config.cache.store, config.cache.redis_url) == (
                     old.config.responses, old.config.cache.store, old.config.cache.redis_url):

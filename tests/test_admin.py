@@ -145,6 +145,47 @@ def test_hot_reload_swaps_config_and_drops_nothing(fleet, tmp_path):
         gw.process.stop()
 
 
+def test_a_reload_keeps_what_routing_learned_of_the_servers_it_still_names(fleet, tmp_path):
+    # A reload rebuilt the answer lengths, the prediction errors and the served models' token ratios
+    # empty: the first minute after every reload priced answers at the default length, and
+    # /admin/backends showed no prediction error. A backend under the same name and URL is the same
+    # server; one whose URL changed is another, and starts afresh.
+    config = gateway_config(fleet, 0)
+    gw = start_gateway(tmp_path, fleet, config)
+    path = tmp_path / "gateway.yaml"
+    view = lambda: httpx.get(f"{gw.url}/admin/backends", headers=ADMIN).json()
+    named = lambda body, name: next(b for b in body["backends"] if b["name"] == name)
+    try:
+        client = gw.client()
+        for alias in ("chat", "slow"):
+            for _ in range(3):
+                stream = client.chat.completions.create(model=alias, messages=MSG, max_tokens=8, stream=True,
+                                                        stream_options={"include_usage": True}, stop=["zzz"])
+                for _ in stream:
+                    pass
+        before = view()
+        assert named(before, "fast")["prediction_error"]["e2e_samples"] == 3
+        assert named(before, "slow")["latency_model"]["samples"]["decode"] >= 1
+        config["backends"]["slow"]["base_url"] = f"http://127.0.0.1:{fleet.ports['tgi']}/v1"  # another server
+        config["models"]["renamed"] = {"backends": ["fast"]}
+        write_yaml(path, config)
+        assert httpx.post(f"{gw.url}/admin/reload", headers=ADMIN).json()["reloaded"] is True
+        after = view()
+        assert "renamed" in {m.id for m in client.models.list()}
+        fast, was = named(after, "fast"), named(before, "fast")
+        assert fast["prediction_error"] == was["prediction_error"]
+        # (Its round-trip samples go on growing: the scrapes of its load.)
+        assert fast["latency_model"]["samples"]["decode"] == was["latency_model"]["samples"]["decode"] > 0
+        assert fast["latency_model"]["prompt_tokens_per_server_token"] == was["latency_model"]["prompt_tokens_per_server_token"]
+        assert fast["prefix_index"] == was["prefix_index"]
+        lengths = lambda body: {(o["alias"], o["max_tokens_up_to"], o["stop"]): o["samples"] for o in body["output_lengths"]}
+        assert lengths(after) == lengths(before) and lengths(after)[("chat", 8, True)] == 3
+        slow = named(after, "slow")
+        assert slow["prediction_error"]["e2e_samples"] == 0 and slow["latency_model"]["samples"]["decode"] == 0
+    finally:
+        gw.process.stop()
+
+
 def test_a_config_that_validates_but_cannot_start_is_refused_and_the_file_is_still_watched(fleet, tmp_path):
     # The semantic cache's model cannot load here (its folder lies under a file). Such a reload used to
     # raise out of the reloader: /admin/reload answered 500, and a change seen by the file watcher ended

@@ -71,6 +71,7 @@ import random
 from typing import TYPE_CHECKING
 
 from app.routing.lookahead import ArrivalRate, first_passed_on, imposed, passed_on
+from app.routing.memory import AliasMemory
 from app.routing.predict import failure_penalty, ranked
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS, matches, rendezvous
@@ -110,14 +111,15 @@ _UNSCORED = [math.nan]
 class LatencyAware:
     name = "latency_aware"
 
-    def __init__(self, exploration: float = 0.01, seed: int | None = None) -> None:
+    def __init__(self, exploration: float = 0.01, seed: int | None = None, learned: AliasMemory | None = None) -> None:
+        """`learned`: the alias's reuse and arrivals as its strategy before a config reload knew them."""
         self.exploration = exploration
         self._rng = random.Random(seed)
         # How often this alias's prompts find a prefix cached, and how much of them: the expected worth
         # of placing a new prefix consistently (one tracker per alias: each alias has its own strategy).
-        self.reuse = ReuseTracker()
+        self.reuse = learned.reuse if learned is not None else ReuseTracker()
         # How often this alias's requests arrive: when the next one is expected.
-        self.arrivals = ArrivalRate()
+        self.arrivals = learned.arrivals if learned is not None else ArrivalRate()
 
     def choose(self, candidates, ctx: RouteContext, turn: int):
         n = len(candidates)

@@ -10,11 +10,13 @@ mostly read from its KV cache teaches the cost of the part it processed, not a f
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from app.record import ESTIMATED, REPORTED, AttemptRecord
 from app.routing.accuracy import PredictionErrors
 from app.routing.latency_model import QUEUE_NOISE_S, LatencyModel
+from app.routing.memory import BackendMemory, RoutingMemory
 from app.routing.output_length import OutputLengths, Shape
 from app.routing.prefix_index import BLOCK_CHARS, CHARS_PER_TOKEN
 from app.routing.prefix_routing import MIN_BURST_BLOCKS
@@ -41,24 +43,50 @@ SEND_RACE_S = 0.25
 class Learner:
     """Feeds the latency models of the router's backends; the only writer of what routing learns."""
 
-    def __init__(self, states: dict[str, BackendState], outputs: OutputLengths | None = None) -> None:
+    def __init__(self, states: dict[str, BackendState], outputs: OutputLengths | None = None,
+                 memory: RoutingMemory | None = None) -> None:
+        """`memory`: what the gateway before a config reload learned (its backends' figures, for those of
+        `states` it names; the served models' token ratios)."""
+        memory = memory or RoutingMemory()
         self.states = states
         self.outputs = outputs if outputs is not None else OutputLengths()
+        kept = {name: memory.backends[name] for name in states if name in memory.backends}
         # The share of prompt tokens each backend found in its prefix cache between its last two scrapes
         # (vLLM's counters), and the counters it was computed from.
-        self.server_prefix_hits: dict[str, float] = {}
-        self._prefix_counters: dict[str, tuple[float, float]] = {}
+        self.server_prefix_hits: dict[str, float] = {
+            name: b.prefix_hits for name, b in kept.items() if b.prefix_hits is not None}
+        self._prefix_counters: dict[str, tuple[float, float]] = {
+            name: b.prefix_counters for name, b in kept.items() if b.prefix_counters is not None}
         # Per alias whose strategy weighs expected reuse (latency_aware): fed the backends' reported reuse.
         self.reuse: dict[str, ReuseTracker] = {}
         # Predicted against measured, per backend (for /admin/backends).
         self.accuracy: dict[str, PredictionErrors] = {name: PredictionErrors() for name in states}
+        self.accuracy.update({name: b.accuracy for name, b in kept.items() if b.accuracy is not None})
         # Routing's prompt tokens per server token, per model the backends know (one tokenizer): any of
         # its backends' answers teach all of them, so one that has not answered yet prices its published
         # rate right too.
-        self.token_ratios: dict[str, TokenRatio] = {}
+        self.token_ratios: dict[str, TokenRatio] = dict(memory.token_ratios)
         self._serving: dict[str, list[BackendState]] = {}
         for state in states.values():
             self._serving.setdefault(state.backend.config.model, []).append(state)
+        # A backend the reload added serves a model whose ratio is known already.
+        for served, ratio in self.token_ratios.items():
+            value = ratio.get()
+            if value is not None:
+                for state in self._serving.get(served, ()):
+                    state.model.set_prompt_token_ratio(value)
+
+    def memory(self, keep: Collection[str]) -> RoutingMemory:
+        """What this learner's backends in `keep` (configured again under the same name and URL) and its
+        served models taught, for the gateway a config reload builds (app/routing/memory.py). The aliases'
+        own figures are their strategies' (Router.memory)."""
+        return RoutingMemory(
+            backends={name: BackendMemory(s.model, s.prefixes,
+                                          (s.prefixes.capacity_tokens, s.prefixes.fixed_capacity, s.prefixes.ttl_s),
+                                          self.accuracy.get(name), self._prefix_counters.get(name),
+                                          self.server_prefix_hits.get(name))
+                      for name, s in self.states.items() if name in keep},
+            outputs=self.outputs, token_ratios=dict(self.token_ratios))
 
     def _state(self, name: str) -> BackendState | None:
         return self.states.get(name)

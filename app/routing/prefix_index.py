@@ -128,6 +128,14 @@ class BackendPrefixes:
     # this one's first report still settles it.
     _adopted: bool = False
 
+    def configured_like(self, fresh: BackendPrefixes) -> BackendPrefixes:
+        """This index, kept across a config reload, with the settings the new file gives (`fresh`: the
+        index it would have built): a configured capacity and the TTL. A learned capacity stays learned."""
+        if fresh.fixed_capacity or self.fixed_capacity:
+            self.capacity_tokens, self.fixed_capacity = fresh.capacity_tokens, fresh.fixed_capacity
+        self.ttl_s = fresh.ttl_s
+        return self
+
     @property
     def slot_bound(self) -> bool:
         """Whether a prompt pushed out of its slot may be gone (its server not known to keep it): what

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from app.admission.context import QueueContext
@@ -27,6 +27,7 @@ from app.routing.latency_aware import LatencyAware
 from app.routing.latency_model import LatencyModel
 from app.routing.learning import Learner
 from app.routing.lease import Lease
+from app.routing.memory import AliasMemory, RoutingMemory
 from app.routing.output_length import OutputLengths
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixAware
@@ -43,9 +44,12 @@ class _Alias:
     turn: int = 0
 
 
-def make_strategy(name: str, exploration: float | None = None) -> Strategy:
+def make_strategy(name: str, exploration: float | None = None, learned: AliasMemory | None = None) -> Strategy:
     """The alias's strategy; `exploration` (a share of placements) replaces the default of the strategies
-    that explore (latency_aware, predicted_latency) and is ignored by the others."""
+    that explore (latency_aware, predicted_latency) and is ignored by the others. `learned`: what the
+    alias's latency_aware strategy learned of its traffic before a config reload."""
+    if name == "latency_aware":
+        return LatencyAware(learned=learned) if exploration is None else LatencyAware(exploration, learned=learned)
     made = _STRATEGIES[name]
     return made(exploration) if exploration is not None and name in _EXPLORING else made()
 
@@ -63,25 +67,35 @@ class Router:
         breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
         queue: WaitQueue | None = None,
         prefixes: dict[str, BackendPrefixes] | None = None, scores_read: bool = True,
+        memory: RoutingMemory | None = None,
     ) -> None:
+        """`memory`: what the router before a config reload learned (Router.memory); its backends' latency
+        models and prefix indexes are taken where `latency` and `prefixes` do not name one."""
         breaker = breaker or BreakerConfig()
-        latency = latency if latency is not None else {name: LatencyModel() for name in backends}
-        prefixes = prefixes if prefixes is not None else {name: prefixes_for(b.config) for name, b in backends.items()}
+        memory = memory or RoutingMemory()
+        kept = memory.backends
+        latency = latency if latency is not None else {
+            name: kept[name].model if name in kept else LatencyModel() for name in backends}
+        if prefixes is None:
+            prefixes = {name: prefixes_for(b.config) for name, b in backends.items()}
+            for name in prefixes.keys() & kept.keys():
+                prefixes[name] = kept[name].prefixes.configured_like(prefixes[name])
         self.states = {
             name: BackendState(b, b.config.max_concurrency, Breaker(breaker), latency[name], b.config.weight,
                                prefixes=prefixes[name])
             for name, b in backends.items()
         }
         self._aliases = {
-            alias: _Alias(tuple(self.states[n] for n in spec.backends), make_strategy(spec.strategy, spec.exploration))
+            alias: _Alias(tuple(self.states[n] for n in spec.backends),
+                          make_strategy(spec.strategy, spec.exploration, memory.aliases.get(alias)))
             for alias, spec in models.items()
         }
         # Ordered by priority, then fair share across tenants, then deadline: app/admission/wait_queue.py.
         self.queue = queue if queue is not None else WaitQueue()
         # Routing owns what it learns: attempts' outcomes and the load backends publish feed the models.
         # Answer lengths per alias and request shape: predicted at each decision, learned at each answer.
-        self.outputs = OutputLengths()
-        self.learner = Learner(self.states, self.outputs)
+        self.outputs = memory.outputs if memory.outputs is not None else OutputLengths()
+        self.learner = Learner(self.states, self.outputs, memory)
         for alias, entry in self._aliases.items():
             if isinstance(entry.strategy, LatencyAware):
                 self.learner.reuse[alias] = entry.strategy.reuse
@@ -89,6 +103,14 @@ class Router:
         # Whether a placement's scores are read (its decision's trace span): off in a gateway that does not
         # trace, and a strategy then computes only what its pick needs (RouteContext.scored).
         self.scores_read = scores_read
+
+    def memory(self, keep: Collection[str]) -> RoutingMemory:
+        """What this router learned, for the one a config reload builds: of the backends in `keep` (those
+        configured again under the same name and URL), and of every alias and served model."""
+        memory = self.learner.memory(keep)
+        memory.aliases = {alias: AliasMemory(e.strategy.reuse, e.strategy.arrivals)
+                          for alias, e in self._aliases.items() if isinstance(e.strategy, LatencyAware)}
+        return memory
 
     @property
     def queued(self) -> int:

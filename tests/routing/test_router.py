@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
@@ -12,8 +13,10 @@ from app.config import BackendConfig, BreakerConfig, ModelAlias
 from app.errors import FirstTokenTimeout, Overloaded, UpstreamStatus
 from app.routing.context import RouteContext
 from app.routing.health import BreakerState
+from app.routing.output_length import shape_of
 from app.routing.prefix_index import prompt_blocks
 from app.routing.router import Router
+from app.routing.token_ratio import TokenRatio
 from app.upstream.adapters.llamacpp import LlamaCppAdapter
 from app.upstream.adapters.report import ServerLoad
 
@@ -687,3 +690,36 @@ def test_a_prefix_blind_strategys_prediction_counts_what_the_backend_holds_settl
             lease.release()
 
     asyncio.run(main())
+
+
+def test_a_router_built_from_anothers_memory_goes_on_from_what_that_one_learned():
+    # A config reload builds a new router (app/reload.py). Of a backend named again with the same URL it
+    # takes the latency model and the prefix index (with the new file's cache settings), its prediction
+    # errors and last counters; of every alias its traffic's reuse and arrival rate, and the answer
+    # lengths; of every served model the token ratio, which a backend the reload added prices with at once.
+    config = lambda url="http://127.0.0.1:1/v1", **kw: BackendConfig(base_url=url, model="m", flavor="llamacpp", **kw)
+    old = Router({"a": FakeBackend("a", config()), "b": FakeBackend("b", config())},
+                 {"m": ModelAlias(backends=("a", "b"), strategy="latency_aware")}, 1.0)
+    a = old.states["a"]
+    a.model.observe_decode(10, 0.2, 1.0)
+    old.learner.accuracy["a"].add(0.1, 0.2, 0.5, 0.4)
+    old.learner.token_ratios.setdefault("m", TokenRatio()).observe(600, 370)
+    for _ in range(8):
+        old.outputs.observe("m", shape_of("chat", 64, None), 40, time.monotonic())
+    strategy = old._aliases["m"].strategy
+    memory = old.memory({"a"})  # b's URL changes in the new file: another server
+    new = Router({"a": FakeBackend("a", config(prefix_ttl_s=30.0)), "b": FakeBackend("b", config("http://127.0.0.1:2/v1")),
+                  "c": FakeBackend("c", config("http://127.0.0.1:3/v1"))},
+                 {"m": ModelAlias(backends=("a", "b", "c"), strategy="latency_aware")}, 1.0, memory=memory)
+    assert new.states["a"].model is a.model and new.states["a"].prefixes is a.prefixes
+    assert a.prefixes.ttl_s == 30.0
+    assert new.states["b"].model is not old.states["b"].model and new.learner.accuracy["b"].e2e == deque()
+    assert list(new.learner.accuracy["a"].e2e) == [pytest.approx(0.25)]
+    assert new.outputs.predict("m", shape_of("chat", 64, None), time.monotonic()) == pytest.approx(40)
+    fresh = new._aliases["m"].strategy
+    assert fresh is not strategy and fresh.reuse is strategy.reuse and fresh.arrivals is strategy.arrivals
+    # c is new to routing; it serves the model whose ratio the old router learned.
+    assert new.states["c"].model.snapshot()["prompt_tokens_per_server_token"] == pytest.approx(600 / 370)
+    # Refused (its cache could not start): the running router's index keeps the settings it had.
+    memory.give_back()
+    assert a.prefixes.ttl_s == old.states["b"].prefixes.ttl_s != 30.0

@@ -24,7 +24,8 @@ load drifts within minutes; the strategies of one repeat run seconds apart): for
 development box, shared with others' work, two arms of main read 1.45x apart at the median of 8 repeats
 (quartiles 1.00-1.58, 6 requests a run), far wider than a 5 % aim (bench/ROUTING.md, tenth round). With --replicas 3,
 --replica-strategy (latency_aware) also runs behind three gateway replicas that clients reach at random,
-with and without consistent hashing, against one replica. With --slow F the last backend is F times
+with and without consistent hashing, against one replica (a comma list runs each behind replicas, the
+first also without hashing: `latency_aware,latency_aware@base` is an A/B of two commits behind replicas). With --slow F the last backend is F times
 slower (simulator: its rates; llama.cpp: stopped 1 - 1/F of every 100 ms): unequal servers. With
 --clients N, N closed-loop clients instead of open-loop arrivals: they start together (a burst) and
 each sends its next request after its answer and a think time. --dump FILE writes every request
@@ -573,7 +574,8 @@ def main() -> None:
                          "calibrated with prompts of this length")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--replicas", type=int, default=0, help="also run --replica-strategy behind this many replicas")
-    ap.add_argument("--replica-strategy", default="latency_aware")
+    ap.add_argument("--replica-strategy", default="latency_aware",
+                    help="the strategy run behind --replicas (a comma list: the first also without hashing)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cache-ram", type=int, default=None,
                     help="llama.cpp --cache-ram in MiB (0: no host-memory prompt cache); default: the server's")
@@ -625,10 +627,14 @@ def main() -> None:
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
                 variants = [(s, 1, not args.no_hashing) for s in strategies]
                 if args.replicas > 1:
-                    rs = args.replica_strategy
-                    variants += [(rs, args.replicas, True), (rs, args.replicas, False)]
-                    results[f"{rs} x{args.replicas}"] = []
-                    results[f"{rs} x{args.replicas} no hashing"] = []
+                    # The first replica strategy with and without consistent hashing; any more (an A/B of
+                    # two commits behind replicas: `latency_aware,latency_aware@base`) with it only.
+                    first, *more = args.replica_strategy.split(",")
+                    variants += [(first, args.replicas, True), (first, args.replicas, False)]
+                    variants += [(rs, args.replicas, True) for rs in more]
+                    for rs in (first, *more):
+                        results[f"{rs} x{args.replicas}"] = []
+                    results[f"{first} x{args.replicas} no hashing"] = []
                 for rep in range(args.repeats):
                     # Each repeat starts with a different strategy: none always runs first on a cold box.
                     k = rep % len(variants)
@@ -658,7 +664,7 @@ def main() -> None:
                         for f in run.failures:
                             print(f"    failed: sent {f['sent']} s, {f['key']}, after {f['after_s']} s: {f['what']}",
                                   flush=True)
-                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy,
+                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy.split(",")[0],
                        args.prompts, args.repeats)
                 if args.repeats > 1:
                     medians(wl, results, args.prompts if wl == "shared" else 0)

@@ -2,8 +2,8 @@
 
 A new Gateway is built from the new file and swapped in; requests already running keep the old one,
 which is closed once they have all finished. A bad file changes nothing and says why in the log.
-Routing keeps what it learned (app/routing/memory.py): of backends whose name and URL are unchanged,
-and of every alias and served model.
+Routing keeps what it learned (app/routing/memory.py): of backends whose name, URL and served model are
+unchanged, and of every alias and served model.
 """
 
 from __future__ import annotations
@@ -75,9 +75,12 @@ class Reloader:
             if pending:
                 log.warning("%s take effect only on restart", ", ".join(pending))
             old: Gateway = self.state.gateway
-            # The same server where the name and URL are unchanged: routing goes on from what it knew.
+            # The same server, serving the same model, where the name, URL and model are unchanged: routing
+            # goes on from what it knew. (Another model on the same server prefills and decodes at its own
+            # rates, and counts tokens with its own tokenizer.)
             same = {name for name, b in config.backends.items()
-                    if name in old.backends and old.backends[name].config.base_url == b.base_url}
+                    if name in old.backends and (old.backends[name].config.base_url, old.backends[name].config.model)
+                    == (b.base_url, b.model)}
             memory = old.router.memory(same)
             # The process's metrics carry over: counters and histograms go on from where they were.
             # (A reload that switches telemetry.metrics on or off takes effect on restart.)

@@ -148,8 +148,8 @@ def test_hot_reload_swaps_config_and_drops_nothing(fleet, tmp_path):
 def test_a_reload_keeps_what_routing_learned_of_the_servers_it_still_names(fleet, tmp_path):
     # A reload rebuilt the answer lengths, the prediction errors and the served models' token ratios
     # empty: the first minute after every reload priced answers at the default length, and
-    # /admin/backends showed no prediction error. A backend under the same name and URL is the same
-    # server; one whose URL changed is another, and starts afresh.
+    # /admin/backends showed no prediction error. A backend under the same name, URL and model is the
+    # same server serving the same model; one whose URL or model changed starts afresh.
     config = gateway_config(fleet, 0)
     gw = start_gateway(tmp_path, fleet, config)
     path = tmp_path / "gateway.yaml"
@@ -157,7 +157,7 @@ def test_a_reload_keeps_what_routing_learned_of_the_servers_it_still_names(fleet
     named = lambda body, name: next(b for b in body["backends"] if b["name"] == name)
     try:
         client = gw.client()
-        for alias in ("chat", "slow"):
+        for alias in ("chat", "slow", "tgi"):
             for _ in range(3):
                 stream = client.chat.completions.create(model=alias, messages=MSG, max_tokens=8, stream=True,
                                                         stream_options={"include_usage": True}, stop=["zzz"])
@@ -167,6 +167,7 @@ def test_a_reload_keeps_what_routing_learned_of_the_servers_it_still_names(fleet
         assert named(before, "fast")["prediction_error"]["e2e_samples"] == 3
         assert named(before, "slow")["latency_model"]["samples"]["decode"] >= 1
         config["backends"]["slow"]["base_url"] = f"http://127.0.0.1:{fleet.ports['tgi']}/v1"  # another server
+        config["backends"]["tgi"]["model"] = "m-tgi-2"  # the same server, another model: its own rates
         config["models"]["renamed"] = {"backends": ["fast"]}
         write_yaml(path, config)
         assert httpx.post(f"{gw.url}/admin/reload", headers=ADMIN).json()["reloaded"] is True
@@ -180,8 +181,10 @@ def test_a_reload_keeps_what_routing_learned_of_the_servers_it_still_names(fleet
         assert fast["prefix_index"] == was["prefix_index"]
         lengths = lambda body: {(o["alias"], o["max_tokens_up_to"], o["stop"]): o["samples"] for o in body["output_lengths"]}
         assert lengths(after) == lengths(before) and lengths(after)[("chat", 8, True)] == 3
-        slow = named(after, "slow")
-        assert slow["prediction_error"]["e2e_samples"] == 0 and slow["latency_model"]["samples"]["decode"] == 0
+        for name in ("slow", "tgi"):
+            assert named(before, name)["prediction_error"]["e2e_samples"] == 3
+            assert named(after, name)["prediction_error"]["e2e_samples"] == 0
+        assert named(after, "slow")["latency_model"]["samples"]["decode"] == 0
     finally:
         gw.process.stop()
 

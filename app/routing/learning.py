@@ -77,7 +77,7 @@ class Learner:
                     state.model.set_prompt_token_ratio(value)
 
     def memory(self, keep: Collection[str]) -> RoutingMemory:
-        """What this learner's backends in `keep` (configured again under the same name and URL) and its
+        """What this learner's backends in `keep` (configured again under the same name, URL and model) and its
         served models taught, for the gateway a config reload builds (app/routing/memory.py). The aliases'
         own figures are their strategies' (Router.memory)."""
         return RoutingMemory(

@@ -1,12 +1,12 @@
 """What routing learned, handed from one gateway to the next across a config reload.
 
-A reload builds a new gateway from the new file. A backend whose name and URL are unchanged is the
-same server: its timing (the latency model), what its prompt cache holds (the prefix index), how well
-it was predicted, and what its counters last read stay true. An alias's answer lengths, its traffic's
-reuse and arrival rate, and each served model's tokens per routing token are facts of the traffic and
-the model, not of the file. Rebuilt empty, the first minute after every reload priced answers at the
-default length and a published prefill rate in the server's tokens, and /admin/backends showed no
-prediction error at all.
+A reload builds a new gateway from the new file. A backend whose name, URL and served model are
+unchanged is the same server serving the same model: its timing (the latency model), what its prompt
+cache holds (the prefix index), how well it was predicted, and what its counters last read stay true.
+An alias's answer lengths, its traffic's reuse and arrival rate, and each served model's tokens per
+routing token are facts of the traffic and the model, not of the file. Rebuilt empty, the first
+minute after every reload priced answers at the default length and a published prefill rate in the
+server's tokens, and /admin/backends showed no prediction error at all.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from app.routing.token_ratio import TokenRatio
 
 @dataclass(slots=True)
 class BackendMemory:
-    """What routing knows of one server, kept while it is configured under the same name and URL."""
+    """What routing knows of one server, kept while it is configured under the same name, URL and model."""
 
     model: LatencyModel
     prefixes: BackendPrefixes

@@ -106,7 +106,7 @@ class Router:
 
     def memory(self, keep: Collection[str]) -> RoutingMemory:
         """What this router learned, for the one a config reload builds: of the backends in `keep` (those
-        configured again under the same name and URL), and of every alias and served model."""
+        configured again under the same name, URL and model), and of every alias and served model."""
         memory = self.learner.memory(keep)
         memory.aliases = {alias: AliasMemory(e.strategy.reuse, e.strategy.arrivals)
                           for alias, e in self._aliases.items() if isinstance(e.strategy, LatencyAware)}

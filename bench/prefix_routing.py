@@ -623,16 +623,18 @@ def main() -> None:
                   + ("; consistent hashing off" if args.no_hashing else "")
                   + (f"; system prompts of {args.system_words} words" if args.system_words else "")
                   + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
+            # The strategies run behind --replicas: the first also without consistent hashing.
+            replica_strategies = args.replica_strategy.split(",")
             for wl in args.workloads.split(","):
                 results: dict[str, list[Run]] = {s: [] for s in strategies}
                 variants = [(s, 1, not args.no_hashing) for s in strategies]
                 if args.replicas > 1:
                     # The first replica strategy with and without consistent hashing; any more (an A/B of
                     # two commits behind replicas: `latency_aware,latency_aware@base`) with it only.
-                    first, *more = args.replica_strategy.split(",")
+                    first, *more = replica_strategies
                     variants += [(first, args.replicas, True), (first, args.replicas, False)]
                     variants += [(rs, args.replicas, True) for rs in more]
-                    for rs in (first, *more):
+                    for rs in replica_strategies:
                         results[f"{rs} x{args.replicas}"] = []
                     results[f"{first} x{args.replicas} no hashing"] = []
                 for rep in range(args.repeats):
@@ -664,7 +666,7 @@ def main() -> None:
                         for f in run.failures:
                             print(f"    failed: sent {f['sent']} s, {f['key']}, after {f['after_s']} s: {f['what']}",
                                   flush=True)
-                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, args.replica_strategy.split(",")[0],
+                report(wl, {k: pooled(v) for k, v in results.items() if v}, args.replicas, replica_strategies[0],
                        args.prompts, args.repeats)
                 if args.repeats > 1:
                     medians(wl, results, args.prompts if wl == "shared" else 0)

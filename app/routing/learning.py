@@ -71,19 +71,14 @@ class Learner:
             self._serving.setdefault(state.backend.config.model, []).append(state)
         # A backend the reload added serves a model whose ratio is known already.
         for served, ratio in self.token_ratios.items():
-            value = ratio.get()
-            if value is not None:
-                for state in self._serving.get(served, ()):
-                    state.model.set_prompt_token_ratio(value)
+            self._price_in_routing_tokens(served, ratio)
 
     def memory(self, keep: Collection[str]) -> RoutingMemory:
         """What this learner's backends in `keep` (configured again under the same name, URL and model) and its
         served models taught, for the gateway a config reload builds (app/routing/memory.py). The aliases'
         own figures are their strategies' (Router.memory)."""
         return RoutingMemory(
-            backends={name: BackendMemory(s.model, s.prefixes,
-                                          (s.prefixes.capacity_tokens, s.prefixes.fixed_capacity, s.prefixes.ttl_s),
-                                          self.accuracy.get(name), self._prefix_counters.get(name),
+            backends={name: BackendMemory(s.model, s.prefixes, self.accuracy.get(name), self._prefix_counters.get(name),
                                           self.server_prefix_hits.get(name))
                       for name, s in self.states.items() if name in keep},
             outputs=self.outputs, token_ratios=dict(self.token_ratios))
@@ -145,9 +140,14 @@ class Learner:
         if ratio is None:
             ratio = self.token_ratios[served] = TokenRatio()
         ratio.observe(estimated, reported)
+        self._price_in_routing_tokens(served, ratio, (s,))
+
+    def _price_in_routing_tokens(self, served: str, ratio: TokenRatio, alone: tuple[BackendState, ...] = ()) -> None:
+        """Every backend serving `served` (else `alone`) converts its published prefill rate by `ratio`, once
+        an answer has said it."""
         value = ratio.get()
         if value is not None:
-            for state in self._serving.get(served, (s,)):
+            for state in self._serving.get(served, alone):
                 state.model.set_prompt_token_ratio(value)
 
     # --- a stream's first event ---------------------------------------------------------------

@@ -28,13 +28,17 @@ class BackendMemory:
 
     model: LatencyModel
     prefixes: BackendPrefixes
-    # The index's settings as the running file gave them (capacity, whether configured, TTL): a reload
-    # refused after the new router took the index over puts them back (RoutingMemory.give_back).
-    settings: tuple[float, bool, float] = (0.0, False, 0.0)
     accuracy: PredictionErrors | None = None
     # The server's prefix-cache counters at its last scrape (queries, hits) and the hit share they gave.
     prefix_counters: tuple[float, float] | None = None
     prefix_hits: float | None = None
+    # The index's settings as the running file gave them (capacity, whether configured, TTL), read when
+    # the memory is taken: a reload refused after the new router took the index over puts them back
+    # (RoutingMemory.give_back).
+    settings: tuple[float, bool, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.settings = (self.prefixes.capacity_tokens, self.prefixes.fixed_capacity, self.prefixes.ttl_s)
 
 
 @dataclass(slots=True)

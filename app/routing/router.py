@@ -48,10 +48,9 @@ def make_strategy(name: str, exploration: float | None = None, learned: AliasMem
     """The alias's strategy; `exploration` (a share of placements) replaces the default of the strategies
     that explore (latency_aware, predicted_latency) and is ignored by the others. `learned`: what the
     alias's latency_aware strategy learned of its traffic before a config reload."""
-    if name == "latency_aware":
-        return LatencyAware(learned=learned) if exploration is None else LatencyAware(exploration, learned=learned)
     made = _STRATEGIES[name]
-    return made(exploration) if exploration is not None and name in _EXPLORING else made()
+    kwargs = {"learned": learned} if made is LatencyAware else {}
+    return made(exploration, **kwargs) if exploration is not None and name in _EXPLORING else made(**kwargs)
 
 
 _STRATEGIES: dict[str, Callable[..., Strategy]] = {

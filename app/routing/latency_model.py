@@ -26,6 +26,11 @@ from app.record import ESTIMATED, MEASURED, REPORTED
 
 # A measured queue wait below this is indistinguishable from none (timer and scheduling noise).
 QUEUE_NOISE_S = 0.025
+# The residual waits a prediction reads as typical (LatencyModel.typical_residual_queue): the median of
+# the last this many within this many seconds, once there are at least so many.
+TYPICAL_WAITS = 9
+TYPICAL_WAITS_S = 30.0
+TYPICAL_WAITS_MIN = 3
 # TPOT against the batch: samples fade over this many seconds, and the prior slope counts as this much
 # spread of batch sizes (in requests squared) until the batch has varied more than that.
 DECODE_TAU_S = 30.0
@@ -632,6 +637,8 @@ class LatencyModel:
         p = self.prior
         self.net = Decaying(p.net_s, tau_s)
         self.queue = Decaying(p.queue_s, tau_s)
+        # The same waits as (instant, seconds), for their median (typical_residual_queue).
+        self.recent_waits: deque[tuple[float, float]] = deque(maxlen=TYPICAL_WAITS)
         # Prefill time against prompt tokens: a fixed part (scheduling, the first step) plus a rate.
         # Anchored at the origin (an empty prompt costs nothing), not held to the prior's rate: prompts
         # of one workload vary too little in length to separate the two, and a slope held at a GPU's
@@ -690,11 +697,11 @@ class LatencyModel:
         queued = seconds > tolerance
         t = _now(now)
         if ahead == 0:
-            self.queue.add(seconds, t)
+            self._residual(seconds, t)
             return
         if self.slots_source == "reported":
             if not queued and expected <= tolerance:
-                self.queue.add(seconds, t)
+                self._residual(seconds, t)
             return
         if queued and (self.slots is None or self.slots > ahead):
             self.slots, self.slots_source = ahead, "learned"
@@ -703,7 +710,11 @@ class LatencyModel:
             if self.slots is not None and self.slots <= ahead:
                 self.slots, self.slots_source = ahead + 1, "learned"
             if expected <= tolerance:
-                self.queue.add(seconds, t)
+                self._residual(seconds, t)
+
+    def _residual(self, seconds: float, t: float) -> None:
+        self.queue.add(seconds, t)
+        self.recent_waits.append((t, seconds))
 
     def set_reported_slots(self, slots: int) -> None:
         """The server published how many requests it runs at once (llama.cpp /props total_slots)."""
@@ -859,6 +870,25 @@ class LatencyModel:
     def residual_queue(self, now: float | None = None) -> float:
         """Queueing the in-flight book does not explain (other clients of the backend), never negative."""
         return max(0.0, self.queue.get(time.monotonic() if now is None else now))
+
+    def typical_residual_queue(self, now: float) -> float:
+        """The residual wait a request typically meets here: the median of the last TYPICAL_WAITS within
+        TYPICAL_WAITS_S (the mean, `residual_queue`, while fewer are).
+
+        The mean is what routing prices: a wait that one request in four meets (another gateway's
+        prefill ahead of it, a throttled server's pause) is a cost each placement there risks. As a
+        forecast of one request it is neither outcome: behind three gateway replicas on real llama.cpp
+        servers (issue 24, six shared prompts), a replica's requests mostly found a slot at once and now
+        and then waited 1-3 s behind another replica's cold prefill, and the mean of those waits put
+        every warm request's predicted TTFT a second late (0.09-0.5 s predicted 1.0-1.2 s; the median
+        error 60-177 %). Routing on the median instead was tried and lost (bench/ROUTING.md, "Behind three
+        replicas"): it ignores the waits that should steer the next request away."""
+        waits = self.recent_waits
+        if len(waits) >= TYPICAL_WAITS_MIN:
+            recent = sorted(w for t, w in waits if now - t <= TYPICAL_WAITS_S)
+            if len(recent) >= TYPICAL_WAITS_MIN:
+                return max(0.0, _middle(recent))
+        return self.residual_queue(now)
 
     def ttft(self, prompt_tokens: int, now: float | None = None, queue_s: float | None = None,
              line: tuple[float, float] | None = None) -> float:

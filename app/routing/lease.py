@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from app.record import Estimate
 from app.routing.context import RouteContext
 from app.routing.output_length import Shape
-from app.routing.predict import estimate
+from app.routing.predict import estimate, forecast
 from app.routing.prefix_routing import PrefixMatch, burst_margin_s, burst_wait_s
 from app.routing.prefix_routing import match as prefix_match
 from app.routing.state import BackendState, slot_scoped_cache
@@ -91,6 +91,7 @@ class Lease:
         "beside_s",
         "burst_wait_s",
         "estimate",
+        "forecast",
         "held_s",
         "prefix",
         "queued_s",
@@ -146,6 +147,9 @@ class Lease:
         # the backend's error on /admin/backends, its spans and the deadline check.
         settled = self.prefix if ctx.cached is None and self.prefix is not None and self.prefix.ready_at <= ctx.now else None
         self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead, settled=settled)
+        # What the request records as its prediction (see predict.forecast): the estimate is what it books.
+        ready_s = self.prefix.ready_at - ctx.now if self.prefix is not None else 0.0
+        self.forecast: Estimate = forecast(self.estimate, state, ctx.now, ready_s)
         # A traced decision's every candidate as the ranking saw it: its predicted first token and the
         # prompt tokens it was believed to hold (for the route span, beside the scores). Untraced, nothing.
         self.ranked_as: dict[str, tuple[float, float]] = {}

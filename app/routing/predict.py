@@ -37,6 +37,21 @@ def estimate(c: BackendState, ctx: RouteContext, ahead: int | None = None, known
     return Estimate(queue, ttft, e2e + stall, decode_tokens, stall)
 
 
+def forecast(est: Estimate, c: BackendState, now: float, ready_s: float = 0.0) -> Estimate:
+    """`est` (routing's estimate for a request placed on `c` at `now`) as the request's forecast: its
+    residual queue read as the typical wait there (`LatencyModel.typical_residual_queue`), not the mean
+    routing prices. What the request records, its headers, span, histograms and /admin/backends' error
+    report; the in-flight book and the ranking keep the estimate. `ready_s`: the wait for a sibling's copy
+    of the prefix the estimate already holds (its queue is at least that, whatever the residual)."""
+    m = c.model
+    shift = m.typical_residual_queue(now) - m.residual_queue(now)
+    if shift == 0.0:
+        return est
+    queue = max(est.queue_s + shift, ready_s, 0.0)
+    shift = queue - est.queue_s
+    return Estimate(queue, est.ttft_s + shift, est.e2e_s + shift, est.decode_tokens, est.stall_s)
+
+
 def figure_at(c: BackendState, ctx: RouteContext, now: float, known_at: float) -> float:
     """`predict`'s figure for this request on `c` were it placed at `now` (the in-flight book simulated
     from `known_at`), with all that is in flight there ahead of it: the look-ahead's question, asked for

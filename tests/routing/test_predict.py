@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
-from app.routing.predict import decided, estimate, objective, ranked
+from app.routing.predict import decided, estimate, forecast, objective, ranked
 from app.routing.state import InflightBook
 from app.routing.strategies import PredictedLatency
 from tests.routing.test_router import router
@@ -69,6 +70,39 @@ def test_waits_the_book_does_not_explain_become_the_residual_queue():
     assert estimate(State("a", model=m), RouteContext(now=5)).queue_s == m.residual_queue(5)
 
 
+def test_a_request_is_forecast_the_wait_it_typically_meets_while_routing_prices_the_mean():
+    # Behind gateway replicas a server's requests mostly find a slot at once and now and then wait for
+    # another replica's cold prefill: one wait in four of 2 s, the rest the server's 15 ms admission.
+    m = LatencyModel()
+    for t in range(12):
+        m.observe_queue(2.0 if t % 4 == 3 else 0.015, ahead=0, now=float(t))
+    s = State("a", model=m)
+    ctx = RouteContext(stream=False, prompt_tokens=100, max_tokens=50, exact_output=True, now=12.0)
+    est = estimate(s, ctx)
+    assert est.queue_s == m.residual_queue(12.0) > 0.3  # the risk each placement there carries
+    told = forecast(est, s, 12.0)
+    assert told.queue_s == pytest.approx(0.015)  # what this one request most likely waits
+    assert told.ttft_s - est.ttft_s == pytest.approx(told.queue_s - est.queue_s)
+    assert told.e2e_s - est.e2e_s == pytest.approx(told.queue_s - est.queue_s)
+    # Waiting for a sibling's copy of its prefix is part of the estimate whatever the residual.
+    assert forecast(est, s, 12.0, ready_s=0.2).queue_s == pytest.approx(0.2)
+
+
+def test_with_few_recent_waits_the_forecast_is_the_estimate():
+    m = LatencyModel()
+    m.observe_queue(2.0, ahead=0, now=0.0)
+    m.observe_queue(0.015, ahead=0, now=1.0)
+    s = State("a", model=m)
+    est = estimate(s, RouteContext(now=2.0))
+    assert forecast(est, s, 2.0) is est
+    # Nor do waits older than the window count: the median of two recent ones is no figure.
+    for t in range(5):
+        m.observe_queue(0.015, ahead=0, now=float(t))
+    m.observe_queue(1.0, ahead=0, now=40.0)
+    m.observe_queue(1.0, ahead=0, now=41.0)
+    assert m.typical_residual_queue(42.0) == m.residual_queue(42.0)
+
+
 def test_the_book_holds_each_lease_until_it_is_released():
     async def main():
         r = router({"a": 10}, strategy="predicted_latency")
@@ -79,6 +113,21 @@ def test_the_book_holds_each_lease_until_it_is_released():
         return booked, len(r.states["a"].book), [lease.estimate.e2e_s > 0 for lease in leases]
 
     assert asyncio.run(main()) == (3, 0, [True, True, True])
+
+
+def test_a_lease_books_the_estimate_and_records_the_forecast():
+    async def main():
+        r = router({"a": 10}, strategy="predicted_latency")
+        m = r.states["a"].model
+        now = time.monotonic()
+        for k in range(8):
+            m.observe_queue(1.5 if k % 4 == 3 else 0.015, ahead=0, now=now - 8 + k)
+        lease = await r.acquire("m", ctx=RouteContext(max_tokens=20, exact_output=True))
+        lease.release()
+        return lease.estimate, lease.forecast
+
+    booked, recorded = asyncio.run(main())
+    assert booked.queue_s > 0.2 and recorded.queue_s == pytest.approx(0.015, abs=0.01)
 
 
 def test_book_orders_finishes_and_forgets_removed_requests():

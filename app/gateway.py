@@ -73,9 +73,8 @@ class Gateway:
         gateway a config reload replaces (Router.memory).
         """
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
-        kept = memory.backends if memory is not None else {}
-        models = {name: kept[name].model if name in kept else LatencyModel(load_prior(b.latency_prior))
-                  for name, b in config.backends.items()}
+        memory = memory or RoutingMemory()
+        models = {name: memory.latency_model(name, load_prior(b.latency_prior)) for name, b in config.backends.items()}
         telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
         # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.routing.accuracy import PredictionErrors
-from app.routing.latency_model import LatencyModel
+from app.routing.latency_model import LatencyModel, Prior
 from app.routing.lookahead import ArrivalRate
 from app.routing.output_length import OutputLengths
 from app.routing.prefix_index import BackendPrefixes
@@ -55,6 +55,11 @@ class RoutingMemory:
     aliases: dict[str, AliasMemory] = field(default_factory=dict)
     outputs: OutputLengths | None = None
     token_ratios: dict[str, TokenRatio] = field(default_factory=dict)
+
+    def latency_model(self, name: str, prior: Prior | None = None) -> LatencyModel:
+        """Backend `name`'s kept latency model, else a fresh one from `prior`."""
+        kept = self.backends.get(name)
+        return kept.model if kept is not None else LatencyModel(prior)
 
     def give_back(self) -> None:
         """The reload was refused: the running gateway keeps its indexes with the settings it had (a new

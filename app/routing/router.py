@@ -73,8 +73,7 @@ class Router:
         breaker = breaker or BreakerConfig()
         memory = memory or RoutingMemory()
         kept = memory.backends
-        latency = latency if latency is not None else {
-            name: kept[name].model if name in kept else LatencyModel() for name in backends}
+        latency = latency if latency is not None else {name: memory.latency_model(name) for name in backends}
         if prefixes is None:
             prefixes = {name: prefixes_for(b.config) for name, b in backends.items()}
             for name in prefixes.keys() & kept.keys():

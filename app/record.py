@@ -71,7 +71,12 @@ class AttemptRecord:
     # The backend's count of requests leased there when this one was sent (BackendState.sent, this one
     # included); None: not known.
     sent: int | None = None
-    predicted: Estimate | None = None  # what the latency model predicted for this attempt (an estimate)
+    # What the latency model forecast for this attempt (an estimate): what it reports, and its error.
+    predicted: Estimate | None = None
+    # The estimate its lease booked and routing ranked it by (`predicted` reads the residual queue as
+    # the typical wait, this as the mean: app/routing/predict.forecast): what the learner judges its
+    # waits against, so that what a request reports never changes what routing learns.
+    booked: Estimate | None = None
     headers: float = 0.0
     first_event: float = 0.0
     progress: tuple[int, float] = (0, 0.0)  # (events, instant) of the last decode-speed sample

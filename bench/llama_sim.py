@@ -268,9 +268,12 @@ def run(strategy: str, seed: int, requests: int, rate: float, shared: int, cache
                         s.cache.remove(system)
                     s.cache = [*s.cache, system][-cache:]
                 reused = round(ctx.prompt_tokens * (0.9 if hit else TEMPLATE_SHARE))
-                # What the gateway records (an A/B's older tree records the estimate: its lease has no forecast).
+                # What the gateway records: the forecast, and the estimate its learner reads (an A/B's older
+                # tree has neither: its lease has no forecast, its record the estimate as its prediction).
+                told = {"predicted": lease.forecast, "booked": lease.estimate} if hasattr(lease, "forecast") else {
+                    "predicted": lease.estimate}
                 rec = AttemptRecord(len(done), "m", lease.state.name, "llamacpp", "h", 1, "m", True, at,
-                                    load=lease.state.inflight, predicted=getattr(lease, "forecast", lease.estimate), prefix=lease.prefix)
+                                    load=lease.state.inflight, prefix=lease.prefix, **told)
                 r = _Req(lease, rec, ctx, at, ctx.prompt_tokens - reused, reused, burst=burst, system=system)
                 leader = lease.prefix.leader if lease.prefix is not None else None
                 if per_slot and lease.burst_wait_s and leader is not None and not leader.is_set():

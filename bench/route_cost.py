@@ -191,7 +191,7 @@ def _warm(strategy: str, n: int, bodies: list[bytes], systems: list[int], seed: 
         system_tokens = int(prompt * 0.95)
         start, first, end, reused = servers[i].serve(now, systems[k], prompt, system_tokens, output)
         a = AttemptRecord(number, "m", lease.state.name, "llamacpp", "h", 1, "m", True, now,
-                          load=lease.state.inflight, predicted=lease.forecast, prefix=lease.prefix)
+                          load=lease.state.inflight, predicted=lease.forecast, booked=lease.estimate, prefix=lease.prefix)
         a.headers, a.first_event = start, first
         a.report = BackendReport(prefill_s=first - start, decode_s=end - first, prompt_tokens=prompt,
                                  output_tokens=output, prompt_cached=reused, source="llamacpp")
@@ -262,7 +262,7 @@ def _peer(strategy: str, n: int, stream: bool, conc: int, seed: int, box: list[f
         lease: Lease = _drive(router.acquire("m", ctx=ctx))
         decide += clock() - t0
         a = AttemptRecord(number, "m", lease.state.name, "openai", "h", 1, "m", stream, now,
-                          load=lease.state.inflight, predicted=lease.forecast, prefix=lease.prefix)
+                          load=lease.state.inflight, predicted=lease.forecast, booked=lease.estimate, prefix=lease.prefix)
         end = now + conc * per_request * rng.uniform(0.5, 1.5)
         a.headers = now + 0.1 * (end - now)
         r: _Held = (lease, a, ctx, 16)

@@ -304,7 +304,7 @@ async def _attempt_alias(gw: Gateway, req: ParsedRequest, ctxs: PolicyContexts, 
         now = time.perf_counter()
         a = AttemptRecord(log.attempts, alias, backend.name, backend.config.flavor, backend.host, backend.port,
                           backend.config.model, req.stream, now, load=lease.state.inflight, predicted=lease.forecast,
-                          prefix=lease.prefix, burst_wait_s=waited, slot_wait_s=queued, sent=lease.state.sent)
+                          booked=lease.estimate, prefix=lease.prefix, burst_wait_s=waited, slot_wait_s=queued, sent=lease.state.sent)
         log.attempt_log.append(a)
         owner = Attempt(gw.router, lease, a, log.events, ctx.prompt_tokens, ctx.prefix)
         try:

@@ -159,7 +159,7 @@ class Learner:
             return
         model, r = s.model, a.report
         ahead = max(0, a.load - 1)
-        expected_queue = a.predicted.queue_s if a.predicted else 0.0
+        expected_queue = a.booked.queue_s if a.booked else 0.0
         to_headers = max(0.0, (a.headers or a.start) - a.start)
         if s.backend.adapter.headers_at_slot:
             # Headers left when a slot took the request: what the wait holds beyond the network is queue.
@@ -245,7 +245,7 @@ class Learner:
             model.observe_decode(output, seconds, a.load, stalled_s=stalled, batch=batch, context=prompt_hint)
             return cached
         ahead = max(0, a.load - 1)
-        expected_queue = a.predicted.queue_s if a.predicted else 0.0
+        expected_queue = a.booked.queue_s if a.booked else 0.0
         if r.queue_s is not None and not _ours_could_explain(s, ahead, r.queue_s, a.sent):
             model.observe_queue(r.queue_s, ahead, expected_queue)
         if r.prefill_s is not None:
@@ -254,7 +254,7 @@ class Learner:
             model.observe_decode(r.output_tokens or output, r.decode_s, a.load, source=REPORTED, context=prompt_hint)
         elif output > 1:
             # A whole answer with no report: what the total leaves after the predicted wait is decode.
-            wait = a.predicted.ttft_s if a.predicted else model.ttft(prompt)
+            wait = a.booked.ttft_s if a.booked else model.ttft(prompt)
             model.observe_decode(output, max(0.0, (a.end - a.start) - wait), a.load, source=ESTIMATED,
                                  context=prompt_hint)
         return cached

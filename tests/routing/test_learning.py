@@ -29,7 +29,7 @@ class FakeBackend:
 
 def stream_attempt(load: int, wait: float, predicted_queue: float = 0.0, flavor: str = "openai") -> AttemptRecord:
     a = AttemptRecord(1, "m", "b", flavor, "127.0.0.1", 1, "m", True, start=100.0, load=load,
-                      predicted=Estimate(predicted_queue, 0.01 + predicted_queue, 1.0, 50))
+                      booked=Estimate(predicted_queue, 0.01 + predicted_queue, 1.0, 50))
     a.headers, a.first_event = 100.001, 100.001 + wait
     return a
 
@@ -399,7 +399,7 @@ def test_each_answer_decode_figure_says_how_its_decode_and_its_batch_were_known(
     def json(report: bool):
         def learn(t):
             a = AttemptRecord(1, "m", "b", "openai", "127.0.0.1", 1, "m", False, start=100.0, load=1,
-                              predicted=Estimate(0.0, 0.05, 0.5, 20))
+                              booked=Estimate(0.0, 0.05, 0.5, 20))
             a.end = 100.5
             if report:
                 a.report = BackendReport(decode_s=0.4, output_tokens=21)

@@ -170,8 +170,8 @@ def replay(strategy: str, clock: Clock, seed: int = 24) -> list:
             lease.sent_on()  # the script sends every request at once: none is held back for a sibling's copy
             number += 1
             record = AttemptRecord(number, alias, lease.state.name, lease.state.backend.config.flavor, "h", 1, "m",
-                                   bool(body["stream"]), clock.t, load=lease.state.inflight, predicted=lease.estimate,
-                                   prefix=lease.prefix)
+                                   bool(body["stream"]), clock.t, load=lease.state.inflight, predicted=lease.forecast,
+                                   booked=lease.estimate, prefix=lease.prefix)
             held.append(_Held(alias, lease, record, ctx, body))
             out.append([step, "acquire", alias, lease.state.name, sorted(lease.scores.items()),
                         _estimate(lease.estimate), _prefix(lease.prefix), lease.burst_wait_s])

@@ -639,6 +639,7 @@ class LatencyModel:
         self.queue = Decaying(p.queue_s, tau_s)
         # The same waits as (instant, seconds), for their median (typical_residual_queue).
         self.recent_waits: deque[tuple[float, float]] = deque(maxlen=TYPICAL_WAITS)
+        self._typical: float | None = None  # their median while all are recent (None: not worked out yet)
         # Prefill time against prompt tokens: a fixed part (scheduling, the first step) plus a rate.
         # Anchored at the origin (an empty prompt costs nothing), not held to the prior's rate: prompts
         # of one workload vary too little in length to separate the two, and a slope held at a GPU's
@@ -715,6 +716,7 @@ class LatencyModel:
     def _residual(self, seconds: float, t: float) -> None:
         self.queue.add(seconds, t)
         self.recent_waits.append((t, seconds))
+        self._typical = None
 
     def set_reported_slots(self, slots: int) -> None:
         """The server published how many requests it runs at once (llama.cpp /props total_slots)."""
@@ -885,6 +887,12 @@ class LatencyModel:
         replicas"): it ignores the waits that should steer the next request away."""
         waits = self.recent_waits
         if len(waits) >= TYPICAL_WAITS_MIN:
+            if now - waits[0][0] <= TYPICAL_WAITS_S:
+                # Every kept wait is recent (the common case under traffic): worked out once per wait,
+                # not at every decision.
+                if self._typical is None:
+                    self._typical = max(0.0, _middle(sorted(w for _, w in waits)))
+                return self._typical
             recent = sorted(w for t, w in waits if now - t <= TYPICAL_WAITS_S)
             if len(recent) >= TYPICAL_WAITS_MIN:
                 return max(0.0, _middle(recent))

@@ -27,7 +27,8 @@ def test_admin_backends_shows_live_figures(gateway):
     fast = next(b for b in body["backends"] if b["name"] == "fast")
     assert fast["breaker"]["state"] == "closed" and fast["inflight"] == 0
     assert fast["latency_model"]["samples"]["decode"] >= 1
-    assert {"net_s", "tpot_s", "prefill_tokens_per_s", "residual_queue_s", "slots", "failure_rate"} <= set(fast["latency_model"])
+    assert {"net_s", "tpot_s", "prefill_tokens_per_s", "residual_queue_s", "typical_residual_queue_s", "slots",
+            "failure_rate"} <= set(fast["latency_model"])
 
 
 def test_admin_backends_and_metrics_show_predicted_against_measured(gateway):

@@ -912,7 +912,9 @@ class LatencyModel:
         t = _now(now)
         overhead, per_token = self.prefill.coefficients(t)
         return {
-            "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t), "slots": self.slots,
+            "net_s": self.net.get(t), "residual_queue_s": self.residual_queue(t),
+            # What a request's forecast reads instead (predict.forecast): the median of the recent waits.
+            "typical_residual_queue_s": self.typical_residual_queue(t), "slots": self.slots,
             "slots_source": self.slots_source,
             "slots_at_least": self.slots_at_least,
             "prefill_tokens_per_s": 1.0 / per_token if per_token else None, "prefill_overhead_s": overhead,

@@ -148,7 +148,9 @@ class Lease:
         settled = self.prefix if ctx.cached is None and self.prefix is not None and self.prefix.ready_at <= ctx.now else None
         self.estimate: Estimate = ranked if ranked is not None else estimate(state, ctx, ahead, settled=settled)
         # What the request records as its prediction (see predict.forecast): the estimate is what it books.
-        ready_s = self.prefix.ready_at - ctx.now if self.prefix is not None else 0.0
+        # Its floor, a sibling's copy still being prefilled, only where the estimate waited for one: a
+        # prefix-blind context's (ctx.cached None) counts no copy but a settled one.
+        ready_s = self.prefix.ready_at - ctx.now if self.prefix is not None and ctx.cached is not None else 0.0
         self.forecast: Estimate = forecast(self.estimate, state, ctx.now, ready_s)
         # A traced decision's every candidate as the ranking saw it: its predicted first token and the
         # prompt tokens it was believed to hold (for the route span, beside the scores). Untraced, nothing.

@@ -7,12 +7,15 @@ import time
 
 import pytest
 
+from app.config import BackendConfig, ModelAlias
 from app.routing.context import RouteContext
 from app.routing.latency_model import LatencyModel, Prior
 from app.routing.predict import decided, estimate, forecast, objective, ranked
+from app.routing.prefix_index import prompt_blocks
+from app.routing.router import Router
 from app.routing.state import InflightBook
 from app.routing.strategies import PredictedLatency
-from tests.routing.test_router import router
+from tests.routing.test_router import LlamaBackend, router
 from tests.routing.test_strategies import State
 
 CTX = RouteContext(stream=False, prompt_tokens=100, max_tokens=50, exact_output=True, now=10.0)
@@ -128,6 +131,29 @@ def test_a_lease_books_the_estimate_and_records_the_forecast():
 
     booked, recorded = asyncio.run(main())
     assert booked.queue_s > 0.2 and recorded.queue_s == pytest.approx(0.015, abs=0.01)
+
+
+def test_a_prefix_blind_lease_forecasts_no_wait_for_a_copy_its_estimate_did_not_wait_for():
+    # least_inflight's context counts no cached prefix: its estimate waits for no sibling's copy still
+    # being prefilled, and the forecast, the same estimate with the typical residual, waits for none either.
+    blocks = prompt_blocks("system: You are the billing assistant; cite the policy. " * 30 + "user: hi")
+    backends = {"a": LlamaBackend("a", BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", flavor="llamacpp"))}
+    r = Router(backends, {"m": ModelAlias(backends=("a",), strategy="least_inflight")}, 1.0)
+
+    async def main():
+        m = r.states["a"].model
+        now = time.monotonic()
+        for k in range(8):
+            m.observe_queue(1.5 if k % 4 == 3 else 0.015, ahead=0, now=now - 8 + k)
+        first, second = [await r.acquire("m", ctx=RouteContext(stream=True, prompt_tokens=round(blocks.tokens),
+                                                               max_tokens=20, prefix=blocks)) for _ in range(2)]
+        for lease in (first, second):
+            lease.release()
+        return second
+
+    second = asyncio.run(main())
+    assert second.prefix.leader is not None and second.prefix.ready_at - time.monotonic() > second.estimate.queue_s
+    assert second.forecast.queue_s < second.estimate.queue_s
 
 
 def test_book_orders_finishes_and_forgets_removed_requests():

@@ -12,6 +12,7 @@ import orjson
 from app.admission.auth import Authenticator
 from app.admission.service import Admission
 from app.admission.wait_queue import WaitQueue
+from app.cache.redis_store import connect
 from app.cache.service import Cache, build_cache
 from app.config import GatewayConfig, RetryBudget, Timeouts
 from app.conversations.service import Conversations, build_conversations
@@ -22,6 +23,7 @@ from app.routing.discovery import discover_forever
 from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
 from app.routing.memory import RoutingMemory
+from app.routing.placement_feed import PlacementFeed, fingerprint
 from app.routing.router import Router
 from app.telemetry.metrics import Metrics
 from app.telemetry.recorder import Telemetry
@@ -75,11 +77,12 @@ class Gateway:
         backends = {name: build_backend(name, b) for name, b in config.backends.items()}
         memory = memory or RoutingMemory()
         models = {name: memory.latency_model(name, load_prior(b.latency_prior)) for name, b in config.backends.items()}
+        placements = build_placement_feed(config)
         telemetry = Telemetry(config.telemetry, models, span_exporter, metrics=metrics)
         # Route spans are the only reader of a placement's every score (app/dispatch/loop.py).
         router = Router(backends, config.models, config.server.queue_timeout_s, config.reliability.breaker, models,
                         WaitQueue(config.limits.queue.max_waiting, config.limits.queue.fair),
-                        scores_read=telemetry.tracing.enabled, memory=memory)
+                        scores_read=telemetry.tracing.enabled, memory=memory, placements=placements)
         timeouts = {
             alias: {b: spec.timeouts.apply(config.backends[b].timeouts) for b in spec.backends}
             for alias, spec in config.models.items()
@@ -109,12 +112,17 @@ class Gateway:
                 discover_forever(publishing, config.telemetry.scrape_interval_s, gw._on_load)))
         if config.reliability.health_check.enabled:
             gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
+        if placements is not None:
+            gw._tasks.append(loop.create_task(placements.publish_forever()))
+            gw._tasks.append(loop.create_task(placements.listen_forever(router.placed_elsewhere)))
         return gw
 
     async def aclose(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.router.placements is not None:
+            await self.router.placements.aclose()
         await self.cache.aclose()
         await self.admission.aclose()
         if self.owns_conversations:
@@ -166,6 +174,18 @@ class Gateway:
             self._reachable = dict(zip(names, results))
             self._ready_at = now
         return self._reachable
+
+
+def build_placement_feed(config: GatewayConfig) -> PlacementFeed | None:
+    """The feed that shares prefix placements between gateway replicas (routing.share_prefixes), else None."""
+    routing = config.routing
+    url = routing.redis_url or config.cache.redis_url
+    if not routing.share_prefixes or url is None:
+        return None
+    timeout_s = routing.publish_timeout_ms / 1000
+    # The listener's client has no read timeout: a channel quiet for a while is not a lost connection.
+    return PlacementFeed(connect(url, timeout_s), connect(url, timeout_s, idle_ok=True), routing.channel,
+                         {name: fingerprint(b.base_url, b.model) for name, b in config.backends.items()}, timeout_s)
 
 
 async def _probe(backend: Backend) -> bool:

@@ -33,7 +33,10 @@ each sends its next request after its answer and a think time. --dump FILE write
 E2E and its own time, a burst wait included) per run. Each run prints the gateway's median prediction
 error (its x-slipstream-predicted-*-ms headers against the times measured here), and the workload's
 summary the median over repeats with the issue's aim (at most 20 %) for the default. A strategy named `latency_aware/nohash` runs with
-prefix.consistent_hashing off (--no-hashing: every single-gateway one); one named `NAME@base` runs its
+prefix.consistent_hashing off (--no-hashing: every single-gateway one), `latency_aware/shared` with
+routing.share_prefixes on, through one Redis (scripts/redis-server) the bench starts: behind --replicas,
+`--replica-strategy latency_aware,latency_aware/shared` runs replicas that share their placements beside
+replicas that do not; one named `NAME@base` runs its
 gateway from the checkout --base-tree (another commit), for an A/B of two commits in one run. --system-words N sets the system
 prompts' length (default 300 words, ~350 tokens; 600 read ~680 tokens a request as llama.cpp counts
 them, 900 ~960): real system prompts are often 1,000-2,000 tokens, and the longer they are, the more of
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import os
 import random
 import signal
@@ -84,6 +88,7 @@ from bench.harness import (
     poisson_arrivals,
     port_options,
     relative_errors,
+    start_redis,
     stop_on_signals,
     wait_listening,
 )
@@ -427,9 +432,12 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
     # commits on one fleet and one schedule).
     cwd = base_checkout(strategy, base)
     strategy = strategy.partition("@")[0]
-    # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run.
+    # `latency_aware/nohash`: that strategy with prefix.consistent_hashing off, beside others in one run;
+    # `latency_aware/shared`: with routing.share_prefixes on, through the bench's own Redis.
     strategy, _, flag = strategy.partition("/")
     hashing = hashing and flag != "nohash"
+    channel = f"bench:prefixes:{time.time_ns()}"  # each run's replicas alone: no message of an earlier run is heard
+    sharing = {"routing": {"share_prefixes": True, "redis_url": shared_redis(tmp), "channel": channel}} if flag == "shared" else {}
     out: list[Proc] = []
     try:
         for _ in range(replicas):
@@ -446,6 +454,7 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
                                      # `latency_aware:ttft`: streams ranked by their first token
                                      **({"stream_objective": strategy.partition(":")[2]} if ":" in strategy else {})}},
                 "cache": {"store": "memory"},
+                **sharing,
                 # --trace: every request's spans (each route decision's scores among them) on the log.
                 **({"telemetry": {"tracing": {"enabled": True, "exporter": "console"}}} if trace else {}),
             }
@@ -460,6 +469,28 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
             g.stop()
         raise
     return out
+
+
+_REDIS: list[tuple[subprocess.Popen, int]] = []
+
+
+def shared_redis(tmp: Path) -> str:
+    """The URL of the Redis the `/shared` arms share placements through: started at the first one's run
+    (scripts/redis-server), stopped when the bench exits."""
+    if not _REDIS:
+        proc, port = start_redis(tmp / "redis.log")
+        _REDIS.append((proc, port))
+        atexit.register(_stop_redis)
+    return f"redis://127.0.0.1:{_REDIS[0][1]}/0"
+
+
+def _stop_redis() -> None:
+    for proc, _ in _REDIS:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def gateway_log(tmp: Path, port: int) -> Path:

@@ -242,7 +242,11 @@ def test_latency_aware_ranks_streams_by_their_end_unless_the_alias_says_otherwis
     assert ModelAlias(backends=("a",), strategy="prefix_aware").ranks_streams_by() == "ttft"
 
 
-@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+# What makes each section use its Redis.
+ENABLED = {"cache": "store: redis", "responses": "store: redis", "limits": "store: redis", "routing": "share_prefixes: true"}
+
+
+@pytest.mark.parametrize("section", ["cache", "responses", "limits", "routing"])
 @pytest.mark.parametrize("url, problem", [
     ("http://:pw-xyz@127.0.0.1:6379", "must start with redis://, rediss://, unix://, redis+cluster://, redis+sentinel://"),
     ("redis://:pw-xyz@127.0.0.1:637900", "the port after the host must be a number 0-65535"),
@@ -250,7 +254,7 @@ def test_latency_aware_ranks_streams_by_their_end_unless_the_alias_says_otherwis
 ])
 def test_a_redis_url_the_client_would_refuse_is_named_at_check(tmp_path, section, url, problem):
     # These passed `slipstream check` and then failed the start (or a reload) with redis-py's traceback.
-    msg = error_for(tmp_path, GOOD + f"{section}: {{store: redis, redis_url: '{url}'}}\n")
+    msg = error_for(tmp_path, GOOD + f"{section}: {{{ENABLED[section]}, redis_url: '{url}'}}\n")
     assert f"gw.yaml: {section}.redis_url: {problem}" in msg
     assert "pw-xyz" not in msg  # a Redis URL may carry a password: never repeated
 
@@ -267,13 +271,24 @@ def test_a_redis_store_for_responses_without_a_url_is_named_at_check(tmp_path):
     assert "gw.yaml: responses.store 'redis' needs responses.redis_url (or cache.redis_url)" in msg
 
 
-@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+@pytest.mark.parametrize("section", ["cache", "responses", "limits", "routing"])
 def test_a_redis_url_may_come_from_an_environment_variable(tmp_path, section):
     # A Redis password in the file lands in a ConfigMap (or Helm values) in the clear; a Secret fills the variable.
-    path = write(tmp_path, GOOD + f"{section}: {{store: redis, redis_url_env: REDIS_URL}}\n")
+    path = write(tmp_path, GOOD + f"{section}: {{{ENABLED[section]}, redis_url_env: REDIS_URL}}\n")
     config = load_config(path, environ={"REDIS_URL": "redis://:pw-xyz@127.0.0.1:6379/0\n"})
     assert getattr(config, section).redis_url == "redis://:pw-xyz@127.0.0.1:6379/0"  # --from-file's newline dropped
     assert "pw-xyz" not in repr(config)
+
+
+def test_prefix_sharing_without_a_redis_url_is_named_at_check(tmp_path):
+    msg = error_for(tmp_path, GOOD + "routing: {share_prefixes: true}\n")
+    assert "gw.yaml: routing.share_prefixes needs routing.redis_url (or cache.redis_url)" in msg
+
+
+def test_prefix_sharing_uses_the_caches_redis_when_it_names_none(tmp_path):
+    config = load_config(write(tmp_path, GOOD + "cache: {store: redis, redis_url: 'redis://10.0.0.5:6379'}\n"
+                                          "routing: {share_prefixes: true}\n"), environ={})
+    assert config.routing.share_prefixes and config.routing.redis_url is None
 
 
 def test_responses_follow_the_caches_redis_url_from_the_environment(tmp_path):
@@ -285,7 +300,7 @@ def test_responses_follow_the_caches_redis_url_from_the_environment(tmp_path):
 UNUSABLE = "environment variable REDIS_URL holds no Redis URL the stores can use"
 
 
-@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+@pytest.mark.parametrize("section", ["cache", "responses", "limits", "routing"])
 @pytest.mark.parametrize("value, problem", [
     (None, "environment variable REDIS_URL is not set"),
     ("  ", "environment variable REDIS_URL is not set"),
@@ -294,12 +309,12 @@ UNUSABLE = "environment variable REDIS_URL holds no Redis URL the stores can use
 ])
 def test_a_redis_url_env_that_cannot_be_used_is_named_without_its_value(tmp_path, section, value, problem):
     env = {} if value is None else {"REDIS_URL": value}
-    msg = error_for(tmp_path, GOOD + f"{section}: {{store: redis, redis_url_env: REDIS_URL}}\n", env=env)
+    msg = error_for(tmp_path, GOOD + f"{section}: {{{ENABLED[section]}, redis_url_env: REDIS_URL}}\n", env=env)
     assert f"gw.yaml: {section}.redis_url_env: {problem}" in msg
     assert "pw-xyz" not in msg
 
 
-@pytest.mark.parametrize("section", ["cache", "responses", "limits"])
+@pytest.mark.parametrize("section", ["cache", "responses", "limits", "routing"])
 def test_a_redis_url_given_both_ways_is_refused(tmp_path, section):
     msg = error_for(tmp_path, GOOD + f"{section}: {{redis_url: 'redis://:pw-xyz@h:6379', redis_url_env: REDIS_URL}}\n",
                     env={"REDIS_URL": "redis://h:6379"})

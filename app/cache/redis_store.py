@@ -39,9 +39,14 @@ EF_RUNTIME = 64
 VECTOR_TYPES = {"FLOAT16": (np.float16, "-f16"), "FLOAT32": (np.float32, "")}
 
 
-def connect(url: str, timeout_s: float) -> redis.Redis | RedisCluster:
-    """A client for redis://, rediss://, redis+cluster:// or redis+sentinel://h:p[,h:p]/service[/db] URLs."""
-    opts: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "decode_responses": False}
+def connect(url: str, timeout_s: float, idle_ok: bool = False) -> redis.Redis | RedisCluster:
+    """A client for redis://, rediss://, redis+cluster:// or redis+sentinel://h:p[,h:p]/service[/db] URLs.
+    `idle_ok`: a subscriber's, whose reads wait as long as its channel is quiet (a PING every 30 s finds a
+    dead connection); `timeout_s` then bounds only connecting."""
+    opts: dict[str, Any] = {"socket_timeout": None if idle_ok else timeout_s, "socket_connect_timeout": timeout_s,
+                            "decode_responses": False}
+    if idle_ok:
+        opts["health_check_interval"] = 30
     if url.startswith("redis+cluster://"):
         return RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **opts)
     if url.startswith("redis+sentinel://"):

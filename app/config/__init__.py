@@ -512,6 +512,27 @@ class ResponsesConfig(Strict):
     timeout_ms: float = Field(1000.0, gt=0)
 
 
+class RoutingConfig(Strict):
+    """Gateway-wide routing (each alias picks its strategy under models.<alias>)."""
+
+    # Gateway replicas tell each other which backend computed which prompt prefix, over Redis pub/sub
+    # (app/routing/placement_feed.py), so each one's prefix index knows the others' placements too.
+    # Off, each replica knows its own, and consistent hashing agrees on where a new prefix goes.
+    share_prefixes: bool = False
+    redis_url: str | None = Field(None, repr=False)  # unset: cache.redis_url
+    redis_url_env: str | None = Field(None, min_length=1)  # or the environment variable that holds it
+    # Every replica of one fleet uses the same channel; another fleet on the same Redis uses its own.
+    channel: str = Field("slipstream:prefixes", min_length=1)
+    # A publish slower than this is given up (its placements dropped, counted on /admin/backends).
+    publish_timeout_ms: float = Field(1000.0, gt=0)
+    _redis_url = field_validator("redis_url")(checked_redis_url)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RoutingConfig:
+        one_redis_source(self.redis_url, self.redis_url_env)
+        return self
+
+
 class TracingConfig(Strict):
     # Spans are exported only when enabled and an exporter is set; OTEL_* variables override these.
     enabled: bool = False
@@ -625,6 +646,7 @@ class GatewayConfig(Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     # Tenant quotas, rate limits and priorities (app/admission).
     limits: LimitsConfig = LimitsConfig()
+    routing: RoutingConfig = RoutingConfig()
     # The built-in backend fleet `serve` starts beside the gateway (the embedded default).
     simulator: SimulatorConfig | None = None
 
@@ -652,6 +674,9 @@ class GatewayConfig(Strict):
         if self.responses.store == "redis" and not (self.responses.redis_url or self.responses.redis_url_env
                                                     or self.cache.redis_url or self.cache.redis_url_env):
             raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url), or the _env form of either")
+        if self.routing.share_prefixes and not (self.routing.redis_url or self.routing.redis_url_env
+                                                or self.cache.redis_url or self.cache.redis_url_env):
+            raise ValueError("routing.share_prefixes needs routing.redis_url (or cache.redis_url), or the _env form of either")
         for name in self.limits.expected_output_tokens:
             if name != "default" and name not in self.models:
                 # A typo here would reserve the default for that alias's requests, without a word.
@@ -834,7 +859,7 @@ def _resolve_secrets(where: str, config: GatewayConfig, env: os._Environ[str] | 
             raise ConfigError(f"{key} holds {len(secret)} characters: a signing secret needs at least 32 "
                               "(`openssl rand -hex 32` makes one)")
         update["auth"] = config.auth.model_copy(update={"console_secret": SecretStr(secret)})
-    for section in ("cache", "responses", "limits"):
+    for section in ("cache", "responses", "limits", "routing"):
         part = getattr(config, section)
         if part.redis_url_env:
             update[section] = part.model_copy(update={"redis_url": _redis_url_from(where, section, part.redis_url_env, env)})

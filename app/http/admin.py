@@ -87,7 +87,10 @@ async def backends(request: Request) -> Response:
                                                         "kv_cache_usage": load.kv_cache_usage,
                                                         "prefix_cache_hit_share": gw.router.learner.server_prefix_hits.get(name)},
         })
-    return _json({"backends": out, "queued": gw.router.queued, "output_lengths": gw.router.outputs.snapshot(now)})
+    feed = gw.router.placements
+    return _json({"backends": out, "queued": gw.router.queued, "output_lengths": gw.router.outputs.snapshot(now),
+                  # routing.share_prefixes: placements told to and heard from the other replicas (null: off).
+                  "prefix_sharing": feed.snapshot() if feed is not None else None})
 
 
 @router.post("/route/explain")

@@ -317,6 +317,8 @@ class Lease:
             self._prefilling = False
             self.state.prefilling = max(0, self.state.prefilling - 1)
             self.state.prefill_busy_since = time.monotonic()
+            if copy.lost is None and (feed := self._router.placements) is not None:
+                feed.computed(self.state.name, self._keys)
         if done or not slot_scoped_cache(self.state):
             copy.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), copy, copy.lost is not None)

@@ -29,6 +29,7 @@ from app.routing.learning import Learner
 from app.routing.lease import Lease
 from app.routing.memory import AliasMemory, RoutingMemory
 from app.routing.output_length import OutputLengths
+from app.routing.placement_feed import PlacementFeed
 from app.routing.prefix_index import BackendPrefixes
 from app.routing.prefix_routing import PrefixAware
 from app.routing.slo import best_fit
@@ -66,10 +67,11 @@ class Router:
         breaker: BreakerConfig | None = None, latency: dict[str, LatencyModel] | None = None,
         queue: WaitQueue | None = None,
         prefixes: dict[str, BackendPrefixes] | None = None, scores_read: bool = True,
-        memory: RoutingMemory | None = None,
+        memory: RoutingMemory | None = None, placements: PlacementFeed | None = None,
     ) -> None:
         """`memory`: what the router before a config reload learned (Router.memory); its backends' latency
-        models and prefix indexes are taken where `latency` and `prefixes` do not name one."""
+        models and prefix indexes are taken where `latency` and `prefixes` do not name one. `placements`:
+        where a lease tells the other gateway replicas the prefix its request computed (routing.share_prefixes)."""
         breaker = breaker or BreakerConfig()
         memory = memory or RoutingMemory()
         kept = memory.backends
@@ -101,6 +103,7 @@ class Router:
         # Whether a placement's scores are read (its decision's trace span): off in a gateway that does not
         # trace, and a strategy then computes only what its pick needs (RouteContext.scored).
         self.scores_read = scores_read
+        self.placements = placements
 
     def memory(self, keep: Collection[str]) -> RoutingMemory:
         """What this router learned, for the one a config reload builds: of the backends in `keep` (those
@@ -109,6 +112,14 @@ class Router:
         memory.aliases = {alias: AliasMemory(e.strategy.reuse, e.strategy.arrivals)
                           for alias, e in self._aliases.items() if isinstance(e.strategy, LatencyAware)}
         return memory
+
+    def placed_elsewhere(self, backend: str, keys: list[bytes]) -> None:
+        """Another gateway replica's request computed this prompt's blocks on `backend` (the placement
+        feed): the backend holds them for this replica's requests too."""
+        state = self.states.get(backend)
+        if state is not None:
+            now = time.monotonic()
+            state.prefixes.record(keys, now, now)
 
     @property
     def queued(self) -> int:

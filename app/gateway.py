@@ -24,6 +24,7 @@ from app.routing.health import BreakerState
 from app.routing.latency_model import LatencyModel, load_prior
 from app.routing.memory import RoutingMemory
 from app.routing.placement_feed import PlacementFeed, fingerprint
+from app.routing.remote_copies import RemoteCopies
 from app.routing.router import Router
 from app.telemetry.metrics import Metrics
 from app.telemetry.recorder import Telemetry
@@ -114,7 +115,9 @@ class Gateway:
             gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
         if placements is not None:
             gw._tasks.append(loop.create_task(placements.publish_forever()))
-            gw._tasks.append(loop.create_task(placements.listen_forever(router.placed_elsewhere)))
+            remote = RemoteCopies(router.states)
+            gw._tasks.append(loop.create_task(placements.listen_forever(remote)))
+            gw._tasks.append(loop.create_task(remote.expire_forever()))
         return gw
 
     async def aclose(self) -> None:

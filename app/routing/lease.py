@@ -77,6 +77,7 @@ class Lease:
     """One held slot on a backend; release it exactly once when the upstream call is over."""
 
     __slots__ = (
+        "_copy_id",
         "_held",
         "_keys",
         "_margin_s",
@@ -119,6 +120,7 @@ class Lease:
         # over them; None: it reported no first token), the batch its answer decoded in.
         self.beside_s: float | None = None
         self._keys: list[bytes] = []
+        self._copy_id = 0  # its copy of the prefix as the placement feed names it to other replicas (0: not told)
         self._uncached = 0.0
         self._prefilled: PrefixCopy | None = None
         self._prefilling = False
@@ -200,6 +202,10 @@ class Lease:
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.start_prefill(self._uncached, ctx.now)
             self._prefilling = True
+            if (feed := router.placements) is not None:
+                # The other gateway replicas hold this copy as this index does (app/routing/remote_copies.py).
+                self._copy_id = feed.placed(state.name, self._keys, self.estimate.ttft_s, ready,
+                                            computes=not self.burst_wait_s)
 
     @property
     def backend(self) -> Backend:
@@ -317,8 +323,8 @@ class Lease:
             self._prefilling = False
             self.state.prefilling = max(0, self.state.prefilling - 1)
             self.state.prefill_busy_since = time.monotonic()
-            if copy.lost is None and (feed := self._router.placements) is not None:
-                feed.computed(self.state.name, self._keys)
+            if self._copy_id and copy.lost is None and (feed := self._router.placements) is not None:
+                feed.computed(self._copy_id)
         if done or not slot_scoped_cache(self.state):
             copy.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), copy, copy.lost is not None)
@@ -343,6 +349,8 @@ class Lease:
             if (failed or backend_failed) and copy is not None and not copy.computed_yet:
                 copy.lost = "backend" if backend_failed else "ended"
             self.prefilled(done=True)
+            if self._copy_id and copy is not None and (feed := self._router.placements) is not None:
+                feed.freed(self._copy_id, copy.lost)
             self.beside_s = self.state.book.remove(self._ticket, time.monotonic())
             self._router._release(self.state)
 

@@ -1,20 +1,23 @@
-"""Gateway replicas tell each other which backend computed which prompt prefix (Redis pub/sub).
+"""Gateway replicas tell each other where their requests' prompt prefixes go (Redis pub/sub).
 
 Each replica's prefix index learns from its own placements only. Behind three replicas on two real
 llama.cpp servers (six shared system prompts, six clients; issue 24, bench/prefix_routing.py --replicas 3)
 a replica sent a prompt it had never placed to the server its own load favoured, though the others had it
 warm on its home; from then on that replica kept it there, and 3-6 of the 6 prompts ran on both servers
-(one gateway: 0-3). A replica that hears every placement prices the home warm, as one gateway would.
+(one gateway: 0-3). Told only that a prefix was computed, replicas stopped splitting prompts, but their
+siblings went cold beside it as often: on llama.cpp a prompt's cache is its slot's, busy until the request
+using it ends, and a sibling sent meanwhile is prefilled again in another slot. So a replica tells what
+its own lease knows: a request placed (its backend, its prompt's block keys, when its first token and its
+end are predicted), its first token (the copy is computed), and its end (the copy is free, or was never
+computed). The other replicas hold the copy in their indexes as their own leases would
+(app/routing/remote_copies.py): a sibling there waits for it or goes elsewhere, priced as at one gateway.
 
-What travels is what the index keys on: the backend's name, a fingerprint of its URL and model (a replica
-applies only placements on a backend it knows by both, so a config that names another server alike is not
-misled), and the prompt's block keys (blake2b digests of the text: no prompt text). A placement is
-published once its prefill is done (the first token, or the end of a call that reports none), never for a
-request that ended before computing it, so a replica hears only of prefixes a backend really holds.
-
-Off the request path: a placement is queued (a dict insertion) and a background task publishes the queue
-in one message; another task applies what the other replicas published. Redis down costs the sharing,
-nothing else: messages are dropped (counted), and the listener reconnects.
+What travels is what the index keys on: the backend's name with a fingerprint of its URL and model (a
+replica applies only events on a backend it knows by both, so a config that names another server alike
+is not misled), and the block keys (blake2b digests of the text: no prompt text). Off the request path:
+an event is queued (a list append) and a background task publishes the queue in one message; another
+task hands the other replicas' events on. Redis down costs the sharing, nothing else: events are dropped
+(counted) and the listener reconnects; a copy whose end is never heard expires on the listener's side.
 """
 
 from __future__ import annotations
@@ -23,19 +26,21 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import orjson
 from redis.exceptions import RedisError
 
 log = logging.getLogger("slipstream.routing.placements")
 
-# Placements queued while a publish is under way; beyond this many (Redis slow or gone) new ones are dropped.
-PENDING_MAX = 512
+# Events queued while a publish is under way; beyond this many (Redis slow or gone) new ones are dropped.
+PENDING_MAX = 1024
 # After a failed publish or a lost subscription, wait this long before the next try.
 RETRY_S = 1.0
 _OUTAGE = (RedisError, OSError, TimeoutError)
+
+Lost = Literal["backend", "ended"] | None
 
 
 def fingerprint(base_url: str, model: str) -> str:
@@ -43,11 +48,50 @@ def fingerprint(base_url: str, model: str) -> str:
     return hashlib.blake2b(f"{base_url}\0{model}".encode(), digest_size=6).hexdigest()
 
 
-class PlacementFeed:
-    """One replica's end of the feed: `computed` queues this replica's placements; `publish_forever` sends
-    them; `listen_forever` hands the others' to `apply` (backend name, block keys)."""
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Another replica placed a request: `copy` (its id there) on `backend`, its prompt's block `keys`; its
+    first token predicted `ready_in_s` from now, its end `release_in_s`; `computes`: it computes its own
+    copy of the prefix (it does not wait for a busy one)."""
 
-    def __init__(self, publisher: Any, subscriber: Any, channel: str, backends: Mapping[str, str],
+    origin: str
+    copy: int
+    backend: str
+    keys: list[bytes]
+    ready_in_s: float
+    release_in_s: float
+    computes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    """That request's first token came: its copy of the prefix is computed."""
+
+    origin: str
+    copy: int
+
+
+@dataclass(frozen=True, slots=True)
+class Freed:
+    """That request ended: its copy is free, or (`lost`) was never computed."""
+
+    origin: str
+    copy: int
+    lost: Lost
+
+
+Event = Placed | Computed | Freed
+
+
+class Listener(Protocol):
+    def __call__(self, event: Event) -> None: ...
+
+
+class PlacementFeed:
+    """One replica's end of the feed: `placed`, `computed` and `freed` queue this replica's events,
+    `publish_forever` sends them, `listen_forever` hands the others' to a listener."""
+
+    def __init__(self, publisher: Any, subscriber: Any, channel: str, backends: dict[str, str],
                  publish_timeout_s: float) -> None:
         """`publisher` and `subscriber`: redis.asyncio clients (the subscriber's without a read timeout: a
         quiet channel is not a failure). `backends`: each backend's name and fingerprint."""
@@ -55,61 +99,88 @@ class PlacementFeed:
         self._fingerprints = dict(backends)
         self._timeout_s = publish_timeout_s
         self._origin = os.urandom(8).hex()  # this replica: its own messages come back to it, and are skipped
-        # (backend, last block key) -> the placement: a prompt placed twice before a publish goes once.
-        self._pending: dict[tuple[str, bytes], tuple[str, list[bytes]]] = {}
+        self._pending: list[list] = []
         self._wake = asyncio.Event()
-        self.published = 0  # placements sent
-        self.dropped = 0  # placements not sent: the queue was full, or Redis failed
-        self.received = 0  # placements heard from other replicas and applied
-        self.ignored = 0  # heard but not applied: a backend this replica does not know by that name and server
+        self._next_copy = 0
+        self.published = 0  # events sent
+        self.dropped = 0  # events not sent: the queue was full, or Redis failed
+        self.received = 0  # events heard from other replicas and handed on
+        self.ignored = 0  # heard but not handed on: a backend this replica does not know by that name and server
         self.errors = 0  # failed publishes, lost subscriptions, unreadable messages
 
-    def computed(self, backend: str, keys: list[bytes]) -> None:
-        """This replica's request computed `keys` on `backend` (its first token came): tell the others."""
-        if not keys:
-            return
-        k = (backend, keys[-1])
-        if k not in self._pending and len(self._pending) >= PENDING_MAX:
+    def _queue(self, event: list) -> None:
+        if len(self._pending) >= PENDING_MAX:
             self.dropped += 1
             return
-        self._pending[k] = (backend, keys)
+        self._pending.append(event)
         self._wake.set()
 
-    def encode(self, placements: list[tuple[str, list[bytes]]]) -> bytes:
-        return orjson.dumps({"from": self._origin, "placed": [
-            [name, self._fingerprints.get(name, ""), [key.hex() for key in keys]] for name, keys in placements]})
+    def placed(self, backend: str, keys: list[bytes], ready_in_s: float, release_in_s: float, computes: bool) -> int:
+        """This replica placed a request whose prompt starts with `keys` on `backend`: its copy's id, for
+        `computed` and `freed`."""
+        self._next_copy += 1
+        self._queue(["p", self._next_copy, backend, self._fingerprints.get(backend, ""), [k.hex() for k in keys],
+                     round(ready_in_s, 4), round(release_in_s, 4), computes])
+        return self._next_copy
 
-    def decode(self, data: bytes) -> list[tuple[str, list[bytes]]] | None:
-        """The placements in another replica's message that name a backend this replica knows alike; None
-        for this replica's own message. ValueError (or KeyError, TypeError) for a malformed one."""
-        msg = orjson.loads(data)
-        if msg["from"] == self._origin:
+    def computed(self, copy: int) -> None:
+        self._queue(["c", copy])
+
+    def freed(self, copy: int, lost: Lost) -> None:
+        self._queue(["f", copy, lost])
+
+    def drain(self) -> tuple[bytes, int] | None:
+        """The queued events as one message, and how many (None: none queued); the queue is then empty."""
+        if not self._pending:
             return None
-        out = []
-        for name, fp, keys in msg["placed"]:
-            if not isinstance(name, str) or self._fingerprints.get(name) != fp:
-                self.ignored += 1
-                continue
-            out.append((name, [bytes.fromhex(k) for k in keys]))
+        batch, self._pending = self._pending, []
+        return orjson.dumps({"from": self._origin, "events": batch}), len(batch)
+
+    def decode(self, data: bytes) -> list[Event]:
+        """The events in another replica's message on backends this replica knows alike (none for its own
+        message). ValueError (or KeyError, TypeError, IndexError) for a malformed one."""
+        msg = orjson.loads(data)
+        origin = msg["from"]
+        if origin == self._origin:
+            return []
+        out: list[Event] = []
+        for e in msg["events"]:
+            kind, copy = e[0], int(e[1])
+            if kind == "p":
+                name, fp, keys, ready, release, computes = e[2:8]
+                if not isinstance(name, str) or self._fingerprints.get(name) != fp:
+                    self.ignored += 1
+                    continue
+                out.append(Placed(origin, copy, name, [bytes.fromhex(k) for k in keys], max(0.0, float(ready)),
+                                  max(0.0, float(release)), bool(computes)))
+            elif kind == "c":
+                out.append(Computed(origin, copy))
+            elif kind == "f":
+                out.append(Freed(origin, copy, e[2] if e[2] in ("backend", "ended") else None))
+            else:
+                raise ValueError(f"unknown event kind {kind!r}")
         return out
 
     async def publish_forever(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            batch, self._pending = list(self._pending.values()), {}
+            drained = self.drain()
+            if drained is None:
+                continue
+            message, n = drained
             try:
-                await asyncio.wait_for(self._pub.publish(self._channel, self.encode(batch)), self._timeout_s)
-                self.published += len(batch)
+                await asyncio.wait_for(self._pub.publish(self._channel, message), self._timeout_s)
+                self.published += n
             except asyncio.CancelledError:
                 raise
             except _OUTAGE as exc:  # Redis slow or gone: sharing pauses, routing goes on alone
-                self.dropped += len(batch)
+                self.dropped += n
                 self.errors += 1
-                log.warning("placement feed: publish failed (%s); %d placement(s) dropped", type(exc).__name__, len(batch))
+                log.warning("placement feed: publish failed (%s); %d event(s) dropped", type(exc).__name__, n)
                 await asyncio.sleep(RETRY_S)
 
-    async def listen_forever(self, apply: Callable[[str, list[bytes]], object]) -> None:
+    async def listen_forever(self, listener: Listener) -> None:
         while True:
             pubsub = self._sub.pubsub(ignore_subscribe_messages=True)
             try:
@@ -118,13 +189,13 @@ class PlacementFeed:
                     if message.get("type") != "message":
                         continue
                     try:
-                        placements = self.decode(message["data"])
-                    except (ValueError, KeyError, TypeError):
+                        events = self.decode(message["data"])
+                    except (ValueError, KeyError, TypeError, IndexError):
                         self.errors += 1
                         log.warning("placement feed: an unreadable message on %s, skipped", self._channel)
                         continue
-                    for name, keys in placements or ():
-                        apply(name, keys)
+                    for event in events:
+                        listener(event)
                         self.received += 1
             except asyncio.CancelledError:
                 raise

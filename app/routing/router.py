@@ -113,14 +113,6 @@ class Router:
                           for alias, e in self._aliases.items() if isinstance(e.strategy, LatencyAware)}
         return memory
 
-    def placed_elsewhere(self, backend: str, keys: list[bytes]) -> None:
-        """Another gateway replica's request computed this prompt's blocks on `backend` (the placement
-        feed): the backend holds them for this replica's requests too."""
-        state = self.states.get(backend)
-        if state is not None:
-            now = time.monotonic()
-            state.prefixes.record(keys, now, now)
-
     @property
     def queued(self) -> int:
         return sum(1 for w in self.queue if not w.future.done())

@@ -221,6 +221,17 @@ def test_redis_is_used_only_where_one_is(rendered, tmp_path):
         # The defaults point at no Redis: none is installed, so the replicas cache in-process.
         assert config.cache.store == "memory" and config.cache.redis_url is None
         assert not by_kind(objects, "StatefulSet")
+    # Replicas given a Redis share their prefix placements through it; without one they cannot.
+    assert config.routing.share_prefixes == (config.cache.store == "redis")
+
+
+def test_prefix_sharing_is_left_as_the_config_or_the_values_say(chart, tmp_path):
+    for values in ({"redis": {"enabled": True}, "config": {"routing": {"share_prefixes": False}}},
+                   {"redis": {"enabled": True}, "sharePrefixes": False}):
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        objects = [doc for name, text in sorted(manifests.items()) if name.endswith(".yaml")
+                   for doc in yaml.safe_load_all(text) if doc]
+        assert not shipped_config(objects, tmp_path, merged("default")).routing.share_prefixes, values
 
 
 def test_a_redis_store_without_a_redis_fails_the_render(chart):

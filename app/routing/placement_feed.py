@@ -119,7 +119,9 @@ class PlacementFeed:
         """This replica placed a request whose prompt starts with `keys` on `backend`: its copy's id, for
         `computed` and `freed`."""
         self._next_copy += 1
-        self._queue(["p", self._next_copy, backend, self._fingerprints.get(backend, ""), [k.hex() for k in keys],
+        # The keys are hex-encoded by the publisher (drain), off the request's path: the list is the prompt's,
+        # never changed after it was hashed.
+        self._queue(["p", self._next_copy, backend, self._fingerprints.get(backend, ""), keys,
                      round(ready_in_s, 4), round(release_in_s, 4), computes])
         return self._next_copy
 
@@ -134,6 +136,9 @@ class PlacementFeed:
         if not self._pending:
             return None
         batch, self._pending = self._pending, []
+        for e in batch:
+            if e[0] == "p":
+                e[4] = [k.hex() for k in e[4]]
         return orjson.dumps({"from": self._origin, "events": batch}), len(batch)
 
     def decode(self, data: bytes) -> list[Event]:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from app.cache.redis_store import connect
-from app.routing.placement_feed import Computed, Freed, PlacementFeed, Placed, fingerprint
+from app.routing.placement_feed import Computed, Freed, Placed, PlacementFeed, fingerprint
 from app.routing.prefix_index import prompt_blocks
 from tests.support import free_port
 

@@ -54,6 +54,14 @@ app.kubernetes.io/component: cache
 {{- else if and (eq (toString $cache.store) "redis") (not $cache.redis_url) (not $cache.redis_url_env) -}}
 {{- fail "config.cache.store is redis but no Redis is given: set cache.redisUrlSecret, cache.redisUrl, or redis.enabled=true" -}}
 {{- end -}}
+{{- if and .Values.sharePrefixes (or .Values.cache.redisUrlSecret.name $url) -}}
+{{/* Replicas given a Redis tell each other their prefix placements through it, unless the config says otherwise. */}}
+{{- $routing := default dict $config.routing -}}
+{{- if not (hasKey $routing "share_prefixes") -}}
+{{- $_ := set $routing "share_prefixes" true -}}
+{{- $_ := set $config "routing" $routing -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.consoleSecret.name -}}
 {{/* Console sessions signed with one secret on every replica: a sign-in through the Service holds on any pod. */}}
 {{- $auth := default dict $config.auth -}}

@@ -83,6 +83,18 @@ def write_yaml(path: Path, data: dict) -> Path:
     return path
 
 
+def start_simulated(tmp: Path, backends: dict[str, dict], seed: int) -> tuple[dict[str, int], Process]:
+    """`slipstream simulate` serving `backends` (name: its simulator settings) on free loopback ports, once
+    each answers: their ports by name, and the process (stop it when done)."""
+    ports = {n: free_port() for n in backends}
+    path = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": seed, "backends": {
+        n: dict(port=ports[n], **spec) for n, spec in backends.items()}}})
+    proc = Process(["simulate", "--config", str(path)], tmp / "sim.log")
+    for port in ports.values():
+        proc.wait_listening(port)
+    return ports, proc
+
+
 def sim_stats(port: int) -> dict:
     return httpx.get(f"http://127.0.0.1:{port}/sim/stats", timeout=5).json()
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import ADMIN_KEY, start_gateway
-from tests.support import Process, free_port, set_faults, sim_stats, write_yaml
+from tests.support import set_faults, sim_stats, start_simulated
 
 NAMES = ("a", "b", "c")
 # 2000 prompt tokens/s: a ~500-token system prompt costs ~250 ms of prefill cold, ~0 warm.
@@ -19,13 +19,7 @@ SIM = dict(slots=4, prefill_tokens_per_s=2000, tpot_ms=2, prefix_cache_tokens=65
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("prefixfleet")
-    ports = {n: free_port() for n in NAMES}
-    path = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 5, "backends": {
-        n: dict(port=ports[n], model="m", **SIM) for n in NAMES}}})
-    proc = Process(["simulate", "--config", str(path)], tmp / "sim.log")
-    for port in ports.values():
-        proc.wait_listening(port)
+    ports, proc = start_simulated(tmp_path_factory.mktemp("prefixfleet"), {n: dict(model="m", **SIM) for n in NAMES}, seed=5)
     yield ports
     proc.stop()
 
@@ -133,12 +127,7 @@ def hanging_pair(tmp_path_factory):
     from app.admission.auth import hash_key
 
     tmp = tmp_path_factory.mktemp("hangpair")
-    ports = {n: free_port() for n in ("x", "y")}
-    path = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 9, "backends": {
-        n: dict(port=p, model="m", **SIM) for n, p in ports.items()}}})
-    sim = Process(["simulate", "--config", str(path)], tmp / "sim.log")
-    for port in ports.values():
-        sim.wait_listening(port)
+    ports, sim = start_simulated(tmp, {n: dict(model="m", **SIM) for n in ("x", "y")}, seed=9)
     backends = {n: {"base_url": f"http://127.0.0.1:{p}/v1", "model": "m", "flavor": "llamacpp",
                     "timeouts": {"first_token_s": 1.5}} for n, p in ports.items()}
     config = {"auth": {"mode": "open", "admin_keys": [hash_key(ADMIN_KEY)]}, "backends": backends,

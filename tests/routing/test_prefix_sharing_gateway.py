@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.conftest import ADMIN_KEY, start_gateway
-from tests.support import Process, free_port, set_faults, wait_until, write_yaml
+from tests.support import set_faults, start_simulated, wait_until
 
 NAMES = ("a", "b")
 SIM = dict(slots=4, prefill_tokens_per_s=2000, tpot_ms=2, prefix_cache_tokens=65536, report="llamacpp",
@@ -19,13 +19,7 @@ ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sharefleet")
-    ports = {n: free_port() for n in NAMES}
-    path = write_yaml(tmp / "sim.yaml", {"simulator": {"seed": 7, "backends": {
-        n: dict(port=ports[n], model="m", **SIM) for n in NAMES}}})
-    proc = Process(["simulate", "--config", str(path)], tmp / "sim.log")
-    for port in ports.values():
-        proc.wait_listening(port)
+    ports, proc = start_simulated(tmp_path_factory.mktemp("sharefleet"), {n: dict(model="m", **SIM) for n in NAMES}, seed=7)
     yield ports
     proc.stop()
 

@@ -115,7 +115,7 @@ class Gateway:
             gw._tasks.append(loop.create_task(run_health_checks(router.states, config.reliability.health_check)))
         if placements is not None:
             gw._tasks.append(loop.create_task(placements.publish_forever()))
-            remote = RemoteCopies(router.states, placements.load)
+            remote = RemoteCopies(router.states)
             gw._tasks.append(loop.create_task(placements.listen_forever(remote)))
             gw._tasks.append(loop.create_task(remote.expire_forever()))
         return gw
@@ -183,13 +183,12 @@ def build_placement_feed(config: GatewayConfig) -> PlacementFeed | None:
     """The feed that shares prefix placements between gateway replicas (routing.share_prefixes), else None."""
     routing = config.routing
     url = routing.redis_url or config.cache.redis_url
-    if not (routing.share_prefixes or routing.share_load) or url is None:
+    if not routing.share_prefixes or url is None:
         return None
     timeout_s = routing.publish_timeout_ms / 1000
     # The listener's client has no read timeout: a channel quiet for a while is not a lost connection.
     return PlacementFeed(connect(url, timeout_s), connect(url, timeout_s, idle_ok=True), routing.channel,
-                         {name: fingerprint(b.base_url, b.model) for name, b in config.backends.items()}, timeout_s,
-                         routing.share_prefixes, routing.share_load)
+                         {name: fingerprint(b.base_url, b.model) for name, b in config.backends.items()}, timeout_s)
 
 
 async def _probe(backend: Backend) -> bool:

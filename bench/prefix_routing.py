@@ -437,9 +437,7 @@ def start_gateways(tmp: Path, backends: Backends, strategy: str, replicas: int, 
     strategy, _, flag = strategy.partition("/")
     hashing = hashing and flag != "nohash"
     channel = f"bench:prefixes:{time.time_ns()}"  # each run's replicas alone: no message of an earlier run is heard
-    # `latency_aware/sharedload`: and with routing.share_load, every replica's requests in every replica's book.
-    sharing = ({"routing": {"share_prefixes": True, "share_load": flag == "sharedload", "redis_url": shared_redis(tmp),
-                            "channel": channel}} if flag in ("shared", "sharedload") else {})
+    sharing = {"routing": {"share_prefixes": True, "redis_url": shared_redis(tmp), "channel": channel}} if flag == "shared" else {}
     out: list[Proc] = []
     try:
         for _ in range(replicas):

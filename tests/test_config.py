@@ -282,7 +282,7 @@ def test_a_redis_url_may_come_from_an_environment_variable(tmp_path, section):
 
 def test_prefix_sharing_without_a_redis_url_is_named_at_check(tmp_path):
     msg = error_for(tmp_path, GOOD + "routing: {share_prefixes: true}\n")
-    assert "gw.yaml: routing.share_prefixes and share_load need routing.redis_url (or cache.redis_url)" in msg
+    assert "gw.yaml: routing.share_prefixes needs routing.redis_url (or cache.redis_url)" in msg
 
 
 def test_prefix_sharing_uses_the_caches_redis_when_it_names_none(tmp_path):

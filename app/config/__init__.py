@@ -519,9 +519,6 @@ class RoutingConfig(Strict):
     # (app/routing/placement_feed.py), so each one's prefix index knows the others' placements too.
     # Off, each replica knows its own, and consistent hashing agrees on where a new prefix goes.
     share_prefixes: bool = False
-    # ...and every request each one has in flight, which the others book in their in-flight books as their
-    # own (the queue a request will meet at a backend is every replica's).
-    share_load: bool = False
     redis_url: str | None = Field(None, repr=False)  # unset: cache.redis_url
     redis_url_env: str | None = Field(None, min_length=1)  # or the environment variable that holds it
     # Every replica of one fleet uses the same channel; another fleet on the same Redis uses its own.
@@ -677,9 +674,9 @@ class GatewayConfig(Strict):
         if self.responses.store == "redis" and not (self.responses.redis_url or self.responses.redis_url_env
                                                     or self.cache.redis_url or self.cache.redis_url_env):
             raise ValueError("responses.store 'redis' needs responses.redis_url (or cache.redis_url), or the _env form of either")
-        if (self.routing.share_prefixes or self.routing.share_load) and not (self.routing.redis_url or self.routing.redis_url_env
+        if self.routing.share_prefixes and not (self.routing.redis_url or self.routing.redis_url_env
                                                 or self.cache.redis_url or self.cache.redis_url_env):
-            raise ValueError("routing.share_prefixes and share_load need routing.redis_url (or cache.redis_url), or the _env form of either")
+            raise ValueError("routing.share_prefixes needs routing.redis_url (or cache.redis_url), or the _env form of either")
         for name in self.limits.expected_output_tokens:
             if name != "default" and name not in self.models:
                 # A typo here would reserve the default for that alias's requests, without a word.

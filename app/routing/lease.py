@@ -164,7 +164,6 @@ class Lease:
         # A stream, or a JSON call this backend serves from an upstream stream: its first token is seen.
         reports = state.reports_first_token(ctx.stream, ctx.assembles)
         self._ticket = state.book_request(ctx.now, self.estimate, reports)
-        ready = self.estimate.ttft_s  # when a copy of its prefix is free for a sibling (below)
         if self.prefix is not None:
             # Record the decision (the approximate index learns from routing); the blocks count as
             # computed from the predicted first token, or as soon as it really comes.
@@ -203,12 +202,10 @@ class Lease:
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.start_prefill(self._uncached, ctx.now)
             self._prefilling = True
-        if (feed := router.placements) is not None and feed.tells(self.prefix is not None):
-            # The other gateway replicas hold this copy as this index does, and (routing.share_load) book the
-            # request as this book does (app/routing/remote_copies.py).
-            est = self.estimate
-            self._copy_id = feed.placed(state.name, self._keys, est.ttft_s, ready, not self.burst_wait_s,
-                                        est.e2e_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s), reports)
+            if (feed := router.placements) is not None:
+                # The other gateway replicas hold this copy as this index does (app/routing/remote_copies.py).
+                self._copy_id = feed.placed(state.name, self._keys, self.estimate.ttft_s, ready,
+                                            computes=not self.burst_wait_s)
 
     @property
     def backend(self) -> Backend:
@@ -326,6 +323,8 @@ class Lease:
             self._prefilling = False
             self.state.prefilling = max(0, self.state.prefilling - 1)
             self.state.prefill_busy_since = time.monotonic()
+            if self._copy_id and copy.lost is None and (feed := self._router.placements) is not None:
+                feed.computed(self._copy_id)
         if done or not slot_scoped_cache(self.state):
             copy.set()
             self.state.prefixes.settle(self._keys, time.monotonic(), copy, copy.lost is not None)
@@ -334,8 +333,6 @@ class Lease:
         """The stream's first token came: the request holds a slot and decodes from now (in the book)."""
         if not self._released:
             self.state.book.first_token(self._ticket, time.monotonic())
-            if self._copy_id and (feed := self._router.placements) is not None:
-                feed.computed(self._copy_id)
 
     def progress(self, events: int) -> None:
         """`events` of the stream's events are out: how far its decode has got (in the book)."""
@@ -352,9 +349,8 @@ class Lease:
             if (failed or backend_failed) and copy is not None and not copy.computed_yet:
                 copy.lost = "backend" if backend_failed else "ended"
             self.prefilled(done=True)
-            if self._copy_id and (feed := self._router.placements) is not None:
-                lost = copy.lost if copy is not None else "backend" if backend_failed else "ended" if failed else None
-                feed.freed(self._copy_id, lost)
+            if self._copy_id and copy is not None and (feed := self._router.placements) is not None:
+                feed.freed(self._copy_id, copy.lost)
             self.beside_s = self.state.book.remove(self._ticket, time.monotonic())
             self._router._release(self.state)
 

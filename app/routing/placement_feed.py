@@ -50,11 +50,9 @@ def fingerprint(base_url: str, model: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """Another replica placed a request: `copy` (its id there) on `backend`, its prompt's block `keys` (none:
-    told only for its load); its first token predicted `ready_in_s` from now, its copy of the prefix free
-    for a sibling `release_in_s` from now, its end `end_in_s`; `computes`: it computes its own copy (it does
-    not wait for a busy one). As its own in-flight book holds it: `decode_tokens` to decode after `prefill_s`
-    of its wait, and `streams` (its first token is seen)."""
+    """Another replica placed a request: `copy` (its id there) on `backend`, its prompt's block `keys`; its
+    first token predicted `ready_in_s` from now, its end `release_in_s`; `computes`: it computes its own
+    copy of the prefix (it does not wait for a busy one)."""
 
     origin: str
     copy: int
@@ -63,10 +61,6 @@ class Placed:
     ready_in_s: float
     release_in_s: float
     computes: bool
-    end_in_s: float = 0.0
-    decode_tokens: float = 0.0
-    prefill_s: float = 0.0
-    streams: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +92,9 @@ class PlacementFeed:
     `publish_forever` sends them, `listen_forever` hands the others' to a listener."""
 
     def __init__(self, publisher: Any, subscriber: Any, channel: str, backends: dict[str, str],
-                 publish_timeout_s: float, prefixes: bool = True, load: bool = False) -> None:
+                 publish_timeout_s: float) -> None:
         """`publisher` and `subscriber`: redis.asyncio clients (the subscriber's without a read timeout: a
-        quiet channel is not a failure). `backends`: each backend's name and fingerprint. `prefixes`: the
-        replicas share where prompt prefixes go (routing.share_prefixes); `load`: every request, for the
-        in-flight books (routing.share_load)."""
-        self.prefixes, self.load = prefixes, load
+        quiet channel is not a failure). `backends`: each backend's name and fingerprint."""
         self._pub, self._sub, self._channel = publisher, subscriber, channel
         self._fingerprints = dict(backends)
         self._timeout_s = publish_timeout_s
@@ -124,20 +115,14 @@ class PlacementFeed:
         self._pending.append(event)
         self._wake.set()
 
-    def tells(self, has_prefix: bool) -> bool:
-        """Whether a request placed here is told to the other replicas."""
-        return self.load or (self.prefixes and has_prefix)
-
-    def placed(self, backend: str, keys: list[bytes], ready_in_s: float, release_in_s: float, computes: bool,
-               end_in_s: float = 0.0, decode_tokens: float = 0.0, prefill_s: float = 0.0, streams: bool = False) -> int:
-        """This replica placed a request whose prompt starts with `keys` on `backend` (see Placed): its id,
-        for `computed` and `freed`."""
+    def placed(self, backend: str, keys: list[bytes], ready_in_s: float, release_in_s: float, computes: bool) -> int:
+        """This replica placed a request whose prompt starts with `keys` on `backend`: its copy's id, for
+        `computed` and `freed`."""
         self._next_copy += 1
         # The keys are hex-encoded by the publisher (drain), off the request's path: the list is the prompt's,
         # never changed after it was hashed.
-        self._queue(["p", self._next_copy, backend, self._fingerprints.get(backend, ""), keys if self.prefixes else [],
-                     round(ready_in_s, 4), round(release_in_s, 4), computes, round(end_in_s, 4), round(decode_tokens, 1),
-                     round(prefill_s, 4), streams])
+        self._queue(["p", self._next_copy, backend, self._fingerprints.get(backend, ""), keys,
+                     round(ready_in_s, 4), round(release_in_s, 4), computes])
         return self._next_copy
 
     def computed(self, copy: int) -> None:
@@ -167,13 +152,12 @@ class PlacementFeed:
         for e in msg["events"]:
             kind, copy = e[0], int(e[1])
             if kind == "p":
-                name, fp, keys, ready, release, computes, end, tokens, prefill, streams = e[2:12]
+                name, fp, keys, ready, release, computes = e[2:8]
                 if not isinstance(name, str) or self._fingerprints.get(name) != fp:
                     self.ignored += 1
                     continue
-                out.append(Placed(origin, copy, name, [bytes.fromhex(k) for k in keys] if self.prefixes else [],
-                                  max(0.0, float(ready)), max(0.0, float(release)), bool(computes),
-                                  max(0.0, float(end)), max(0.0, float(tokens)), max(0.0, float(prefill)), bool(streams)))
+                out.append(Placed(origin, copy, name, [bytes.fromhex(k) for k in keys], max(0.0, float(ready)),
+                                  max(0.0, float(release)), bool(computes)))
             elif kind == "c":
                 out.append(Computed(origin, copy))
             elif kind == "f":

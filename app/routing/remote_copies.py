@@ -29,19 +29,15 @@ SWEEP_S = 1.0
 class _Remote:
     state: BackendState
     keys: list[bytes]
-    copy: PrefixCopy | None  # its copy of the prefix, where it has one
-    ticket: int | None  # its entry in the backend's in-flight book, where load is shared
+    copy: PrefixCopy
     expires: float
 
 
 class RemoteCopies:
-    """The feed's listener: applies other replicas' Placed, Computed and Freed to the backends' indexes
-    and, with `load` (routing.share_load), to their in-flight books: a request another replica sent to a
-    backend is ahead of this replica's next one there as much as one of its own."""
+    """The feed's listener: applies other replicas' Placed, Computed and Freed to the backends' indexes."""
 
-    def __init__(self, states: dict[str, BackendState], load: bool = False) -> None:
+    def __init__(self, states: dict[str, BackendState]) -> None:
         self._states = states
-        self._load = load
         self._copies: dict[tuple[str, int], _Remote] = {}
         self.expired = 0  # copies whose end was never heard
 
@@ -55,10 +51,7 @@ class RemoteCopies:
         elif isinstance(event, Computed):
             r = self._copies.get((event.origin, event.copy))
             if r is not None:
-                if r.copy is not None:
-                    _computed(r, r.copy, now)
-                if r.ticket is not None:
-                    r.state.book.first_token(r.ticket, now)
+                _computed(r, now)
         elif isinstance(event, Freed):
             r = self._copies.pop((event.origin, event.copy), None)
             if r is not None:
@@ -66,21 +59,18 @@ class RemoteCopies:
 
     def _placed(self, e: Placed, now: float) -> None:
         state = self._states.get(e.backend)
-        if state is None or not (e.keys or self._load):
+        if state is None or not e.keys:
             return
-        copy = None
-        if e.keys:
-            copy = PrefixCopy(True, now + e.ready_in_s, e.ready_in_s, now)
-            slotted = slot_scoped_cache(state)
-            # As the lease does: on a slot's cache the prefix is free for a sibling at the request's end.
-            state.prefixes.record(e.keys, now, now + (e.release_in_s if slotted else e.ready_in_s), copy)
-            if slotted:
-                m = state.model
-                state.prefixes.occupy(e.keys, now + e.release_in_s, copy, computes=e.computes,
-                                      slots=m.slots if m.slots_source == "reported" else None)
-        ticket = state.book.add(now, e.ready_in_s, e.decode_tokens, e.prefill_s, e.streams) if self._load else None
-        end = max(e.release_in_s, e.end_in_s)
-        self._copies[(e.origin, e.copy)] = _Remote(state, e.keys, copy, ticket, now + end + max(EXPIRY_GRACE_S, end))
+        copy = PrefixCopy(True, now + e.ready_in_s, e.ready_in_s, now)
+        slotted = slot_scoped_cache(state)
+        # As the lease does: on a slot's cache the prefix is free for a sibling at the request's end.
+        state.prefixes.record(e.keys, now, now + (e.release_in_s if slotted else e.ready_in_s), copy)
+        if slotted:
+            m = state.model
+            state.prefixes.occupy(e.keys, now + e.release_in_s, copy, computes=e.computes,
+                                  slots=m.slots if m.slots_source == "reported" else None)
+        self._copies[(e.origin, e.copy)] = _Remote(state, e.keys, copy,
+                                                    now + e.release_in_s + max(EXPIRY_GRACE_S, e.release_in_s))
 
     def expire(self, now: float | None = None) -> int:
         """Free the copies whose end is overdue past their grace; how many."""
@@ -97,7 +87,8 @@ class RemoteCopies:
             self.expire()
 
 
-def _computed(r: _Remote, copy: PrefixCopy, now: float) -> None:
+def _computed(r: _Remote, now: float) -> None:
+    copy = r.copy
     if copy.computed is not None and not copy.computed.is_set():
         copy.computed_at = now
         copy.computed.set()
@@ -107,11 +98,7 @@ def _computed(r: _Remote, copy: PrefixCopy, now: float) -> None:
 
 
 def _freed(r: _Remote, now: float, lost: str | None) -> None:
-    if r.ticket is not None:
-        r.state.book.remove(r.ticket, now)
     copy = r.copy
-    if copy is None:
-        return
     if lost is not None and not copy.computed_yet:
         copy.lost = "backend" if lost == "backend" else "ended"
     if copy.computed is not None and not copy.computed.is_set():

@@ -10,15 +10,14 @@ def test_a_whatif_replay_reaches_no_redis_of_the_live_config():
     live = {"cache": {"store": "redis", "redis_url_env": "REDIS_URL"},
             "limits": {"store": "redis", "redis_url": "redis://:pw@r:6379/1"},
             "responses": {"store": "redis", "redis_url_env": "REDIS_URL"},
-            "routing": {"share_prefixes": True, "share_load": True, "redis_url": "redis://r:6379", "channel": "live:prefixes"},
+            "routing": {"share_prefixes": True, "redis_url": "redis://r:6379", "channel": "live:prefixes"},
             "backends": {}, "models": {}}
     replay = policy(live, {"backends": {}})
     for section in ("cache", "limits", "responses"):
         assert replay[section]["store"] == "memory"
         assert "redis_url" not in replay[section] and "redis_url_env" not in replay[section]
     # Nor are the replay's placements told to the live replicas.
-    assert replay["routing"]["share_prefixes"] is False and replay["routing"]["share_load"] is False
-    assert "redis_url" not in replay["routing"]
+    assert replay["routing"]["share_prefixes"] is False and "redis_url" not in replay["routing"]
 
 
 def test_a_whatif_replay_reaches_its_simulated_backends_directly():

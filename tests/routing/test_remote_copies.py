@@ -24,13 +24,12 @@ PROMPT = prompt_blocks("system: You are the billing assistant; cite the policy. 
 
 
 class Replica:
-    def __init__(self, load: bool = False) -> None:
+    def __init__(self) -> None:
         # No Redis client: the test carries the messages itself (Replica.tell).
-        self.feed = PlacementFeed(None, None, "t", {n: fingerprint(c.base_url, c.model) for n, c in CONFIGS.items()}, 1.0,
-                                  load=load)
+        self.feed = PlacementFeed(None, None, "t", {n: fingerprint(c.base_url, c.model) for n, c in CONFIGS.items()}, 1.0)
         self.router = Router({n: LlamaBackend(n, c) for n, c in CONFIGS.items()},
                              {"m": ModelAlias(backends=NAMES, strategy="latency_aware")}, 1.0, placements=self.feed)
-        self.remote = RemoteCopies(self.router.states, load)
+        self.remote = RemoteCopies(self.router.states)
 
     def tell(self, other: Replica) -> None:
         """What this replica queued reaches `other`, as its listener would hand it on."""
@@ -80,8 +79,7 @@ def test_on_a_slots_cache_the_copy_is_busy_until_its_request_ends_then_free():
         first = await one.router.acquire("m", ctx=one.ctx())
         name = first.state.name
         one.tell(two)
-        first.prefilled()  # its first token, as the dispatcher tells it
-        first.first_token()
+        first.prefilled()  # its first token
         one.tell(two)
         at_first_token = two.held(name), two.router.states[name].prefixes.copies(PROMPT.keys)
         first.release()
@@ -120,23 +118,3 @@ def test_a_copy_whose_end_is_never_heard_is_taken_as_free_after_its_grace():
     kept, gone, held, expired = asyncio.run(main())
     assert (kept, gone, expired) == (0, 1, 1)
     assert held == (len(PROMPT.keys), False)  # computed, as far as anyone knows, and free
-
-
-def test_with_load_shared_another_replicas_request_is_booked_ahead_of_this_ones_until_it_ends():
-    async def main():
-        one, two = Replica(load=True), Replica(load=True)
-        quiet = RouteContext(stream=True, prompt_tokens=50, max_tokens=20)  # no prefix: told for its load only
-        first = await one.router.acquire("m", ctx=quiet)
-        book = two.router.states[first.state.name].book
-        before = len(book)
-        one.tell(two)
-        booked = len(book)
-        first.first_token()
-        first.release()
-        one.tell(two)
-        return before, booked, len(book), len(two.remote), two.router.states[first.state.name].inflight
-
-    before, booked, after, remembered, inflight = asyncio.run(main())
-    assert (before, booked, after) == (0, 1, 0)
-    assert remembered == 0
-    assert inflight == 0  # booked, not holding one of this replica's own slots

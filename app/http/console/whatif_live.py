@@ -94,7 +94,7 @@ def policy(raw: dict, fleet: dict) -> dict:
         "limits": {"store": "memory", "redis_url": None, "redis_url_env": None},
         "responses": {"store": "memory", "redis_url": None, "redis_url_env": None},
         # A replay's placements are its simulated fleet's: never told to the real replicas.
-        "routing": {"share_prefixes": False, "share_load": False, "redis_url": None, "redis_url_env": None},
+        "routing": {"share_prefixes": False, "redis_url": None, "redis_url_env": None},
         "telemetry": {"metrics": False, "scrape_interval_s": 0, "tracing": {"enabled": False}},
         "simulator": {"host": "127.0.0.1", "seed": fleet.get("seed", 1), "backends": sims},
     })

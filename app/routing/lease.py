@@ -47,6 +47,14 @@ class PrefixCopy(asyncio.Event):
         known): what a request placed on that backend then took to reach its first token."""
         return self.computed_at - self.sent_at
 
+    def mark_computed(self, now: float) -> None:
+        """Its prefill is done (once: the first token, or the end of a call that reports none). A lost copy
+        was never computed: its waiters are woken, with no time to hold by (took_s stays nan)."""
+        if self.computed is not None and not self.computed.is_set():
+            if self.lost is None:
+                self.computed_at = now
+            self.computed.set()
+
     @property
     def computed_yet(self) -> bool:
         """Its prefill is done: free for siblings, or (a stream) past its first token."""
@@ -186,19 +194,10 @@ class Lease:
             # releasing it a cold prefill plus its own wait later than predicted, and a chain of two
             # put the copy 5.9 s away where it freed in about 1 s (issue 24, one server 3x slower: the
             # next sibling went cold to the slow one, 6.4 s).
-            slotted = slot_scoped_cache(state)
-            # The slot frees at the answer's stall-free end (see Estimate.stall_s).
-            held_until = self.estimate.stall_free_e2e_s
-            ready = held_until if slotted else self.estimate.ttft_s
-            state.prefixes.record(self._keys, ctx.now, ctx.now + ready, self._prefilled)
-            if slotted:
-                # Its slot holds a copy of the prefix until it ends (set at the end there: prefilled);
-                # one that waits for a busy copy takes that copy over rather than computing another.
-                # With the slots the server publishes (llama.cpp /props), it holds no more copies than that.
-                m = state.model
-                state.prefixes.occupy(self._keys, ctx.now + held_until, self._prefilled,
-                                      computes=not self.burst_wait_s,
-                                      slots=m.slots if m.slots_source == "reported" else None)
+            # The slot frees at the answer's stall-free end (see Estimate.stall_s); set at the end there
+            # (prefilled). One that waits for a busy copy takes that copy over rather than computing another.
+            ready = state.place_copy(self._keys, ctx.now, self.estimate.ttft_s, self.estimate.stall_free_e2e_s,
+                                     self._prefilled, computes=not self.burst_wait_s)
             self._uncached = max(0.0, ctx.prompt_tokens - self.prefix.tokens)
             state.start_prefill(self._uncached, ctx.now)
             self._prefilling = True
@@ -306,13 +305,9 @@ class Lease:
         if self._prefilled is None or self._prefilled.is_set():
             return
         copy = self._prefilled
-        if copy.computed is not None and not copy.computed.is_set():
-            # Once, at the first token (or the end where none came): on a slot-scoped cache this runs again
-            # at the end, which must not move when the copy was computed (hold_limit reads it). A lost copy
-            # was never computed: its waiters are woken, with no time to hold by.
-            if copy.lost is None:
-                copy.computed_at = time.monotonic()
-            copy.computed.set()
+        # Once: on a slot-scoped cache this runs again at the end, which must not move when the copy was
+        # computed (hold_limit reads it).
+        copy.mark_computed(time.monotonic())
         if self._uncached:
             self.state.uncached_inflight = max(0.0, self.state.uncached_inflight - self._uncached)
             self._uncached = 0.0
@@ -326,8 +321,7 @@ class Lease:
             if self._copy_id and copy.lost is None and (feed := self._router.placements) is not None:
                 feed.computed(self._copy_id)
         if done or not slot_scoped_cache(self.state):
-            copy.set()
-            self.state.prefixes.settle(self._keys, time.monotonic(), copy, copy.lost is not None)
+            self.state.free_copy(self._keys, copy, time.monotonic())
 
     def first_token(self) -> None:
         """The stream's first token came: the request holds a slot and decodes from now (in the book)."""

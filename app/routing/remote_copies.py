@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from app.routing.lease import PrefixCopy
-from app.routing.placement_feed import Computed, Event, Freed, Placed
+from app.routing.placement_feed import Computed, Event, Freed, Lost, Placed
 from app.routing.state import BackendState, slot_scoped_cache
 
 # A copy whose end is not heard is taken as free this long after its predicted end, or twice that end's
@@ -62,13 +62,7 @@ class RemoteCopies:
         if state is None or not e.keys:
             return
         copy = PrefixCopy(True, now + e.ready_in_s, e.ready_in_s, now)
-        slotted = slot_scoped_cache(state)
-        # As the lease does: on a slot's cache the prefix is free for a sibling at the request's end.
-        state.prefixes.record(e.keys, now, now + (e.release_in_s if slotted else e.ready_in_s), copy)
-        if slotted:
-            m = state.model
-            state.prefixes.occupy(e.keys, now + e.release_in_s, copy, computes=e.computes,
-                                  slots=m.slots if m.slots_source == "reported" else None)
+        state.place_copy(e.keys, now, e.ready_in_s, e.release_in_s, copy, e.computes)
         self._copies[(e.origin, e.copy)] = _Remote(state, e.keys, copy,
                                                     now + e.release_in_s + max(EXPIRY_GRACE_S, e.release_in_s))
 
@@ -88,23 +82,15 @@ class RemoteCopies:
 
 
 def _computed(r: _Remote, now: float) -> None:
-    copy = r.copy
-    if copy.computed is not None and not copy.computed.is_set():
-        copy.computed_at = now
-        copy.computed.set()
-    if not slot_scoped_cache(r.state) and not copy.is_set():
-        copy.set()
-        r.state.prefixes.settle(r.keys, now, copy)
+    r.copy.mark_computed(now)
+    if not slot_scoped_cache(r.state) and not r.copy.is_set():
+        r.state.free_copy(r.keys, r.copy, now)
 
 
-def _freed(r: _Remote, now: float, lost: str | None) -> None:
+def _freed(r: _Remote, now: float, lost: Lost) -> None:
     copy = r.copy
     if lost is not None and not copy.computed_yet:
-        copy.lost = "backend" if lost == "backend" else "ended"
-    if copy.computed is not None and not copy.computed.is_set():
-        if copy.lost is None:
-            copy.computed_at = now
-        copy.computed.set()
+        copy.lost = lost
+    copy.mark_computed(now)
     if not copy.is_set():
-        copy.set()
-        r.state.prefixes.settle(r.keys, now, copy, copy.lost is not None)
+        r.state.free_copy(r.keys, copy, now)

@@ -12,7 +12,7 @@ import math
 import operator
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.config import BackendConfig
 from app.routing.health import Breaker
@@ -392,6 +392,30 @@ class BackendState:
         request it only supposes, so both simulate the same queue."""
         return self.book.add(now, est.ttft_s, est.decode_tokens, max(0.0, est.ttft_s - est.queue_s),
                              reports_first_token)
+
+    def place_copy(self, keys: list[bytes], now: float, ttft_s: float, release_s: float, copy: Any,
+                   computes: bool) -> float:
+        """A request placed here at `now` brings its copy of the prompt's prefix (`copy`, the event set when
+        siblings may reuse it), its first token predicted `ttft_s` later and its end `release_s` later; this
+        replica's lease, or another replica's (app/routing/remote_copies.py). Returns how long until the
+        copy is free for a sibling: at the first token, or on a cache that belongs to a slot (llama.cpp) at
+        the end, the slot holding it till then. There it occupies a copy of the prefix (`computes`: its own,
+        not a busy one it waits for), and with the slots the server publishes (llama.cpp /props) the
+        backend holds no more copies than that."""
+        slotted = slot_scoped_cache(self)
+        ready = release_s if slotted else ttft_s
+        self.prefixes.record(keys, now, now + ready, copy)
+        if slotted:
+            m = self.model
+            self.prefixes.occupy(keys, now + release_s, copy, computes=computes,
+                                 slots=m.slots if m.slots_source == "reported" else None)
+        return ready
+
+    def free_copy(self, keys: list[bytes], copy: Any, now: float) -> None:
+        """The copy `place_copy` brought is free for siblings (its first token, or its request's end); one
+        whose request ended before computing it (`copy.lost`) takes the blocks it brought with it."""
+        copy.set()
+        self.prefixes.settle(keys, now, copy, copy.lost is not None)
 
     def start_prefill(self, uncached_tokens: float, now: float) -> None:
         """One more request here with `uncached_tokens` of its prompt to prefill, from `now` if the
